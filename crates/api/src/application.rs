@@ -1,0 +1,452 @@
+//! The `Application` resource: what to deploy (a path in a Git repository at a revision), where
+//! (a cluster and namespace), how (sync policy), and the status the controller reports.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// An Application: a source in Git rendered and kept in sync with a destination.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "capstan.dev",
+    version = "v1alpha1",
+    kind = "Application",
+    plural = "applications",
+    shortname = "app",
+    shortname = "apps",
+    namespaced,
+    status = "ApplicationStatus",
+    printcolumn = r#"{"name":"Sync","type":"string","jsonPath":".status.sync.status"}"#,
+    printcolumn = r#"{"name":"Health","type":"string","jsonPath":".status.health.status"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.sync.revision","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationSpec {
+    /// Where the desired state comes from.
+    pub source: ApplicationSource,
+    /// The cluster and namespace to deploy to.
+    pub destination: ApplicationDestination,
+    /// The AppProject this Application belongs to (`default` if empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub project: String,
+    /// When and how to sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_policy: Option<SyncPolicy>,
+    /// Differences to ignore when comparing desired and live state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore_differences: Vec<ResourceIgnoreDifferences>,
+    /// How many entries `status.history` keeps (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_history_limit: Option<i64>,
+}
+
+/// A path in a Git repository at a revision, and how to render it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationSource {
+    /// URL of the Git repository (`https://`, `ssh://`, `git@host:path`, `git://`, `file://`).
+    #[serde(rename = "repoURL")]
+    pub repo_url: String,
+    /// Branch, tag, commit SHA (full or short) or `HEAD` (the default).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub target_revision: String,
+    /// Directory inside the repository (default: its root).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    /// Options for plain directories of YAML/JSON manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<ApplicationSourceDirectory>,
+    /// Options for Helm charts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<ApplicationSourceHelm>,
+    /// Options for Kustomize overlays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<ApplicationSourceKustomize>,
+}
+
+/// Options for rendering a directory of manifests.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationSourceDirectory {
+    /// Read subdirectories too.
+    #[serde(default)]
+    pub recurse: bool,
+    /// Glob of files to include (e.g. `*.yaml` or `{a.yaml,b.yaml}`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub include: String,
+    /// Glob of files to exclude.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub exclude: String,
+}
+
+/// Options for rendering a Helm chart with `helm template`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationSourceHelm {
+    /// Values files, relative to the chart (they may not leave the repository).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub value_files: Vec<String>,
+    /// Values as a YAML string.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub values: String,
+    /// Values as an object (takes precedence over `values`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub values_object: Option<serde_json::Value>,
+    /// `--set` style parameters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<HelmParameter>,
+    /// Release name (default: the Application's name).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub release_name: String,
+}
+
+/// One `--set` (or `--set-string`) parameter.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmParameter {
+    /// Dotted key, as for `helm --set`.
+    pub name: String,
+    /// Value.
+    #[serde(default)]
+    pub value: String,
+    /// Pass as a string (`--set-string`).
+    #[serde(default)]
+    pub force_string: bool,
+}
+
+/// Options for rendering a Kustomize overlay with `kustomize build`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationSourceKustomize {
+    /// Prefix added to the names of all resources.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name_prefix: String,
+    /// Suffix added to the names of all resources.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name_suffix: String,
+    /// Image overrides (`name=newName:tag`, `name:tag`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
+    /// Labels added to all resources.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub common_labels: BTreeMap<String, String>,
+    /// Annotations added to all resources.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub common_annotations: BTreeMap<String, String>,
+    /// Namespace set on all resources.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+}
+
+/// The cluster (by `server` URL or by `name`) and namespace to deploy to.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationDestination {
+    /// API server URL of the cluster (`https://kubernetes.default.svc` is the cluster Capstan runs in).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server: String,
+    /// Name of a registered cluster (alternative to `server`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Namespace given to namespaced objects that do not name one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+}
+
+/// When and how an Application is synced.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncPolicy {
+    /// Sync automatically when Git changes; absent means manual sync only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automated: Option<SyncPolicyAutomated>,
+    /// Application-wide sync options (`CreateNamespace=true`, `PruneLast=true`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sync_options: Vec<String>,
+    /// Retries of a failed sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryStrategy>,
+}
+
+/// Automated sync behaviour.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncPolicyAutomated {
+    /// Delete tracked objects that are no longer in Git.
+    #[serde(default)]
+    pub prune: bool,
+    /// Revert changes made to tracked objects in the cluster.
+    #[serde(default)]
+    pub self_heal: bool,
+}
+
+/// How often and how fast to retry a failed sync.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryStrategy {
+    /// Maximum number of attempts (negative: unlimited).
+    #[serde(default)]
+    pub limit: i64,
+    /// Backoff between attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Backoff>,
+}
+
+/// Exponential backoff between retries.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Backoff {
+    /// First delay, as a duration string (`5s`, `1m`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub duration: String,
+    /// Multiplier applied after each attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<i64>,
+    /// Upper bound of a delay.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub max_duration: String,
+}
+
+/// A difference to ignore on matching objects.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceIgnoreDifferences {
+    /// API group of the objects (empty for the core group).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// Kind of the objects.
+    pub kind: String,
+    /// Name of one object (all objects of the kind if empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Namespace of the objects (all if empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// RFC 6901 JSON pointers of fields to ignore.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_pointers: Vec<String>,
+    /// Field managers whose changes are ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_fields_managers: Vec<String>,
+}
+
+/// What the controller observed and did.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationStatus {
+    /// Whether the live state equals Git, and at which revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<SyncStatus>,
+    /// Aggregated health of the managed objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthStatus>,
+    /// Every object the Application manages, with its sync and health.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceStatus>,
+    /// The current or last sync operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_state: Option<OperationState>,
+    /// Past successful syncs, newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<RevisionHistory>,
+    /// Errors and warnings a person should act on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ApplicationCondition>,
+    /// When the Application was last compared with Git (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciled_at: Option<String>,
+}
+
+/// Sync status: `Synced`, `OutOfSync` or `Unknown`, and the revision compared against.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncStatus {
+    /// `Synced`, `OutOfSync` or `Unknown`.
+    pub status: String,
+    /// The resolved commit SHA.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub revision: String,
+}
+
+/// Health: `Healthy`, `Progressing`, `Degraded`, `Suspended`, `Missing` or `Unknown`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthStatus {
+    /// The health status.
+    pub status: String,
+    /// Why, when not Healthy.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// One managed object.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceStatus {
+    /// API group (empty for the core group).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// API version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `Synced`, `OutOfSync` or `Unknown`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
+    /// Health of the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthStatus>,
+    /// The object's sync wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_wave: Option<i64>,
+    /// Whether the object is a hook.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hook: bool,
+    /// Whether sync would delete it (it is no longer in Git).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requires_pruning: bool,
+}
+
+/// The current or last sync operation.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationState {
+    /// `Running`, `Succeeded`, `Failed`, `Error` or `Terminating`.
+    pub phase: String,
+    /// What is happening or what went wrong.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The revision being synced.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub revision: String,
+    /// When the operation started (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub started_at: String,
+    /// When the operation finished (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// How many attempts were made.
+    #[serde(default)]
+    pub retry_count: i64,
+    /// The result of each object in the operation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceResult>,
+}
+
+/// What a sync did to one object.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceResult {
+    /// API group.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `Synced`, `SyncFailed`, `Pruned`, `PruneSkipped`.
+    pub status: String,
+    /// Message from the API server or the hook.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Hook phase or `Sync`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sync_phase: String,
+    /// The object's wave.
+    #[serde(default)]
+    pub sync_wave: i64,
+}
+
+/// One successful sync in the Application's history.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionHistory {
+    /// Increasing identifier, used by rollback.
+    pub id: i64,
+    /// The commit SHA that was synced.
+    pub revision: String,
+    /// When it was deployed (RFC 3339).
+    pub deployed_at: String,
+    /// The source as it was at the time.
+    pub source: ApplicationSource,
+}
+
+/// An error or warning about the Application.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationCondition {
+    /// e.g. `ComparisonError`, `SyncError`, `InvalidSpecError`, `SharedResourceWarning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// What is wrong, and where.
+    pub message: String,
+    /// When it was first observed (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_transition_time: String,
+}
+
+/// Schema for free-form JSON objects (Helm `valuesObject`).
+fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argo_cd_manifest_deserialises_with_changed_api_version() {
+        let yaml = r#"
+apiVersion: capstan.dev/v1alpha1
+kind: Application
+metadata: {name: guestbook, namespace: capstan}
+spec:
+  project: default
+  source:
+    repoURL: https://git.example/guestbook.git
+    targetRevision: HEAD
+    path: guestbook
+    helm:
+      valueFiles: [values-prod.yaml]
+      parameters: [{name: image.tag, value: "1.2", forceString: true}]
+      valuesObject: {replicas: 3}
+  destination: {server: "https://kubernetes.default.svc", namespace: guestbook}
+  syncPolicy:
+    automated: {prune: true, selfHeal: true}
+    syncOptions: [CreateNamespace=true]
+    retry: {limit: 5, backoff: {duration: 5s, factor: 2, maxDuration: 3m}}
+  ignoreDifferences:
+  - {group: apps, kind: Deployment, jsonPointers: [/spec/replicas]}
+"#;
+        let app: Application = serde_saphyr::from_str(yaml).expect("valid Application");
+        assert_eq!(app.spec.source.repo_url, "https://git.example/guestbook.git");
+        let helm = app.spec.source.helm.as_ref().expect("helm");
+        assert_eq!(helm.parameters[0].name, "image.tag");
+        assert!(helm.parameters[0].force_string);
+        assert_eq!(helm.values_object, Some(serde_json::json!({"replicas": 3})));
+        let policy = app.spec.sync_policy.as_ref().expect("policy");
+        assert!(policy.automated.as_ref().expect("automated").self_heal);
+        assert_eq!(policy.retry.as_ref().expect("retry").limit, 5);
+        assert_eq!(app.spec.ignore_differences[0].json_pointers, ["/spec/replicas"]);
+        // And back: field names are Argo CD's.
+        let json = serde_json::to_value(&app.spec).expect("serialise");
+        assert!(json["source"]["repoURL"].is_string());
+        assert!(json["syncPolicy"]["automated"]["selfHeal"].as_bool() == Some(true));
+    }
+}

@@ -1,0 +1,43 @@
+//! Well-known labels and annotations Capstan reads and writes, with the Argo CD aliases it accepts.
+
+/// Label on every object Capstan applies, naming the owning Application (`<namespace>_<name>`).
+pub const TRACKING_LABEL: &str = "capstan.dev/instance";
+/// Annotation that triggers a refresh of an Application: `normal` or `hard`.
+pub const REFRESH_ANNOTATION: &str = "capstan.dev/refresh";
+/// Finalizer that makes deleting an Application delete the objects it manages.
+pub const RESOURCES_FINALIZER: &str = "capstan.dev/resources-finalizer";
+/// Label on Secrets describing a destination cluster.
+pub const SECRET_TYPE_LABEL: &str = "capstan.dev/secret-type";
+
+/// Sync wave of a rendered object (integer, default 0).
+pub const SYNC_WAVE: &str = "capstan.dev/sync-wave";
+/// Hook phase(s) of a rendered object: PreSync, Sync, PostSync, SyncFail, Skip.
+pub const HOOK: &str = "capstan.dev/hook";
+/// When to delete a hook: HookSucceeded, HookFailed, BeforeHookCreation.
+pub const HOOK_DELETE_POLICY: &str = "capstan.dev/hook-delete-policy";
+/// Per-object sync options, comma separated (`Prune=false`, `Replace=true`, ...).
+pub const SYNC_OPTIONS: &str = "capstan.dev/sync-options";
+/// Per-object compare options, comma separated (`IgnoreExtraneous`).
+pub const COMPARE_OPTIONS: &str = "capstan.dev/compare-options";
+
+/// Pod (template) annotation read by the playground's node simulator:
+/// `fail`, `never-ready`, `delay=<seconds>`, comma separated.
+pub const SIMULATE: &str = "capstan.dev/simulate";
+
+/// The Argo CD spelling of a Capstan annotation, accepted as an alias on rendered objects.
+pub fn argo_alias(capstan_key: &str) -> Option<String> {
+    capstan_key
+        .strip_prefix("capstan.dev/")
+        .map(|rest| format!("argocd.argoproj.io/{rest}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argo_alias_maps_the_prefix() {
+        assert_eq!(argo_alias(SYNC_WAVE).as_deref(), Some("argocd.argoproj.io/sync-wave"));
+        assert_eq!(argo_alias("example.com/x"), None);
+    }
+}

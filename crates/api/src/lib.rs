@@ -1,0 +1,20 @@
+//! Capstan's custom resource types, API group `capstan.dev`, version `v1alpha1`.
+//!
+//! This crate owns the shape of the objects users write (Applications, and later ApplicationSets and
+//! AppProjects) and the well-known labels and annotations. Field names follow Argo CD's
+//! `argoproj.io/v1alpha1` schema wherever the concept is the same, so existing manifests carry over by
+//! changing `apiVersion`. It has no behaviour beyond (de)serialisation and CRD generation; every other
+//! crate depends on it, and it depends on none of them.
+
+pub mod application;
+pub mod crd;
+pub mod labels;
+
+pub use application::{Application, ApplicationSpec, ApplicationStatus};
+
+/// The API group of every Capstan custom resource.
+pub const GROUP: &str = "capstan.dev";
+/// The API version of every Capstan custom resource.
+pub const VERSION: &str = "v1alpha1";
+/// The namespace Capstan runs in and keeps its own objects (Applications, cluster and repository Secrets).
+pub const NAMESPACE: &str = "capstan";

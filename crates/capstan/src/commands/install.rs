@@ -1,0 +1,113 @@
+//! `capstan install`: apply Capstan's CRDs, the `capstan` namespace and the controller's RBAC with
+//! server-side apply (idempotent), then wait for the CRDs to be established.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use capstan_api::NAMESPACE;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource};
+use serde_json::json;
+
+use crate::kube_client::{KubeArgs, describe};
+
+/// Field manager of everything `capstan install` applies.
+const MANAGER: &str = "capstan-install";
+/// Name of the controller's service account, cluster role and binding.
+const CONTROLLER: &str = "capstan-controller";
+
+/// Arguments of `capstan install`.
+#[derive(Debug, clap::Args)]
+pub struct InstallArgs {
+    #[command(flatten)]
+    kube: KubeArgs,
+}
+
+/// Install into the selected cluster.
+pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
+    let client = args.kube.client().await?;
+    let pp = PatchParams::apply(MANAGER).force();
+
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "capstan"}},
+    }))?;
+    apply(&Api::<Namespace>::all(client.clone()), &ns, &pp).await?;
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for (_, crd) in capstan_api::crd::all() {
+        apply(&crds, &crd, &pp).await?;
+        names.push(crd.metadata.name.clone().unwrap_or_default());
+    }
+
+    let sa: ServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": CONTROLLER, "namespace": NAMESPACE},
+    }))?;
+    apply(&Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE), &sa, &pp).await?;
+    // Like Argo CD's application controller, Capstan manages arbitrary kinds in its own cluster.
+    let role: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": CONTROLLER},
+        "rules": [
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+            {"nonResourceURLs": ["*"], "verbs": ["*"]},
+        ],
+    }))?;
+    apply(&Api::<ClusterRole>::all(client.clone()), &role, &pp).await?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": CONTROLLER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER},
+        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}],
+    }))?;
+    apply(&Api::<ClusterRoleBinding>::all(client.clone()), &binding, &pp).await?;
+
+    for name in &names {
+        wait_established(&crds, name, Duration::from_secs(60)).await?;
+    }
+    println!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", names.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn apply<K>(api: &Api<K>, obj: &K, pp: &PatchParams) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let what = format!("{} {name}", K::kind(&()));
+    api.patch(&name, pp, &Patch::Apply(obj))
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
+        .with_context(|| format!("applying {what}"))?;
+    println!("{what} applied");
+    Ok(())
+}
+
+async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let crd = crds.get(name).await.map_err(|e| anyhow::anyhow!("{}", describe(&e)))?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "CustomResourceDefinition {name} was not established within {} s",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

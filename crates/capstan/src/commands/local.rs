@@ -1,0 +1,133 @@
+//! `capstan local up | down | status`: the playground control plane, and the hidden
+//! `capstan local nodesim` that `up` starts in the background.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use capstan_playground::{Playground, Simulator, UpOptions, nodesim};
+
+/// Playground subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum LocalCommand {
+    /// Start a local control plane; prints the admin kubeconfig's path as the last line.
+    Up {
+        /// State directory (certificates, etcd data, logs, kubeconfig).
+        #[arg(long, default_value = ".capstan/local")]
+        dir: PathBuf,
+        /// Number of simulated nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Seconds to wait for the control plane to become ready.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    /// Stop the processes `up` started in DIR (safe to call twice).
+    Down {
+        /// State directory.
+        #[arg(long, default_value = ".capstan/local")]
+        dir: PathBuf,
+    },
+    /// Show whether each component runs; exits 1 when any does not.
+    Status {
+        /// State directory.
+        #[arg(long, default_value = ".capstan/local")]
+        dir: PathBuf,
+    },
+    /// Run the node simulator in the foreground (started by `up`).
+    #[command(hide = true)]
+    Nodesim {
+        /// Kubeconfig of the cluster to simulate nodes for.
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// Number of nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+    },
+}
+
+/// Run a playground subcommand.
+pub async fn run(cmd: LocalCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        LocalCommand::Up { dir, nodes, timeout } => up(dir, nodes, timeout).await,
+        LocalCommand::Down { dir } => {
+            let stopped =
+                Playground::down(&dir).with_context(|| format!("stopping the playground in {}", dir.display()))?;
+            if stopped.is_empty() {
+                println!("nothing running in {}", dir.display());
+            } else {
+                println!("stopped {}", stopped.join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LocalCommand::Status { dir } => Ok(status(&dir)),
+        LocalCommand::Nodesim { kubeconfig, nodes } => {
+            let client = capstan_playground::kubeconfig::client(&kubeconfig).await?;
+            tokio::select! {
+                res = nodesim::run(client, nodesim::Options { nodes }) => res.context("node simulator")?,
+                _ = shutdown_signal() => tracing::info!("node simulator stopping"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn up(dir: PathBuf, nodes: usize, timeout: u64) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().context("locating the capstan binary")?;
+    let mut opts = UpOptions::new(&dir, Simulator::Process(exe));
+    opts.nodes = nodes;
+    opts.timeout = Duration::from_secs(timeout);
+    eprintln!("starting local control plane in {}", dir.display());
+    let started = std::time::Instant::now();
+    let pg = Playground::up(opts)
+        .await
+        .with_context(|| format!("starting the playground in {}", dir.display()))?;
+    eprintln!(
+        "API server {} ready in {:.1} s",
+        pg.server,
+        started.elapsed().as_secs_f64()
+    );
+    eprintln!("stop it with: capstan local down --dir {}", dir.display());
+    println!("{}", pg.kubeconfig.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(dir: &std::path::Path) -> ExitCode {
+    let components = Playground::status(dir);
+    println!("{:<26} {:<8} STATE", "COMPONENT", "PID");
+    for c in &components {
+        let pid = c.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+        println!(
+            "{:<26} {:<8} {}",
+            c.name,
+            pid,
+            if c.running { "running" } else { "stopped" }
+        );
+    }
+    if let Some(server) = Playground::server_of(dir) {
+        println!("server: {server}");
+        println!("kubeconfig: {}", dir.join("kubeconfig").display());
+    }
+    if components.iter().all(|c| c.running) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}

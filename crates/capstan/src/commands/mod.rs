@@ -1,0 +1,5 @@
+//! One module per top-level subcommand.
+
+pub mod crds;
+pub mod install;
+pub mod local;

@@ -1,0 +1,76 @@
+//! The `capstan` binary: the command-line edge of Capstan.
+//!
+//! It parses arguments, sets up logging and turns every error into one readable message and a non-zero
+//! exit code (never a panic or a backtrace). The work is done by the library crates; each subcommand
+//! lives in its own module under [`commands`].
+
+mod commands;
+mod kube_client;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// GitOps continuous delivery for Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "capstan", version, about, propagate_version = true)]
+struct Cli {
+    /// Log filter (also RUST_LOG), e.g. `info` or `capstan=debug`.
+    #[arg(
+        long,
+        global = true,
+        env = "CAPSTAN_LOG",
+        default_value = "warn,kube_client::client::builder=off"
+    )]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A local playground control plane (etcd, kube-apiserver, kube-controller-manager, simulated nodes).
+    #[command(subcommand)]
+    Local(commands::local::LocalCommand),
+    /// Install Capstan's CRDs, namespace and RBAC into a cluster.
+    Install(commands::install::InstallArgs),
+    /// Write the CustomResourceDefinitions generated from the Rust types.
+    #[command(hide = true)]
+    Crds(commands::crds::CrdsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Local(cmd) => commands::local::run(cmd).await,
+            Command::Install(args) => commands::install::run(args).await,
+            Command::Crds(args) => commands::crds::run(args),
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,325 @@
+//! A throwaway git server: `git daemon` for `git://` and `git http-backend` behind HTTP basic auth for
+//! `http://`, both on free loopback ports and serving the same bare repositories.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use tokio::io::AsyncWriteExt;
+
+/// Username accepted by the HTTP server.
+pub const USER: &str = "capstan";
+/// Password accepted by the HTTP server.
+pub const PASSWORD: &str = "s3cret-test-password";
+
+/// Bare repositories served over `git://` and authenticated `http://`.
+pub struct GitServer {
+    root: tempfile::TempDir,
+    daemon: Child,
+    daemon_port: u16,
+    http_port: u16,
+    http_task: tokio::task::JoinHandle<()>,
+}
+
+impl GitServer {
+    /// Start both servers on free loopback ports.
+    pub async fn start() -> anyhow::Result<GitServer> {
+        let root = tempfile::Builder::new().prefix("capstan-git-").tempdir()?;
+        let daemon_port = free_port()?;
+        let daemon = start_daemon(root.path(), daemon_port)?;
+        wait_port(daemon_port)
+            .await
+            .context("git daemon did not start listening")?;
+
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let http_port = listener.local_addr()?.port();
+        let state = Arc::new(HttpState {
+            root: root.path().to_path_buf(),
+        });
+        let app = axum::Router::new().fallback(cgi).with_state(state);
+        let http_task = tokio::spawn(async move {
+            if let Err(err) = axum::serve(listener, app).await {
+                eprintln!("git http server stopped: {err}");
+            }
+        });
+        Ok(GitServer {
+            root,
+            daemon,
+            daemon_port,
+            http_port,
+            http_task,
+        })
+    }
+
+    /// Create an empty bare repository `NAME.git`.
+    pub fn create_repo(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let path = self.repo_path(name);
+        run_git(
+            self.root.path(),
+            &[
+                "init",
+                "--bare",
+                "--quiet",
+                "--initial-branch=main",
+                &path.to_string_lossy(),
+            ],
+        )?;
+        Ok(path)
+    }
+
+    /// Path of the bare repository `NAME.git`.
+    pub fn repo_path(&self, name: &str) -> PathBuf {
+        self.root.path().join(format!("{name}.git"))
+    }
+
+    /// `git://127.0.0.1:PORT/NAME.git`
+    pub fn git_url(&self, name: &str) -> String {
+        format!("git://127.0.0.1:{}/{name}.git", self.daemon_port)
+    }
+
+    /// `http://127.0.0.1:PORT/NAME.git` (requires [`USER`]/[`PASSWORD`]).
+    pub fn http_url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}.git", self.http_port)
+    }
+
+    /// The same URL with the credentials embedded, for the `git` command line.
+    pub fn http_url_with_credentials(&self, name: &str) -> String {
+        format!("http://{USER}:{PASSWORD}@127.0.0.1:{}/{name}.git", self.http_port)
+    }
+
+    /// `file://` URL of the bare repository.
+    pub fn file_url(&self, name: &str) -> String {
+        format!("file://{}", self.repo_path(name).display())
+    }
+
+    /// Commit `files` (path, contents) onto `branch` of repository `name` and return the commit SHA.
+    /// Files whose contents are `None` are deleted.
+    pub fn commit(
+        &self,
+        name: &str,
+        branch: &str,
+        files: &[(&str, Option<&str>)],
+        message: &str,
+    ) -> anyhow::Result<String> {
+        commit_files(&self.repo_path(name), branch, files, message)
+    }
+}
+
+impl Drop for GitServer {
+    fn drop(&mut self) {
+        self.http_task.abort();
+        // git daemon forks a process per connection into its process group: stop the whole group.
+        let pgid = nix::unistd::Pid::from_raw(self.daemon.id() as i32);
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+/// Run `git ARGS` in `dir`, failing with its stderr.
+pub fn run_git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Capstan Test")
+        .env("GIT_AUTHOR_EMAIL", "test@capstan.invalid")
+        .env("GIT_COMMITTER_NAME", "Capstan Test")
+        .env("GIT_COMMITTER_EMAIL", "test@capstan.invalid")
+        .output()
+        .context("running git")?;
+    if !out.status.success() {
+        bail!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Commit `files` onto `branch` of the bare repository at `bare`, through a temporary clone.
+pub fn commit_files(
+    bare: &Path,
+    branch: &str,
+    files: &[(&str, Option<&str>)],
+    message: &str,
+) -> anyhow::Result<String> {
+    let work = tempfile::Builder::new().prefix("capstan-work-").tempdir()?;
+    let w = work.path();
+    run_git(w, &["init", "--quiet", "--initial-branch", branch])?;
+    run_git(w, &["remote", "add", "origin", &bare.to_string_lossy()])?;
+    let has_branch = !run_git(w, &["ls-remote", "--heads", "origin", branch])?.is_empty();
+    if has_branch {
+        run_git(w, &["fetch", "--quiet", "origin", branch])?;
+        run_git(w, &["checkout", "--quiet", "-B", branch, "FETCH_HEAD"])?;
+    }
+    for (path, contents) in files {
+        let file = w.join(path);
+        match contents {
+            Some(text) => {
+                if let Some(parent) = file.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(&file, text)?;
+            }
+            None => {
+                let _ = std::fs::remove_file(&file);
+            }
+        }
+    }
+    run_git(w, &["add", "--all"])?;
+    run_git(w, &["commit", "--quiet", "--allow-empty", "-m", message])?;
+    run_git(w, &["push", "--quiet", "origin", &format!("HEAD:refs/heads/{branch}")])?;
+    run_git(w, &["rev-parse", "HEAD"])
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+async fn wait_port(port: u16) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    while Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    bail!("nothing listens on {addr}")
+}
+
+fn start_daemon(root: &Path, port: u16) -> anyhow::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let child = Command::new("git")
+        .arg("daemon")
+        .arg("--reuseaddr")
+        .arg("--export-all")
+        .arg("--enable=receive-pack")
+        .arg("--informative-errors")
+        .arg("--listen=127.0.0.1")
+        .arg(format!("--port={port}"))
+        .arg(format!("--base-path={}", root.display()))
+        .arg(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("starting git daemon (is git installed? run scripts/setup.sh)")?;
+    Ok(child)
+}
+
+struct HttpState {
+    root: PathBuf,
+}
+
+/// Bridge one HTTP request to `git http-backend` (CGI).
+///
+/// Written by hand because no maintained crate serves CGI from axum; a test server needs only the
+/// handful of CGI variables git reads, with whole bodies buffered.
+async fn cgi(State(state): State<Arc<HttpState>>, req: Request) -> Response {
+    if !authorised(req.headers()) {
+        let mut resp = (StatusCode::UNAUTHORIZED, "authentication required\n").into_response();
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"capstan-test\""),
+        );
+        return resp;
+    }
+    match run_backend(&state.root, req).await {
+        Ok(resp) => resp,
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("git http-backend: {err:#}\n"),
+        )
+            .into_response(),
+    }
+}
+
+fn authorised(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let Some(encoded) = value.strip_prefix("Basic ") else {
+        return false;
+    };
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
+        return false;
+    };
+    decoded == format!("{USER}:{PASSWORD}").as_bytes()
+}
+
+async fn run_backend(root: &Path, req: Request) -> anyhow::Result<Response> {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 512 * 1024 * 1024).await?;
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("http-backend")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_PROJECT_ROOT", root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("GATEWAY_INTERFACE", "CGI/1.1")
+        .env("REQUEST_METHOD", parts.method.as_str())
+        .env("PATH_INFO", parts.uri.path())
+        .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
+        .env("CONTENT_TYPE", header("content-type"))
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .env("HTTP_CONTENT_ENCODING", header("content-encoding"))
+        .env("GIT_PROTOCOL", header("git-protocol"))
+        .env("REMOTE_USER", USER)
+        .env("REMOTE_ADDR", "127.0.0.1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().context("starting git http-backend")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(&body).await?;
+    }
+    let out = child.wait_with_output().await?;
+    parse_cgi(&out.stdout)
+}
+
+fn parse_cgi(output: &[u8]) -> anyhow::Result<Response> {
+    let split = output
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, 4))
+        .or_else(|| output.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2)));
+    let Some((end, sep)) = split else {
+        bail!("no CGI header in http-backend output")
+    };
+    let head = std::str::from_utf8(&output[..end])?;
+    let mut builder = Response::builder().status(StatusCode::OK);
+    for line in head.lines() {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("status") {
+            let code: u16 = value.split_whitespace().next().unwrap_or("500").parse().unwrap_or(500);
+            builder = builder.status(code);
+        } else {
+            builder = builder.header(name.trim(), value);
+        }
+    }
+    Ok(builder.body(Body::from(output[end + sep..].to_vec()))?)
+}

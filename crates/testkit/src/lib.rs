@@ -1,0 +1,25 @@
+//! Test support for Capstan's integration tests: real, throwaway infrastructure on loopback.
+//!
+//! - [`TestCluster`]: a local control plane (etcd, kube-apiserver, kube-controller-manager and the
+//!   node simulator) in a temporary directory, stopped when dropped.
+//! - [`GitServer`]: bare repositories served by `git daemon` (`git://`) and by `git http-backend`
+//!   behind basic auth (`http://`), on free loopback ports, stopped when dropped; plus helpers to
+//!   commit files into them.
+//!
+//! Everything here starts real programs; nothing is mocked.
+
+pub mod cluster;
+pub mod git;
+
+pub use cluster::TestCluster;
+pub use git::{GitServer, commit_files, run_git};
+
+/// Initialise test logging once (honours `RUST_LOG`; silent by default).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client::client::builder=off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
