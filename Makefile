@@ -7,15 +7,10 @@ PLAYGROUND_DIR ?= .capstan/local
 
 .PHONY: playground playground-down setup build test lint unit crds
 
-## Set up if needed, build, start the local control plane and install Capstan into it.
+## Set up if needed, build, start the local control plane, install Capstan into it, serve examples/
+## over git://, apply the example Applications and run the controller in the foreground.
 playground: setup build
-	$(CAPSTAN) local up --dir $(PLAYGROUND_DIR)
-	$(CAPSTAN) install --kubeconfig $(PLAYGROUND_DIR)/kubeconfig
-	@echo
-	@echo "Playground ready. Try:"
-	@echo "  export KUBECONFIG=$$(realpath $(PLAYGROUND_DIR)/kubeconfig)"
-	@echo "  $${CAPSTAN_CACHE:-$$HOME/.cache/capstan}/bin/kubectl get nodes,applications.capstan.dev -A"
-	@echo "Stop it with: make playground-down"
+	CAPSTAN=$(CAPSTAN) PLAYGROUND_DIR=$(PLAYGROUND_DIR) bash scripts/playground.sh
 
 playground-down:
 	$(CAPSTAN) local down --dir $(PLAYGROUND_DIR)

@@ -341,6 +341,9 @@ pub struct OperationState {
     /// The result of each object in the operation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<ResourceResult>,
+    /// The operation being run, so a restarted controller can resume it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<crate::operation::Operation>,
 }
 
 /// What a sync did to one object.

@@ -9,6 +9,7 @@
 pub mod application;
 pub mod crd;
 pub mod labels;
+pub mod operation;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 

@@ -34,6 +34,10 @@ enum Command {
     Local(commands::local::LocalCommand),
     /// Install Capstan's CRDs, namespace and RBAC into a cluster.
     Install(commands::install::InstallArgs),
+    /// Run the Application controller.
+    Controller(commands::controller::ControllerArgs),
+    /// Inspect and operate Applications.
+    App(commands::app::AppArgs),
     /// Write the CustomResourceDefinitions generated from the Rust types.
     #[command(hide = true)]
     Crds(commands::crds::CrdsArgs),
@@ -53,6 +57,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Local(cmd) => commands::local::run(cmd).await,
             Command::Install(args) => commands::install::run(args).await,
+            Command::Controller(args) => commands::controller::run(args).await,
+            Command::App(args) => commands::app::run(args).await,
             Command::Crds(args) => commands::crds::run(args),
         }
     });

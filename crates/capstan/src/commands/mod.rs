@@ -1,5 +1,7 @@
 //! One module per top-level subcommand.
 
+pub mod app;
+pub mod controller;
 pub mod crds;
 pub mod install;
 pub mod local;

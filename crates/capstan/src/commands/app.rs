@@ -1,0 +1,764 @@
+//! `capstan app …`: Applications from the command line, through the Kubernetes API only. Reading
+//! commands show status; `sync` and `rollback` write an operation request (annotation
+//! `capstan.dev/operation`) that the controller executes; `diff` runs the read-only half of the
+//! pipeline locally.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use capstan_api::Application;
+use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
+use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::kube_client::{KubeArgs, describe};
+
+/// Flags shared by every `app` subcommand.
+#[derive(Debug, clap::Args)]
+pub struct AppArgs {
+    /// Path of the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, global = true, env = "KUBECONFIG")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// Context in the kubeconfig.
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Namespace of the Applications.
+    #[arg(long = "app-namespace", short = 'N', global = true, default_value = capstan_api::NAMESPACE)]
+    namespace: String,
+    #[command(subcommand)]
+    command: AppCommand,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum, PartialEq, Eq)]
+enum Output {
+    Table,
+    Wide,
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum AppCommand {
+    /// List Applications.
+    List {
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Show an Application and its resources.
+    Get {
+        name: String,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+        /// Ask the controller to compare with Git now, and wait for it.
+        #[arg(long)]
+        refresh: bool,
+        /// Like --refresh, also bypassing caches.
+        #[arg(long)]
+        hard_refresh: bool,
+    },
+    /// Show how the live objects differ from Git (exit 1 when they do, 2 on error).
+    Diff {
+        name: String,
+        /// Compare with this revision instead of targetRevision.
+        #[arg(long)]
+        revision: Option<String>,
+    },
+    /// Sync an Application to Git.
+    Sync {
+        name: String,
+        /// Delete tracked objects that are no longer in Git.
+        #[arg(long)]
+        prune: bool,
+        /// Validate with the API server and report, without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Sync to this revision instead of targetRevision.
+        #[arg(long)]
+        revision: Option<String>,
+        /// Only these objects, as GROUP/KIND/NAMESPACE/NAME (repeatable).
+        #[arg(long = "resource")]
+        resources: Vec<String>,
+        /// Extra sync options (repeatable), e.g. CreateNamespace=true.
+        #[arg(long = "sync-option")]
+        sync_options: Vec<String>,
+        /// Wait for the sync to finish and the Application to be Synced and Healthy.
+        #[arg(long)]
+        wait: bool,
+        /// Seconds to wait (with --wait).
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Show the sync history.
+    History { name: String },
+    /// Roll back to a history entry (not allowed while automated sync is enabled).
+    Rollback {
+        name: String,
+        id: i64,
+        #[arg(long)]
+        prune: bool,
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Wait until an Application is Synced and/or Healthy (both when neither flag is given).
+    Wait {
+        name: String,
+        #[arg(long)]
+        health: bool,
+        #[arg(long)]
+        sync: bool,
+        /// Also wait for a running operation to finish.
+        #[arg(long)]
+        operation: bool,
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
+    /// Delete an Application (with --cascade, the default, its objects too).
+    Delete {
+        name: String,
+        /// Delete the Application's objects too.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        cascade: bool,
+        /// Wait until it is gone.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+/// Run an `app` subcommand.
+pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
+    let kube = KubeArgs {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let client = kube.client().await?;
+    let api: Api<Application> = Api::namespaced(client.clone(), &args.namespace);
+    match args.command {
+        AppCommand::List { output } => list(&api, output).await,
+        AppCommand::Get {
+            name,
+            output,
+            refresh,
+            hard_refresh,
+        } => {
+            if refresh || hard_refresh {
+                refresh_and_wait(&api, &name, if hard_refresh { "hard" } else { "normal" }).await?;
+            }
+            let app = get(&api, &name).await?;
+            print_app(&app, output)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        AppCommand::Diff { name, revision } => Ok(diff(client, &api, &args.namespace, &name, revision).await),
+        AppCommand::Sync {
+            name,
+            prune,
+            dry_run,
+            revision,
+            resources,
+            sync_options,
+            wait,
+            timeout,
+        } => {
+            let op = Operation {
+                sync: Some(SyncOperation {
+                    revision: revision.unwrap_or_default(),
+                    prune,
+                    dry_run,
+                    resources,
+                    sync_options,
+                }),
+                rollback: None,
+                initiated_by: initiator(),
+            };
+            request(&api, &name, &op, wait, timeout).await
+        }
+        AppCommand::History { name } => {
+            let app = get(&api, &name).await?;
+            let history = app.status.map(|s| s.history).unwrap_or_default();
+            let mut rows = vec![vec!["ID".into(), "DEPLOYED".into(), "REVISION".into(), "PATH".into()]];
+            for h in history.iter().rev() {
+                rows.push(vec![
+                    h.id.to_string(),
+                    h.deployed_at.clone(),
+                    h.revision.clone(),
+                    h.source.path.clone(),
+                ]);
+            }
+            print_table(&rows);
+            Ok(ExitCode::SUCCESS)
+        }
+        AppCommand::Rollback {
+            name,
+            id,
+            prune,
+            wait,
+            timeout,
+        } => {
+            let op = Operation {
+                sync: None,
+                rollback: Some(RollbackOperation { id, prune }),
+                initiated_by: initiator(),
+            };
+            request(&api, &name, &op, wait, timeout).await
+        }
+        AppCommand::Wait {
+            name,
+            health,
+            sync,
+            operation,
+            timeout,
+        } => {
+            let (health, sync) = if !health && !sync { (true, true) } else { (health, sync) };
+            let spec = WaitFor {
+                operation: operation.then(String::new),
+                sync,
+                health,
+            };
+            let app = wait_for(&api, &name, &spec, Duration::from_secs(timeout)).await?;
+            println!("{}", summary_line(&app));
+            Ok(ExitCode::SUCCESS)
+        }
+        AppCommand::Delete { name, cascade, wait } => delete(&api, &name, cascade, wait).await,
+    }
+}
+
+fn initiator() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("cli:{user}:{nanos}")
+}
+
+async fn get(api: &Api<Application>, name: &str) -> anyhow::Result<Application> {
+    api.get_opt(name)
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .with_context(|| format!("reading Application {name}"))?
+        .ok_or_else(|| anyhow!("Application {name:?} not found in namespace {}", api_namespace(api)))
+}
+
+fn api_namespace(api: &Api<Application>) -> String {
+    api.namespace().unwrap_or(capstan_api::NAMESPACE).to_string()
+}
+
+async fn list(api: &Api<Application>, output: Output) -> anyhow::Result<ExitCode> {
+    let apps = api
+        .list(&Default::default())
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .context("listing Applications")?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&apps.items)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&apps.items)?),
+        Output::Table | Output::Wide => {
+            let mut header = vec!["NAME", "CLUSTER", "NAMESPACE", "PROJECT", "SYNC", "HEALTH", "REVISION"];
+            if output == Output::Wide {
+                header.extend(["REPO", "PATH", "TARGET", "MESSAGE"]);
+            }
+            let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+            for app in &apps.items {
+                let status = app.status.clone().unwrap_or_default();
+                let d = &app.spec.destination;
+                let mut row = vec![
+                    app.name_any(),
+                    if d.name.is_empty() {
+                        d.server.clone()
+                    } else {
+                        d.name.clone()
+                    },
+                    d.namespace.clone(),
+                    if app.spec.project.is_empty() {
+                        "default".into()
+                    } else {
+                        app.spec.project.clone()
+                    },
+                    status
+                        .sync
+                        .as_ref()
+                        .map(|s| s.status.clone())
+                        .unwrap_or_else(|| "Unknown".into()),
+                    status
+                        .health
+                        .as_ref()
+                        .map(|h| h.status.clone())
+                        .unwrap_or_else(|| "Unknown".into()),
+                    status
+                        .sync
+                        .as_ref()
+                        .map(|s| short(&s.revision).to_string())
+                        .unwrap_or_default(),
+                ];
+                if output == Output::Wide {
+                    row.extend([
+                        app.spec.source.repo_url.clone(),
+                        app.spec.source.path.clone(),
+                        app.spec.source.target_revision.clone(),
+                        status.conditions.first().map(|c| c.message.clone()).unwrap_or_default(),
+                    ]);
+                }
+                rows.push(row);
+            }
+            print_table(&rows);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map(|s| s.chars().count()).unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                if i + 1 == row.len() {
+                    cell.clone()
+                } else {
+                    format!("{cell:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        println!("{}", line.join("   ").trim_end());
+    }
+}
+
+fn summary_line(app: &Application) -> String {
+    let status = app.status.clone().unwrap_or_default();
+    format!(
+        "{}: sync={} health={} revision={}",
+        app.name_any(),
+        status.sync.as_ref().map(|s| s.status.as_str()).unwrap_or("Unknown"),
+        status.health.as_ref().map(|h| h.status.as_str()).unwrap_or("Unknown"),
+        status.sync.as_ref().map(|s| short(&s.revision)).unwrap_or("")
+    )
+}
+
+fn print_app(app: &Application, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(app)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(app)?),
+        Output::Table | Output::Wide => {
+            let status = app.status.clone().unwrap_or_default();
+            let spec = &app.spec;
+            let policy = match spec.sync_policy.as_ref().and_then(|p| p.automated.as_ref()) {
+                Some(a) => {
+                    let mut flags = Vec::new();
+                    if a.prune {
+                        flags.push("Prune");
+                    }
+                    if a.self_heal {
+                        flags.push("SelfHeal");
+                    }
+                    if flags.is_empty() {
+                        "Automated".to_string()
+                    } else {
+                        format!("Automated ({})", flags.join(", "))
+                    }
+                }
+                None => "Manual".into(),
+            };
+            let mut fields: BTreeMap<usize, (&str, String)> = BTreeMap::new();
+            let d = &spec.destination;
+            fields.insert(
+                0,
+                (
+                    "Name",
+                    format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
+                ),
+            );
+            fields.insert(
+                1,
+                (
+                    "Project",
+                    if spec.project.is_empty() {
+                        "default".into()
+                    } else {
+                        spec.project.clone()
+                    },
+                ),
+            );
+            fields.insert(
+                2,
+                (
+                    "Server",
+                    if d.server.is_empty() {
+                        d.name.clone()
+                    } else {
+                        d.server.clone()
+                    },
+                ),
+            );
+            fields.insert(3, ("Namespace", d.namespace.clone()));
+            fields.insert(4, ("Repo", spec.source.repo_url.clone()));
+            fields.insert(
+                5,
+                (
+                    "Target",
+                    if spec.source.target_revision.is_empty() {
+                        "HEAD".into()
+                    } else {
+                        spec.source.target_revision.clone()
+                    },
+                ),
+            );
+            fields.insert(6, ("Path", spec.source.path.clone()));
+            fields.insert(7, ("Sync Policy", policy));
+            let sync = status.sync.clone().unwrap_or_default();
+            fields.insert(
+                8,
+                (
+                    "Sync Status",
+                    format!(
+                        "{} ({})",
+                        if sync.status.is_empty() {
+                            "Unknown"
+                        } else {
+                            &sync.status
+                        },
+                        short(&sync.revision)
+                    ),
+                ),
+            );
+            let health = status.health.clone().unwrap_or_default();
+            let health_text = if health.message.is_empty() {
+                health.status.clone()
+            } else {
+                format!("{}: {}", health.status, health.message)
+            };
+            fields.insert(
+                9,
+                (
+                    "Health Status",
+                    if health_text.is_empty() {
+                        "Unknown".into()
+                    } else {
+                        health_text
+                    },
+                ),
+            );
+            if let Some(op) = &status.operation_state {
+                fields.insert(10, ("Operation", format!("{}: {}", op.phase, op.message)));
+            }
+            for (_, (k, v)) in fields {
+                println!("{:<15}{v}", format!("{k}:"));
+            }
+            for c in &status.conditions {
+                println!("{:<15}{}: {}", "Condition:", c.type_, c.message);
+            }
+            if !status.resources.is_empty() {
+                println!();
+                let mut rows = vec![
+                    ["GROUP", "KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"]
+                        .map(String::from)
+                        .to_vec(),
+                ];
+                for r in &status.resources {
+                    let h = r.health.clone().unwrap_or_default();
+                    let st = if r.requires_pruning {
+                        format!("{} (requires pruning)", r.status)
+                    } else {
+                        r.status.clone()
+                    };
+                    rows.push(vec![
+                        r.group.clone(),
+                        r.kind.clone(),
+                        r.namespace.clone(),
+                        r.name.clone(),
+                        st,
+                        h.status,
+                        h.message,
+                    ]);
+                }
+                print_table(&rows);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn annotate(api: &Api<Application>, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+    )
+    .await
+    .map_err(|e| anyhow!("{}", describe(&e)))
+    .with_context(|| format!("updating Application {name}"))?;
+    Ok(())
+}
+
+async fn refresh_and_wait(api: &Api<Application>, name: &str, kind: &str) -> anyhow::Result<()> {
+    let before = get(api, name).await?.status.and_then(|s| s.reconciled_at);
+    annotate(api, name, REFRESH_ANNOTATION, kind).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let app = get(api, name).await?;
+        let consumed = !app.annotations().contains_key(REFRESH_ANNOTATION);
+        // The controller removes the request, then records the comparison time.
+        if consumed && app.status.and_then(|s| s.reconciled_at) != before {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("the controller did not pick up the refresh of {name} within 60 s: is `capstan controller` running?")
+}
+
+async fn request(
+    api: &Api<Application>,
+    name: &str,
+    op: &Operation,
+    wait: bool,
+    timeout: u64,
+) -> anyhow::Result<ExitCode> {
+    get(api, name).await?;
+    let body = serde_json::to_string(op)?;
+    annotate(api, name, OPERATION_ANNOTATION, &body).await?;
+    let what = if op.rollback.is_some() { "rollback" } else { "sync" };
+    if !wait {
+        println!("{what} of {name} requested");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dry_run = op.sync.as_ref().is_some_and(|s| s.dry_run);
+    let spec = WaitFor {
+        operation: Some(op.initiated_by.clone()),
+        sync: !dry_run && op.rollback.is_none(),
+        health: !dry_run,
+    };
+    let app = wait_for(api, name, &spec, Duration::from_secs(timeout)).await?;
+    if let Some(os) = app.status.as_ref().and_then(|s| s.operation_state.as_ref()) {
+        println!("{what} {}: {}", os.phase, os.message);
+        let mut rows = vec![
+            ["KIND", "NAMESPACE", "NAME", "PHASE", "WAVE", "RESULT", "MESSAGE"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for r in &os.resources {
+            rows.push(vec![
+                r.kind.clone(),
+                r.namespace.clone(),
+                r.name.clone(),
+                r.sync_phase.clone(),
+                r.sync_wave.to_string(),
+                r.status.clone(),
+                r.message.clone(),
+            ]);
+        }
+        if rows.len() > 1 {
+            print_table(&rows);
+        }
+    }
+    println!("{}", summary_line(&app));
+    Ok(ExitCode::SUCCESS)
+}
+
+struct WaitFor {
+    /// Wait for the operation with this initiator to finish (empty: any running operation).
+    operation: Option<String>,
+    sync: bool,
+    health: bool,
+}
+
+async fn wait_for(
+    api: &Api<Application>,
+    name: &str,
+    spec: &WaitFor,
+    timeout: Duration,
+) -> anyhow::Result<Application> {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let deadline = Instant::now() + timeout;
+    let mut operation_done = spec.operation.is_none();
+    loop {
+        let app = get(api, name).await?;
+        let status = app.status.clone().unwrap_or_default();
+        let op = status.operation_state.clone();
+        if !operation_done {
+            let wanted = spec.operation.as_deref().unwrap_or("");
+            let ours = op
+                .as_ref()
+                .is_some_and(|o| wanted.is_empty() || o.operation.as_ref().is_some_and(|x| x.initiated_by == wanted));
+            let pending = app.annotations().contains_key(OPERATION_ANNOTATION);
+            if let Some(o) = op.as_ref().filter(|_| ours && !pending) {
+                if o.phase != "Running" {
+                    if o.phase != "Succeeded" {
+                        if let Some(bar) = &bar {
+                            bar.finish_and_clear();
+                        }
+                        let failed: Vec<String> = o
+                            .resources
+                            .iter()
+                            .filter(|r| r.status == "SyncFailed")
+                            .map(|r| format!("{}/{} {}: {}", r.kind, r.name, r.status, r.message))
+                            .collect();
+                        let detail = if failed.is_empty() {
+                            String::new()
+                        } else {
+                            format!("\n  {}", failed.join("\n  "))
+                        };
+                        bail!("operation on {name} {}: {}{detail}", o.phase.to_lowercase(), o.message);
+                    }
+                    operation_done = true;
+                } else if let Some(bar) = &bar {
+                    bar.set_message(format!("{name}: {}", o.message));
+                }
+            } else if wanted.is_empty() && op.as_ref().is_none_or(|o| o.phase != "Running") {
+                operation_done = true;
+            }
+        }
+        let sync_ok = !spec.sync || status.sync.as_ref().is_some_and(|s| s.status == "Synced");
+        let health_ok = !spec.health || status.health.as_ref().is_some_and(|h| h.status == "Healthy");
+        if operation_done && sync_ok && health_ok {
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
+            return Ok(app);
+        }
+        if operation_done && let Some(bar) = &bar {
+            bar.set_message(summary_line(&app));
+        }
+        if Instant::now() > deadline {
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
+            let op_text = op
+                .map(|o| format!(", operation {}: {}", o.phase, o.message))
+                .unwrap_or_default();
+            let cond = status
+                .conditions
+                .first()
+                .map(|c| format!(", {}: {}", c.type_, c.message))
+                .unwrap_or_default();
+            bail!(
+                "timed out after {} s waiting for {}{op_text}{cond}",
+                timeout.as_secs(),
+                summary_line(&app)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn diff(
+    client: kube::Client,
+    api: &Api<Application>,
+    namespace: &str,
+    name: &str,
+    revision: Option<String>,
+) -> ExitCode {
+    match diff_inner(client, api, namespace, name, revision).await {
+        Ok(true) => ExitCode::from(1),
+        Ok(false) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn diff_inner(
+    client: kube::Client,
+    api: &Api<Application>,
+    namespace: &str,
+    name: &str,
+    revision: Option<String>,
+) -> anyhow::Result<bool> {
+    let app = get(api, name).await?;
+    let cache = crate::commands::controller::default_cache().join("cli");
+    let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60));
+    let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
+    let state = pipeline.compare(&app, resolved).await?;
+    let colour = std::io::stdout().is_terminal();
+    let mut any = false;
+    for r in state
+        .comparison
+        .resources
+        .iter()
+        .filter(|r| !r.hook && r.sync == capstan_compare::SyncCode::OutOfSync)
+    {
+        any = true;
+        let text = capstan_compare::render_diff(r);
+        for line in text.lines() {
+            if !colour {
+                println!("{line}");
+            } else if line.starts_with('+') {
+                println!("\x1b[32m{line}\x1b[0m");
+            } else if line.starts_with('-') {
+                println!("\x1b[31m{line}\x1b[0m");
+            } else if line.starts_with("@@") {
+                println!("\x1b[36m{line}\x1b[0m");
+            } else {
+                println!("{line}");
+            }
+        }
+    }
+    Ok(any)
+}
+
+async fn delete(api: &Api<Application>, name: &str, cascade: bool, wait: bool) -> anyhow::Result<ExitCode> {
+    let app = get(api, name).await?;
+    let mut finalizers: Vec<String> = app.finalizers().to_vec();
+    let has = finalizers.iter().any(|f| f == RESOURCES_FINALIZER);
+    if cascade && !has {
+        finalizers.push(RESOURCES_FINALIZER.into());
+    } else if !cascade && has {
+        finalizers.retain(|f| f != RESOURCES_FINALIZER);
+    }
+    if finalizers.as_slice() != app.finalizers() {
+        api.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .with_context(|| format!("updating finalizers of {name}"))?;
+    }
+    api.delete(name, &DeleteParams::default())
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .with_context(|| format!("deleting {name}"))?;
+    if wait {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while api
+            .get_opt(name)
+            .await
+            .map_err(|e| anyhow!("{}", describe(&e)))?
+            .is_some()
+        {
+            if Instant::now() > deadline {
+                bail!("{name} still exists after 120 s (is `capstan controller` running to remove its finalizer?)");
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    println!(
+        "application {name} deleted{}",
+        if cascade { " with its resources" } else { "" }
+    );
+    Ok(ExitCode::SUCCESS)
+}

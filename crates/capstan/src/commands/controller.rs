@@ -1,0 +1,60 @@
+//! `capstan controller`: run the Application controller in the foreground until SIGTERM or Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::kube_client::KubeArgs;
+
+/// Arguments of `capstan controller`.
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    kube: KubeArgs,
+    /// Namespace whose Applications (and repository Secrets) are served.
+    #[arg(long, default_value = capstan_api::NAMESPACE)]
+    namespace: String,
+    /// Directory for Git caches (default: $CAPSTAN_CACHE/controller or ~/.cache/capstan/controller).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Seconds between Git polls per Application.
+    #[arg(long, default_value_t = 180)]
+    poll_interval: u64,
+    /// Seconds a sync wave may take to become healthy (and a hook to complete).
+    #[arg(long, default_value_t = 600)]
+    wave_timeout: u64,
+    /// Applications reconciled at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u16,
+}
+
+/// Run the controller.
+pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
+    let client = args.kube.client().await?;
+    let cache_dir = args.cache_dir.unwrap_or_else(|| default_cache().join("controller"));
+    std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
+    let config = capstan_controller::Config {
+        namespace: args.namespace,
+        cache_dir,
+        poll_interval: Duration::from_secs(args.poll_interval.max(1)),
+        wave_timeout: Duration::from_secs(args.wave_timeout.max(1)),
+        render_timeout: Duration::from_secs(60),
+        concurrency: args.concurrency.max(1),
+    };
+    eprintln!(
+        "capstan controller serving namespace {} (Ctrl-C to stop)",
+        config.namespace
+    );
+    capstan_controller::run(client, config, crate::commands::local::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `$CAPSTAN_CACHE`, or `~/.cache/capstan`.
+pub fn default_cache() -> PathBuf {
+    match std::env::var_os("CAPSTAN_CACHE").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/capstan"),
+    }
+}

@@ -1,0 +1,113 @@
+//! Resolving `apiVersion` + `kind` to an API resource and its scope through API discovery, cached
+//! per client; unknown kinds are looked up again on every call so a CRD applied earlier in the same
+//! sync becomes usable.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kube::Client;
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiResource, Scope};
+
+use crate::{CompareError, Result, describe_kube_error, key::group_of};
+
+/// A kind as the destination serves it.
+#[derive(Debug, Clone)]
+pub struct KindInfo {
+    /// Resource (plural), group, version, kind.
+    pub resource: ApiResource,
+    /// Whether objects of the kind live in namespaces.
+    pub namespaced: bool,
+}
+
+/// Discovery cache for one cluster.
+pub struct Discovery {
+    client: Client,
+    known: Mutex<HashMap<(String, String), KindInfo>>,
+}
+
+impl Discovery {
+    /// A cache for `client`'s cluster.
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The client this cache uses.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Resolve a kind; `Ok(None)` when the cluster does not serve it.
+    pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<Option<KindInfo>> {
+        let cache_key = (api_version.to_string(), kind.to_string());
+        if let Some(info) = self.lock().get(&cache_key) {
+            return Ok(Some(info.clone()));
+        }
+        let (group, version) = match api_version.rsplit_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((resource, caps)) => {
+                let info = KindInfo {
+                    resource,
+                    namespaced: caps.scope == Scope::Namespaced,
+                };
+                self.lock().insert(cache_key, info.clone());
+                Ok(Some(info))
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(kube::Error::Discovery(_)) => Ok(None),
+            Err(err) => Err(CompareError::Kube {
+                context: format!("discovering {kind} in {api_version}"),
+                message: describe_kube_error(&err),
+            }),
+        }
+    }
+
+    /// Resolve or fail with an error naming the object.
+    pub async fn require(&self, api_version: &str, kind: &str, object: &str) -> Result<KindInfo> {
+        self.resolve(api_version, kind)
+            .await?
+            .ok_or_else(|| CompareError::UnknownKind {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                object: object.into(),
+            })
+    }
+
+    /// A kind described by a CRD that is about to be applied (not served yet).
+    pub fn from_crd(crd: &serde_json::Value, api_version: &str, kind: &str) -> Option<KindInfo> {
+        let spec = crd.get("spec")?;
+        let group = spec.get("group")?.as_str()?;
+        let crd_kind = spec.get("names")?.get("kind")?.as_str()?;
+        if group != group_of(api_version) || crd_kind != kind {
+            return None;
+        }
+        let version = api_version.rsplit_once('/').map(|(_, v)| v).unwrap_or(api_version);
+        let plural = spec.get("names")?.get("plural")?.as_str()?;
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        Some(KindInfo {
+            resource: ApiResource::from_gvk_with_plural(&gvk, plural),
+            namespaced: spec.get("scope").and_then(|s| s.as_str()) != Some("Cluster"),
+        })
+    }
+
+    /// The cluster's version as `MAJOR.MINOR.PATCH` (for `helm --kube-version`).
+    pub async fn server_version(&self) -> Option<String> {
+        let info = self.client.apiserver_version().await.ok()?;
+        let v = info.git_version.trim_start_matches('v');
+        Some(v.split(['-', '+']).next().unwrap_or(v).to_string())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), KindInfo>> {
+        match self.known.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Repository credentials from Secrets labelled `capstan.dev/secret-type: repository` in Capstan's
+//! namespace (keys `url`, `username`, `password`, `sshPrivateKey`, `knownHosts`, `insecure`), chosen by
+//! the longest `url` that prefixes the repository URL — the same layout as Argo CD's repository Secrets.
+
+use capstan_api::labels::SECRET_TYPE_LABEL;
+use capstan_source::Credentials;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams};
+
+/// Credentials for `url`, if a repository Secret matches it.
+pub async fn for_repo(client: &kube::Client, namespace: &str, url: &str) -> Option<Credentials> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let list = secrets
+        .list(&ListParams::default().labels(&format!("{SECRET_TYPE_LABEL}=repository")))
+        .await
+        .ok()?;
+    let field = |s: &Secret, k: &str| -> Option<String> {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| String::from_utf8_lossy(&b.0).to_string())
+            .or_else(|| s.string_data.as_ref().and_then(|d| d.get(k)).cloned())
+    };
+    list.items
+        .iter()
+        .filter_map(|s| {
+            field(s, "url")
+                .filter(|u| url.starts_with(u.as_str()))
+                .map(|u| (u.len(), s))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, s)| Credentials {
+            username: field(s, "username"),
+            password: field(s, "password"),
+            ssh_private_key: field(s, "sshPrivateKey"),
+            known_hosts: field(s, "knownHosts"),
+            insecure: field(s, "insecure").is_some_and(|v| v == "true"),
+        })
+}

@@ -1,0 +1,111 @@
+//! The Application controller: it drives the pipeline `source → render → compare → sync → health`
+//! for every Application and reports where each stands.
+//!
+//! - [`pipeline`]: one read-only pass (resolve, render, prepare, read live state, compare).
+//! - [`reconcile`]: what happens to one Application on each trigger — status, conditions, automated
+//!   sync, self-heal, requested operations, deletion with the resources finalizer.
+//! - [`operation`]: running a sync or rollback and recording it (operation state, history, Events).
+//! - [`watches`]: metadata-only watches, filtered by Capstan's tracking label, on every kind Capstan
+//!   manages; a change to a managed object re-reconciles its Application within about a second.
+//! - [`credentials`]: repository Secrets.
+//!
+//! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
+//! Application and shuts down gracefully.
+
+pub mod credentials;
+pub mod operation;
+pub mod pipeline;
+pub mod reconcile;
+pub mod watches;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_api::Application;
+use futures::StreamExt;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client};
+
+pub use pipeline::{Pipeline, PipelineError};
+
+/// Controller settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Namespace whose Applications (and repository Secrets) are served.
+    pub namespace: String,
+    /// Where Git caches live.
+    pub cache_dir: PathBuf,
+    /// How often Git is polled per Application (jittered by up to 10 %).
+    pub poll_interval: Duration,
+    /// How long a wave may take to become healthy, or a hook to complete.
+    pub wave_timeout: Duration,
+    /// Limit of one `helm`/`kustomize` run.
+    pub render_timeout: Duration,
+    /// Applications reconciled at once.
+    pub concurrency: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            namespace: capstan_api::NAMESPACE.into(),
+            cache_dir: std::env::temp_dir().join("capstan-cache"),
+            poll_interval: Duration::from_secs(180),
+            wave_timeout: Duration::from_secs(600),
+            render_timeout: Duration::from_secs(60),
+            concurrency: 32,
+        }
+    }
+}
+
+/// Errors that stop the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// The Application CRD is not installed.
+    #[error("the Application CRD is not installed in the cluster: run `capstan install` first ({0})")]
+    NotInstalled(String),
+}
+
+/// Run the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), ControllerError> {
+    let apps: Api<Application> = Api::namespaced(client.clone(), &config.namespace);
+    apps.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .map_err(|e| ControllerError::NotInstalled(capstan_compare::describe_kube_error(&e)))?;
+
+    let pipeline = Pipeline::new(
+        client.clone(),
+        config.cache_dir.clone(),
+        &config.namespace,
+        config.render_timeout,
+    );
+    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
+    let watches = watches::Watches::new(client.clone(), trigger_tx);
+    let ctx = Arc::new(reconcile::Ctx::new(client.clone(), pipeline, watches, config.clone()));
+
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(apps, watcher::Config::default()))
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(reconcile::relevant_change, Default::default());
+    tracing::info!(namespace = %config.namespace, "Application controller started");
+    Controller::for_stream(stream, reader)
+        .with_config(controller::Config::default().concurrency(config.concurrency))
+        .reconcile_on(trigger_rx)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(err) = res {
+                tracing::debug!(%err, "reconcile error");
+            }
+        })
+        .await;
+    tracing::info!("Application controller stopped");
+    Ok(())
+}

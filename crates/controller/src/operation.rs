@@ -1,0 +1,445 @@
+//! Running operations — syncs requested by a person, automated syncs, self-heal, rollbacks — and
+//! recording them: `status.operationState` while running and after, `status.history` on success,
+//! Kubernetes Events. Also the deletion of an Application's objects by the resources finalizer.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use capstan_api::Application;
+use capstan_api::application::{ApplicationStatus, OperationState, RevisionHistory};
+use capstan_api::labels::RESOURCES_FINALIZER;
+use capstan_api::operation::{Operation, SyncOperation};
+use capstan_compare::annotations;
+use capstan_compare::normalize::Tracking;
+use capstan_compare::{ObjectKey, SyncCode, describe_kube_error};
+use capstan_sync::{Progress, SyncOptions};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+use crate::pipeline::AppState;
+use crate::reconcile::{Ctx, ReconcileError, now, patch_status, write_status};
+
+/// The automated sync `app` needs now, if any: a new revision is synced once; with `selfHeal` drift at
+/// an already synced revision is reverted; a failed sync is retried per `retry` with backoff.
+pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState) -> Option<Operation> {
+    let policy = app.spec.sync_policy.as_ref()?;
+    let auto = policy.automated.as_ref()?;
+    if state.comparison.sync() == SyncCode::Synced {
+        return None;
+    }
+    let op = Operation {
+        sync: Some(SyncOperation {
+            prune: auto.prune,
+            ..Default::default()
+        }),
+        rollback: None,
+        initiated_by: "automated".into(),
+    };
+    let Some(last) = &status.operation_state else {
+        return Some(op);
+    };
+    if last.revision != state.revision.sha {
+        return Some(op);
+    }
+    match last.phase.as_str() {
+        "Succeeded" => auto.self_heal.then_some(op),
+        "Running" => None,
+        _ => {
+            let retry = policy.retry.as_ref()?;
+            let allowed = retry.limit < 0 || last.retry_count < retry.limit;
+            (allowed && backoff_elapsed(last, retry)).then_some(op)
+        }
+    }
+}
+
+fn backoff_elapsed(last: &OperationState, retry: &capstan_api::application::RetryStrategy) -> bool {
+    let backoff = retry.backoff.clone().unwrap_or_default();
+    let base = parse_duration(&backoff.duration).unwrap_or(Duration::from_secs(5));
+    let max = parse_duration(&backoff.max_duration).unwrap_or(Duration::from_secs(180));
+    let factor = backoff.factor.unwrap_or(2).max(1) as u32;
+    let delay = base
+        .saturating_mul(factor.saturating_pow(last.retry_count.clamp(0, 16) as u32))
+        .min(max);
+    let Some(finished) = last
+        .finished_at
+        .as_deref()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+    else {
+        return true;
+    };
+    let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(finished);
+    elapsed.as_secs_f64() >= delay.as_secs_f64()
+}
+
+/// Parse `5s`, `2m`, `1h`, `1m30s`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let n: f64 = number.parse().ok()?;
+        number.clear();
+        total += n * match c {
+            'h' => 3600.0,
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+    }
+    if !number.is_empty() {
+        total += number.parse::<f64>().ok()?;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+/// Run `op` for `app`. Returns the state to report afterwards, or None when the operation could not
+/// start (its failure is recorded in `status`).
+pub async fn run(
+    ctx: &Ctx,
+    app: &Application,
+    status: &mut ApplicationStatus,
+    state: AppState,
+    op: Operation,
+) -> Result<Option<AppState>, ReconcileError> {
+    let resuming = status
+        .operation_state
+        .as_ref()
+        .is_some_and(|o| o.phase == "Running" && o.operation.as_ref() == Some(&op));
+    let mut target_app = app.clone();
+    let mut work_state = state;
+    let mut prune = op.sync.as_ref().is_some_and(|s| s.prune);
+    let mut dry_run = false;
+    let mut selected = Vec::new();
+    let mut extra_options = Vec::new();
+
+    let prepared: Result<(), String> = async {
+        if let Some(rollback) = &op.rollback {
+            if app
+                .spec
+                .sync_policy
+                .as_ref()
+                .and_then(|p| p.automated.as_ref())
+                .is_some()
+            {
+                return Err(
+                    "rollback is not allowed while automated sync is enabled: disable syncPolicy.automated first"
+                        .into(),
+                );
+            }
+            let entry = status
+                .history
+                .iter()
+                .find(|h| h.id == rollback.id)
+                .ok_or_else(|| format!("history entry {} not found", rollback.id))?
+                .clone();
+            prune = rollback.prune;
+            target_app.spec.source = entry.source.clone();
+            let resolved = ctx
+                .pipeline
+                .resolve(&target_app, Some(&entry.revision), false)
+                .await
+                .map_err(|e| e.to_string())?;
+            work_state = ctx
+                .pipeline
+                .compare(&target_app, resolved)
+                .await
+                .map_err(|e| e.to_string())?;
+        } else if let Some(sync) = &op.sync {
+            dry_run = sync.dry_run;
+            extra_options = sync.sync_options.clone();
+            for r in &sync.resources {
+                selected.push(
+                    ObjectKey::parse(r)
+                        .ok_or_else(|| format!("invalid resource {r:?}: use GROUP/KIND/NAMESPACE/NAME"))?,
+                );
+            }
+            if !sync.revision.is_empty() {
+                let resolved = ctx
+                    .pipeline
+                    .resolve(app, Some(&sync.revision), true)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if resolved.sha != work_state.revision.sha {
+                    work_state = ctx.pipeline.compare(app, resolved).await.map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+
+    let previous = status.operation_state.clone();
+    let retry_count = match &previous {
+        Some(p)
+            if op.initiated_by == "automated" && p.revision == work_state.revision.sha && p.phase != "Succeeded" =>
+        {
+            p.retry_count + 1
+        }
+        _ => 0,
+    };
+    let started_at = if resuming {
+        previous.as_ref().map(|p| p.started_at.clone()).unwrap_or_else(now)
+    } else {
+        now()
+    };
+    let mut op_state = OperationState {
+        phase: "Running".into(),
+        message: if resuming {
+            "resuming after a controller restart".into()
+        } else {
+            "syncing".into()
+        },
+        revision: work_state.revision.sha.clone(),
+        started_at,
+        finished_at: None,
+        retry_count,
+        resources: Vec::new(),
+        operation: Some(op.clone()),
+    };
+    if let Err(message) = prepared {
+        op_state.phase = "Failed".into();
+        op_state.message = message.clone();
+        op_state.finished_at = Some(now());
+        status.operation_state = Some(op_state);
+        ctx.event(app, EventType::Warning, "OperationFailed", message).await;
+        write_status(ctx, app, status, Some(&work_state), None).await?;
+        return Ok(None);
+    }
+    let completed_hooks: HashSet<String> = if resuming {
+        previous
+            .as_ref()
+            .map(|p| {
+                p.resources
+                    .iter()
+                    .filter(|r| r.status == "Synced" && r.sync_phase != "Sync")
+                    .map(|r| format!("{}:{}/{}/{}/{}", r.sync_phase, r.group, r.kind, r.namespace, r.name))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        HashSet::new()
+    };
+    status.operation_state = Some(op_state.clone());
+    write_status(ctx, app, status, Some(&work_state), None).await?;
+    let what = if op.rollback.is_some() { "rollback" } else { "sync" };
+    ctx.event(
+        app,
+        EventType::Normal,
+        "OperationStarted",
+        format!("{what} to {} started ({})", short(&op_state.revision), op.initiated_by),
+    )
+    .await;
+
+    let options: Vec<String> = app
+        .spec
+        .sync_policy
+        .as_ref()
+        .map(|p| p.sync_options.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(extra_options)
+        .collect();
+    let has = |o: &str| options.iter().any(|x| annotations::has_option(x, o));
+    let sync_opts = SyncOptions {
+        prune,
+        dry_run,
+        prune_last: has("PruneLast=true"),
+        apply_out_of_sync_only: has("ApplyOutOfSyncOnly=true"),
+        create_namespace: has("CreateNamespace=true"),
+        destination_namespace: app.spec.destination.namespace.clone(),
+        selected,
+        wave_timeout: ctx.config.wave_timeout,
+        completed_hooks,
+    };
+
+    let (tx, mut rx) = tokio::sync::watch::channel(Progress::default());
+    let progress_status = status.clone();
+    let progress_app = app.clone();
+    let reporter = async {
+        let mut last_write = Instant::now();
+        let mut st = progress_status;
+        while rx.changed().await.is_ok() {
+            if last_write.elapsed() < Duration::from_millis(500) {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let p = rx.borrow_and_update().clone();
+            if let Some(os) = st.operation_state.as_mut() {
+                os.message = p.message;
+                os.resources = p.results;
+            }
+            if let Err(err) = patch_status(ctx, &progress_app, &st).await {
+                tracing::debug!(%err, "progress update");
+            }
+            last_write = Instant::now();
+        }
+    };
+    let client = ctx
+        .pipeline
+        .destination(app)
+        .map(|(c, _)| c.clone())
+        .unwrap_or_else(|_| ctx.client.clone());
+    let execution = async {
+        let outcome = capstan_sync::execute(&client, &work_state.comparison, &sync_opts, Some(&tx)).await;
+        drop(tx);
+        outcome
+    };
+    let (outcome, ()) = tokio::join!(execution, reporter);
+
+    op_state.phase = if outcome.succeeded {
+        "Succeeded".into()
+    } else {
+        "Failed".into()
+    };
+    op_state.message = outcome.message.clone();
+    op_state.finished_at = Some(now());
+    op_state.resources = outcome.results;
+    if outcome.succeeded && !dry_run {
+        let id = status.history.iter().map(|h| h.id).max().unwrap_or(-1) + 1;
+        status.history.push(RevisionHistory {
+            id,
+            revision: work_state.revision.sha.clone(),
+            deployed_at: now(),
+            source: target_app.spec.source.clone(),
+        });
+        let limit = app.spec.revision_history_limit.unwrap_or(10).max(1) as usize;
+        let excess = status.history.len().saturating_sub(limit);
+        status.history.drain(..excess);
+        ctx.event(
+            app,
+            EventType::Normal,
+            "OperationSucceeded",
+            format!("{what} to {} succeeded: {}", short(&op_state.revision), outcome.message),
+        )
+        .await;
+    } else if !outcome.succeeded {
+        ctx.event(
+            app,
+            EventType::Warning,
+            "OperationFailed",
+            format!("{what} to {} failed: {}", short(&op_state.revision), outcome.message),
+        )
+        .await;
+    }
+    status.operation_state = Some(op_state);
+
+    // Report the state after the operation, against the Application's own target.
+    let after = ctx.pipeline.compare(app, work_state.revision.clone()).await.ok();
+    let after = match after {
+        Some(a) if op.rollback.is_none() => a,
+        Some(a) => {
+            let current = ctx.pipeline.resolve(app, None, false).await.ok();
+            match current {
+                Some(r) => ctx.pipeline.compare(app, r).await.unwrap_or(a),
+                None => a,
+            }
+        }
+        None => work_state,
+    };
+    Ok(Some(after))
+}
+
+fn short(sha: &str) -> &str {
+    crate::pipeline::short(sha)
+}
+
+/// Delete the objects of an Application being deleted with the resources finalizer, then remove
+/// the finalizer. Objects with `sync-options: Delete=false` are left in place.
+pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError> {
+    if !crate::reconcile::has_finalizer(app) {
+        return Ok(());
+    }
+    let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
+    let resources = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
+    let mut kinds: Vec<(String, String)> = resources
+        .iter()
+        .filter(|r| !r.version.is_empty())
+        .map(|r| {
+            (
+                if r.group.is_empty() {
+                    r.version.clone()
+                } else {
+                    format!("{}/{}", r.group, r.version)
+                },
+                r.kind.clone(),
+            )
+        })
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    let mut pending: Vec<(Api<DynamicObject>, String)> = Vec::new();
+    for (api_version, kind) in kinds {
+        let Ok(Some(info)) = ctx.pipeline.discovery.resolve(&api_version, &kind).await else {
+            continue;
+        };
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &info.resource);
+        let Ok(list) = api.list(&ListParams::default().labels(&tracking.selector())).await else {
+            continue;
+        };
+        for obj in list.items {
+            let value = serde_json::to_value(&obj).unwrap_or_default();
+            if !tracking.owns(&value) || annotations::has_sync_option(&value, "Delete=false") {
+                continue;
+            }
+            let ns = obj.namespace();
+            let scoped: Api<DynamicObject> = match &ns {
+                Some(ns) if info.namespaced => Api::namespaced_with(ctx.client.clone(), ns, &info.resource),
+                _ => Api::all_with(ctx.client.clone(), &info.resource),
+            };
+            let name = obj.name_any();
+            let dp = DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Foreground),
+                ..Default::default()
+            };
+            match scoped.delete(&name, &dp).await {
+                Ok(_) => pending.push((scoped, name)),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => tracing::warn!(object = %name, err = %describe_kube_error(&e), "deleting on finalize"),
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (api, name) in pending {
+        while Instant::now() < deadline && matches!(api.get_opt(&name).await, Ok(Some(_))) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let remaining: Vec<String> = app
+        .finalizers()
+        .iter()
+        .filter(|f| *f != RESOURCES_FINALIZER)
+        .cloned()
+        .collect();
+    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    apps.patch(
+        &app.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": remaining}})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| ReconcileError::Update(app.name_any(), describe_kube_error(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_go_style_durations() {
+        assert_eq!(parse_duration("5s"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_duration(""), None);
+        assert_eq!(parse_duration("5x"), None);
+    }
+}

@@ -1,0 +1,410 @@
+//! One pass of the pipeline for one Application: resolve the revision, render it, prepare the objects
+//! for the destination, read the live state and compare. Used by the controller and by
+//! `capstan app diff`; it changes nothing in any cluster.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_api::Application;
+use capstan_api::application::{HealthStatus, ResourceStatus};
+use capstan_compare::diff::Desired;
+use capstan_compare::normalize::{self, Tracking};
+use capstan_compare::{Comparison, Discovery, KindInfo, ObjectKey, describe_kube_error};
+use capstan_health::HealthCode;
+use capstan_render::{RenderRequest, Renderer};
+use capstan_source::{Credentials, RepoCache, Resolved};
+use futures::{StreamExt, stream};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use crate::credentials;
+
+/// The server URL that names the cluster Capstan runs in.
+pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
+/// The name of the cluster Capstan runs in.
+pub const IN_CLUSTER_NAME: &str = "in-cluster";
+
+/// Why a pass failed; each maps to an Application condition type.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Repository, revision or rendering problem (`ComparisonError`).
+    #[error("{0}")]
+    Comparison(String),
+    /// The Application's spec is wrong (`InvalidSpecError`).
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// The destination cluster cannot be reached (`ComparisonError`, health Unknown).
+    #[error("{0}")]
+    Destination(String),
+}
+
+impl PipelineError {
+    /// The condition type this error is reported as.
+    pub fn condition_type(&self) -> &'static str {
+        match self {
+            PipelineError::Comparison(_) | PipelineError::Destination(_) => "ComparisonError",
+            PipelineError::InvalidSpec(_) => "InvalidSpecError",
+        }
+    }
+}
+
+/// Shared machinery for pipeline passes.
+pub struct Pipeline {
+    /// Client of the cluster Capstan runs in (Applications, Secrets, and the `in-cluster` destination).
+    pub client: Client,
+    /// The Git cache.
+    pub repos: RepoCache,
+    /// The render cache.
+    pub renderer: Renderer,
+    /// Discovery of the in-cluster destination.
+    pub discovery: Discovery,
+    /// Namespace holding repository Secrets.
+    pub namespace: String,
+}
+
+/// The result of one pass.
+pub struct AppState {
+    /// The resolved revision.
+    pub revision: Resolved,
+    /// Desired vs live.
+    pub comparison: Comparison,
+    /// Per-object status for `status.resources`.
+    pub resources: Vec<ResourceStatus>,
+    /// Aggregated health.
+    pub health: HealthStatus,
+}
+
+impl Pipeline {
+    /// A pipeline with its caches under `cache_dir`.
+    pub fn new(client: Client, cache_dir: PathBuf, namespace: &str, render_timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            repos: RepoCache::new(cache_dir, Duration::from_secs(120), Duration::from_secs(10)),
+            renderer: Renderer::new(render_timeout),
+            discovery: Discovery::new(client.clone()),
+            client,
+            namespace: namespace.to_string(),
+        })
+    }
+
+    /// The destination client for `app` (only the cluster Capstan runs in, for now).
+    pub fn destination(&self, app: &Application) -> Result<(&Client, &Discovery), PipelineError> {
+        let d = &app.spec.destination;
+        let in_cluster = (d.server.is_empty() && (d.name.is_empty() || d.name == IN_CLUSTER_NAME))
+            || d.server.trim_end_matches('/') == IN_CLUSTER_SERVER;
+        if in_cluster {
+            Ok((&self.client, &self.discovery))
+        } else {
+            let which = if d.server.is_empty() {
+                format!("name {:?}", d.name)
+            } else {
+                format!("server {:?}", d.server)
+            };
+            Err(PipelineError::InvalidSpec(format!(
+                "destination cluster with {which} is not registered (known: {IN_CLUSTER_NAME}, {IN_CLUSTER_SERVER})"
+            )))
+        }
+    }
+
+    /// Resolve `revision` (default: the Application's targetRevision).
+    pub async fn resolve(
+        &self,
+        app: &Application,
+        revision: Option<&str>,
+        force: bool,
+    ) -> Result<Resolved, PipelineError> {
+        let source = &app.spec.source;
+        if source.repo_url.trim().is_empty() {
+            return Err(PipelineError::InvalidSpec("spec.source.repoURL is empty".into()));
+        }
+        let creds = self.credentials(&source.repo_url).await;
+        let revision = revision.unwrap_or(&source.target_revision);
+        self.repos
+            .resolve(&source.repo_url, revision, &creds, force)
+            .await
+            .map_err(|e| PipelineError::Comparison(e.to_string()))
+    }
+
+    async fn credentials(&self, url: &str) -> Credentials {
+        credentials::for_repo(&self.client, &self.namespace, url)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Render `app` at `resolved` and compare it with its destination.
+    pub async fn compare(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
+        let (client, discovery) = self.destination(app)?;
+        let source = &app.spec.source;
+        let tree = self
+            .repos
+            .checkout(&source.repo_url, &resolved.sha)
+            .await
+            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+        let kube_version = discovery.server_version().await;
+        if kube_version.is_none() {
+            // Reachability is checked here so an unreachable destination is reported as such.
+            client.apiserver_version().await.map_err(|e| {
+                PipelineError::Destination(format!("destination unreachable: {}", describe_kube_error(&e)))
+            })?;
+        }
+        let namespace = app.spec.destination.namespace.clone();
+        let request = RenderRequest {
+            repo_root: &tree,
+            source,
+            app_name: &app.name_any(),
+            namespace: &namespace,
+            kube_version,
+            api_versions: Vec::new(),
+        };
+        let rendered = self.renderer.render(&request, &resolved.sha).await.map_err(|e| {
+            PipelineError::Comparison(format!(
+                "rendering {} at {}: {e}",
+                display_path(&source.path),
+                short(&resolved.sha)
+            ))
+        })?;
+
+        let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
+        let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
+        let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
+        let live = live_objects(client, discovery, &desired, &previous, &tracking).await?;
+        let comparison = capstan_compare::compare(client, desired, live, &tracking, &app.spec.ignore_differences)
+            .await
+            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+        let (resources, health) = summarize(&comparison);
+        Ok(AppState {
+            revision: resolved,
+            comparison,
+            resources,
+            health,
+        })
+    }
+}
+
+fn display_path(path: &str) -> String {
+    if path.is_empty() {
+        "the repository root".into()
+    } else {
+        format!("path {path:?}")
+    }
+}
+
+/// The first 7 characters of a SHA.
+pub fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+/// Resolve kinds and prepare rendered objects; unknown kinds are reported all at once.
+async fn prepare(
+    discovery: &Discovery,
+    objects: Vec<Value>,
+    namespace: &str,
+    tracking: &Tracking,
+) -> Result<Vec<Desired>, PipelineError> {
+    let crds: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition"))
+        .collect();
+    let mut out = Vec::with_capacity(objects.len());
+    let mut unknown = BTreeSet::new();
+    let mut infos: HashMap<(String, String), Option<KindInfo>> = HashMap::new();
+    for obj in &objects {
+        let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        let key = (api_version.clone(), kind.clone());
+        if infos.contains_key(&key) {
+            continue;
+        }
+        let info = match discovery.resolve(&api_version, &kind).await {
+            Ok(Some(info)) => Some(info),
+            Ok(None) => crds
+                .iter()
+                .find_map(|crd| Discovery::from_crd(crd, &api_version, &kind)),
+            Err(e) => return Err(PipelineError::Destination(e.to_string())),
+        };
+        infos.insert(key, info);
+    }
+    for mut obj in objects {
+        let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        match infos.get(&(api_version.clone(), kind.clone())).cloned().flatten() {
+            Some(info) => {
+                normalize::prepare(&mut obj, &info, namespace, tracking);
+                out.push(Desired { object: obj, info });
+            }
+            None => {
+                let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
+                unknown.insert(format!("{kind} {name:?} ({api_version})"));
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        return Err(PipelineError::Comparison(format!(
+            "the destination does not know these kinds: {}",
+            unknown.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(out)
+}
+
+/// Live objects: everything carrying this Application's tracking label, in every kind it renders or
+/// managed before, plus the live state of desired objects that are not tracked (yet).
+async fn live_objects(
+    client: &Client,
+    discovery: &Discovery,
+    desired: &[Desired],
+    previous: &[ResourceStatus],
+    tracking: &Tracking,
+) -> Result<Vec<(Value, KindInfo)>, PipelineError> {
+    let mut kinds: HashMap<(String, String), KindInfo> = HashMap::new();
+    for d in desired {
+        kinds.insert(
+            (d.info.resource.api_version.clone(), d.info.resource.kind.clone()),
+            d.info.clone(),
+        );
+    }
+    for r in previous {
+        let api_version = if r.group.is_empty() {
+            r.version.clone()
+        } else {
+            format!("{}/{}", r.group, r.version)
+        };
+        let key = (api_version.clone(), r.kind.clone());
+        if kinds.contains_key(&key) || r.version.is_empty() {
+            continue;
+        }
+        if let Ok(Some(info)) = discovery.resolve(&api_version, &r.kind).await {
+            kinds.insert(key, info);
+        }
+    }
+    let selector = tracking.selector();
+    let lists: Vec<Result<Vec<(Value, KindInfo)>, PipelineError>> = stream::iter(kinds.into_values())
+        .map(|info| {
+            let selector = selector.clone();
+            async move {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &info.resource);
+                match api.list(&ListParams::default().labels(&selector)).await {
+                    Ok(list) => Ok(list
+                        .items
+                        .into_iter()
+                        .filter_map(|o| serde_json::to_value(with_type(o, &info)).ok())
+                        .map(|v| (v, info.clone()))
+                        .collect()),
+                    // A CRD not established yet: nothing of the kind exists.
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+                    Err(e) => Err(PipelineError::Destination(format!(
+                        "listing {}: {}",
+                        info.resource.kind,
+                        describe_kube_error(&e)
+                    ))),
+                }
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let mut live = Vec::new();
+    for l in lists {
+        live.extend(l?);
+    }
+    let found: std::collections::HashSet<ObjectKey> = live.iter().filter_map(|(v, _)| ObjectKey::of(v).ok()).collect();
+    let missing: Vec<&Desired> = desired
+        .iter()
+        .filter(|d| ObjectKey::of(&d.object).is_ok_and(|k| !found.contains(&k)))
+        .filter(|d| d.object.pointer("/metadata/name").is_some())
+        .collect();
+    // Indices, not references, as stream items: closures over borrowed items are not `Send` for
+    // every lifetime, which the controller's futures must be.
+    let fetched: Vec<Option<(Value, KindInfo)>> = stream::iter(0..missing.len())
+        .map(|i| {
+            let d = missing[i];
+            async move {
+                let key = ObjectKey::of(&d.object).ok()?;
+                let api: Api<DynamicObject> = if d.info.namespaced {
+                    Api::namespaced_with(client.clone(), &key.namespace, &d.info.resource)
+                } else {
+                    Api::all_with(client.clone(), &d.info.resource)
+                };
+                let obj = api.get_opt(&key.name).await.ok()??;
+                serde_json::to_value(with_type(obj, &d.info))
+                    .ok()
+                    .map(|v| (v, d.info.clone()))
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    live.extend(fetched.into_iter().flatten());
+    Ok(live)
+}
+
+/// List items come without apiVersion/kind; put them back.
+fn with_type(mut obj: DynamicObject, info: &KindInfo) -> DynamicObject {
+    obj.types = Some(kube::core::TypeMeta {
+        api_version: info.resource.api_version.clone(),
+        kind: info.resource.kind.clone(),
+    });
+    obj
+}
+
+/// `status.resources` and the aggregated health of a comparison.
+pub fn summarize(comparison: &Comparison) -> (Vec<ResourceStatus>, HealthStatus) {
+    let mut codes = Vec::new();
+    let mut worst_message = String::new();
+    let mut worst = HealthCode::Healthy;
+    let resources = comparison
+        .resources
+        .iter()
+        .filter(|r| !r.hook)
+        .map(|r| {
+            let health = match &r.live {
+                Some(live) => capstan_health::assess(live),
+                None => capstan_health::Health {
+                    code: HealthCode::Missing,
+                    message: "not found in the cluster".into(),
+                },
+            };
+            if !r.requires_pruning {
+                codes.push(health.code);
+                if capstan_health::worst([worst, health.code]) != worst {
+                    worst = health.code;
+                    worst_message = if health.message.is_empty() {
+                        format!("{} {}", r.key.kind, r.key.name)
+                    } else {
+                        format!("{} {}: {}", r.key.kind, r.key.name, health.message)
+                    };
+                }
+            }
+            ResourceStatus {
+                group: r.key.group.clone(),
+                version: r.info.resource.version.clone(),
+                kind: r.key.kind.clone(),
+                namespace: r.key.namespace.clone(),
+                name: r.key.name.clone(),
+                status: r.sync.as_str().to_string(),
+                health: Some(HealthStatus {
+                    status: health.code.as_str().into(),
+                    message: health.message,
+                }),
+                sync_wave: (r.wave != 0).then_some(r.wave),
+                hook: false,
+                requires_pruning: r.requires_pruning,
+            }
+        })
+        .collect();
+    let code = capstan_health::worst(codes);
+    let message = if code == HealthCode::Healthy {
+        String::new()
+    } else {
+        worst_message
+    };
+    (
+        resources,
+        HealthStatus {
+            status: code.as_str().into(),
+            message,
+        },
+    )
+}

@@ -1,0 +1,342 @@
+//! What happens to one Application on each trigger.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use capstan_api::Application;
+use capstan_api::application::{ApplicationCondition, ApplicationStatus, HealthStatus, SyncStatus};
+use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
+use capstan_api::operation::{OPERATION_ANNOTATION, Operation};
+use capstan_source::Resolved;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::pipeline::{AppState, Pipeline, PipelineError};
+use crate::watches::Watches;
+use crate::{Config, operation};
+
+/// Field manager of the controller's status writes.
+pub const STATUS_MANAGER: &str = "capstan-controller";
+
+/// Shared state of the controller.
+pub struct Ctx {
+    /// Client of the cluster Capstan runs in.
+    pub client: Client,
+    /// The pipeline.
+    pub pipeline: Arc<Pipeline>,
+    /// Watches on managed kinds.
+    pub watches: Watches,
+    /// Settings.
+    pub config: Config,
+    /// Kubernetes Events.
+    pub recorder: Recorder,
+    /// Per Application: when Git was last asked, and the answer.
+    polled: Mutex<HashMap<String, (Instant, Resolved, String)>>,
+}
+
+impl Ctx {
+    /// A new context.
+    pub fn new(client: Client, pipeline: Arc<Pipeline>, watches: Watches, config: Config) -> Self {
+        let reporter = Reporter {
+            controller: "capstan-controller".into(),
+            instance: std::env::var("HOSTNAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            pipeline,
+            watches,
+            config,
+            polled: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn polled(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Resolved, String)>> {
+        match self.polled.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Publish a Kubernetes Event about `app` (best effort).
+    pub async fn event(&self, app: &Application, type_: EventType, reason: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Sync".into(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &app.object_ref(&())).await {
+            tracing::debug!(%err, "publishing an event");
+        }
+    }
+}
+
+/// Errors of one reconcile (they are retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Writing status or metadata failed.
+    #[error("updating Application {0}: {1}")]
+    Update(String, String),
+}
+
+/// The trigger predicate: spec changes, operation and refresh requests, deletion — not status writes.
+pub fn relevant_change(app: &Application) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    app.metadata.generation.hash(&mut h);
+    let ann = app.metadata.annotations.as_ref();
+    ann.and_then(|a| a.get(OPERATION_ANNOTATION)).hash(&mut h);
+    ann.and_then(|a| a.get(REFRESH_ANNOTATION)).hash(&mut h);
+    app.metadata.deletion_timestamp.is_some().hash(&mut h);
+    app.metadata.finalizers.hash(&mut h);
+    Some(h.finish())
+}
+
+/// Backoff after a failed reconcile.
+pub fn error_policy(_app: Arc<Application>, err: &ReconcileError, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(%err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Reconcile one Application.
+pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let name = app.name_any();
+    let namespace = app.namespace().unwrap_or_default();
+    let key = format!("{namespace}/{name}");
+    if app.metadata.deletion_timestamp.is_some() {
+        return operation::finalize(&app, &ctx).await.map(|_| Action::await_change());
+    }
+
+    let annotations = app.metadata.annotations.clone().unwrap_or_default();
+    let refresh = annotations.get(REFRESH_ANNOTATION).cloned();
+    let requested: Option<Result<Operation, String>> = annotations
+        .get(OPERATION_ANNOTATION)
+        .map(|raw| serde_json::from_str(raw).map_err(|e| format!("invalid {OPERATION_ANNOTATION} annotation: {e}")));
+    if refresh.is_some() || requested.is_some() {
+        clear_annotations(&ctx, &app, refresh.is_some(), requested.is_some()).await?;
+    }
+    let mut status = app.status.clone().unwrap_or_default();
+    let running = status
+        .operation_state
+        .as_ref()
+        .filter(|o| o.phase == "Running")
+        .and_then(|o| o.operation.clone());
+
+    // Revision: ask Git at most once per poll interval, unless a refresh or an operation asks.
+    let force = refresh.is_some() || requested.is_some() || running.is_some();
+    let resolved = match resolve(&ctx, &app, &key, force).await {
+        Ok(r) => r,
+        Err(err) => return report_error(&ctx, &app, status, err).await,
+    };
+    let state = match ctx.pipeline.compare(&app, resolved.clone()).await {
+        Ok(s) => s,
+        Err(err) => return report_error(&ctx, &app, status, err).await,
+    };
+    for r in &state.comparison.resources {
+        ctx.watches.ensure(&r.info);
+    }
+
+    let op = match requested {
+        Some(Ok(op)) => Some(op),
+        Some(Err(message)) => {
+            set_condition(&mut status, "InvalidSpecError", message);
+            None
+        }
+        None => running.or_else(|| operation::automated(&app, &status, &state)),
+    };
+    let state = match op {
+        Some(op) => {
+            let after = operation::run(&ctx, &app, &mut status, state, op).await?;
+            match after {
+                Some(s) => s,
+                None => return Ok(Action::requeue(Duration::from_secs(1))),
+            }
+        }
+        None => state,
+    };
+    if refresh.is_some() {
+        // A refresh is visible as a new reconciledAt even when nothing else changed.
+        status.reconciled_at = Some(now());
+    }
+    write_status(&ctx, &app, &mut status, Some(&state), None).await?;
+    let automated_pending = app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some())
+        && state.comparison.sync() == capstan_compare::SyncCode::OutOfSync;
+    if automated_pending {
+        // A failed automated sync may be retried once its backoff has passed.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    Ok(Action::requeue(jitter(ctx.config.poll_interval, &key)))
+}
+
+async fn resolve(ctx: &Ctx, app: &Application, key: &str, force: bool) -> Result<Resolved, PipelineError> {
+    let revision_spec = format!("{}@{}", app.spec.source.repo_url, app.spec.source.target_revision);
+    if !force
+        && let Some((at, resolved, spec)) = ctx.polled().get(key).cloned()
+        && spec == revision_spec
+        && at.elapsed() < ctx.config.poll_interval
+    {
+        return Ok(resolved);
+    }
+    let resolved = ctx.pipeline.resolve(app, None, force).await?;
+    ctx.polled()
+        .insert(key.to_string(), (Instant::now(), resolved.clone(), revision_spec));
+    Ok(resolved)
+}
+
+async fn report_error(
+    ctx: &Ctx,
+    app: &Application,
+    mut status: ApplicationStatus,
+    err: PipelineError,
+) -> Result<Action, ReconcileError> {
+    tracing::info!(app = %app.name_any(), %err, "comparison failed");
+    let unknown = matches!(err, PipelineError::Destination(_) | PipelineError::InvalidSpec(_));
+    status.sync = Some(SyncStatus {
+        status: "Unknown".into(),
+        revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
+    });
+    if unknown {
+        status.health = Some(HealthStatus {
+            status: "Unknown".into(),
+            message: err.to_string(),
+        });
+    }
+    write_status(
+        ctx,
+        app,
+        &mut status,
+        None,
+        Some((err.condition_type(), err.to_string())),
+    )
+    .await?;
+    Ok(Action::requeue(Duration::from_secs(30).min(ctx.config.poll_interval)))
+}
+
+/// Put `state` (and an error condition, if any) into `status` and write it when it changed.
+pub async fn write_status(
+    ctx: &Ctx,
+    app: &Application,
+    status: &mut ApplicationStatus,
+    state: Option<&AppState>,
+    error: Option<(&str, String)>,
+) -> Result<(), ReconcileError> {
+    let before = app.status.clone().unwrap_or_default();
+    if let Some(state) = state {
+        status.sync = Some(SyncStatus {
+            status: state.comparison.sync().as_str().into(),
+            revision: state.revision.sha.clone(),
+        });
+        status.health = Some(state.health.clone());
+        status.resources = state.resources.clone();
+        status
+            .conditions
+            .retain(|c| !matches!(c.type_.as_str(), "ComparisonError" | "InvalidSpecError"));
+        let shared: Vec<String> = state
+            .comparison
+            .resources
+            .iter()
+            .filter_map(|r| {
+                r.owned_by_other
+                    .as_ref()
+                    .map(|o| format!("{} is tracked by Application {o}", r.key))
+            })
+            .collect();
+        status.conditions.retain(|c| c.type_ != "SharedResourceWarning");
+        if !shared.is_empty() {
+            set_condition(status, "SharedResourceWarning", shared.join("; "));
+        }
+    }
+    if let Some((type_, message)) = error {
+        status
+            .conditions
+            .retain(|c| !matches!(c.type_.as_str(), "ComparisonError" | "InvalidSpecError"));
+        set_condition(status, type_, message);
+    }
+    let mut compare_before = before.clone();
+    compare_before.reconciled_at = None;
+    let forced = status.reconciled_at.is_some() && status.reconciled_at != before.reconciled_at;
+    status.reconciled_at = None;
+    if *status == compare_before && !forced {
+        status.reconciled_at = before.reconciled_at;
+        return Ok(());
+    }
+    status.reconciled_at = Some(now());
+    patch_status(ctx, app, status).await
+}
+
+/// Write the whole status (server-side apply, so fields no longer set are removed).
+pub async fn patch_status(ctx: &Ctx, app: &Application, status: &ApplicationStatus) -> Result<(), ReconcileError> {
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let body = json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application", "status": status});
+    api.patch_status(
+        &app.name_any(),
+        &PatchParams::apply(STATUS_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| ReconcileError::Update(app.name_any(), capstan_compare::describe_kube_error(&e)))
+}
+
+fn set_condition(status: &mut ApplicationStatus, type_: &str, message: String) {
+    if let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.message != message {
+            c.message = message;
+            c.last_transition_time = now();
+        }
+        return;
+    }
+    status.conditions.push(ApplicationCondition {
+        type_: type_.into(),
+        message,
+        last_transition_time: now(),
+    });
+}
+
+async fn clear_annotations(ctx: &Ctx, app: &Application, refresh: bool, operation: bool) -> Result<(), ReconcileError> {
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let mut ann = serde_json::Map::new();
+    if refresh {
+        ann.insert(REFRESH_ANNOTATION.into(), serde_json::Value::Null);
+    }
+    if operation {
+        ann.insert(OPERATION_ANNOTATION.into(), serde_json::Value::Null);
+    }
+    api.patch(
+        &app.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": ann}})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| ReconcileError::Update(app.name_any(), capstan_compare::describe_kube_error(&e)))
+}
+
+/// Whether `app` carries the resources finalizer.
+pub fn has_finalizer(app: &Application) -> bool {
+    app.finalizers().iter().any(|f| f == RESOURCES_FINALIZER)
+}
+
+/// Now, RFC 3339.
+pub fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// `base` plus up to 10 % that is stable per Application, so polls spread out.
+fn jitter(base: Duration, key: &str) -> Duration {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.as_bytes() {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let extra = base.as_millis() as u64 / 10;
+    base + Duration::from_millis(if extra == 0 { 0 } else { hash % extra })
+}

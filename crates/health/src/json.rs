@@ -1,0 +1,141 @@
+//! Tolerant accessors over an object's JSON: every reader returns `None` (or a neutral default) for
+//! absent fields and fields of the wrong type, so the health checks never panic on odd input.
+
+use serde_json::Value;
+
+/// The value at `path` (a sequence of object keys), if every step exists.
+pub(crate) fn get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, key| v.get(key))
+}
+
+/// The string at `path`, if present and a string.
+pub(crate) fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    get(v, path).and_then(Value::as_str)
+}
+
+/// The integer at `path`, if present and a number. Fractions are truncated and out-of-range values
+/// saturate, so arithmetic on the result only needs to guard against overflow.
+pub(crate) fn int_at(v: &Value, path: &[&str]) -> Option<i64> {
+    let n = get(v, path)?.as_number()?;
+    n.as_i64()
+        .or_else(|| n.as_u64().map(|_| i64::MAX))
+        .or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f as i64))
+}
+
+/// Whether the value at `path` is the boolean `true`.
+pub(crate) fn is_true(v: &Value, path: &[&str]) -> bool {
+    get(v, path).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// The array at `path`, or an empty slice if absent or not an array.
+pub(crate) fn array_at<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
+    get(v, path).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// `metadata.name`, or the empty string.
+pub(crate) fn name(obj: &Value) -> &str {
+    str_at(obj, &["metadata", "name"]).unwrap_or("")
+}
+
+/// Whether `metadata.generation` is ahead of `status.observedGeneration` (both default to 0), i.e. the
+/// controller has not yet seen the latest spec.
+pub(crate) fn generation_lags(obj: &Value) -> bool {
+    let generation = int_at(obj, &["metadata", "generation"]).unwrap_or(0);
+    let observed = int_at(obj, &["status", "observedGeneration"]).unwrap_or(0);
+    generation > observed
+}
+
+/// One entry of `status.conditions`, with absent strings read as empty.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Condition<'a> {
+    pub(crate) type_: &'a str,
+    pub(crate) status: &'a str,
+    pub(crate) reason: &'a str,
+    pub(crate) message: &'a str,
+    pub(crate) observed_generation: Option<i64>,
+}
+
+impl<'a> Condition<'a> {
+    fn from_value(v: &'a Value) -> Option<Self> {
+        let field = |key: &str| str_at(v, &[key]).unwrap_or("");
+        Some(Condition {
+            type_: str_at(v, &["type"])?,
+            status: field("status"),
+            reason: field("reason"),
+            message: field("message"),
+            observed_generation: int_at(v, &["observedGeneration"]),
+        })
+    }
+
+    pub(crate) fn is_true(&self) -> bool {
+        self.status == "True"
+    }
+
+    pub(crate) fn is_false(&self) -> bool {
+        self.status == "False"
+    }
+
+    /// The message, else the reason, else `fallback`.
+    pub(crate) fn describe(&self, fallback: impl FnOnce() -> String) -> String {
+        if !self.message.is_empty() {
+            self.message.to_owned()
+        } else if !self.reason.is_empty() {
+            self.reason.to_owned()
+        } else {
+            fallback()
+        }
+    }
+}
+
+/// The first condition of the given type in `status.conditions`.
+pub(crate) fn condition<'a>(obj: &'a Value, type_: &str) -> Option<Condition<'a>> {
+    conditions(obj).find(|c| c.type_ == type_)
+}
+
+/// Every well-formed entry of `status.conditions`.
+pub(crate) fn conditions(obj: &Value) -> impl Iterator<Item = Condition<'_>> {
+    array_at(obj, &["status", "conditions"])
+        .iter()
+        .filter_map(Condition::from_value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn int_at_tolerates_odd_numbers() {
+        let v = json!({"a": 3, "b": -2, "c": 2.9, "d": u64::MAX, "e": "3", "f": null});
+        assert_eq!(int_at(&v, &["a"]), Some(3));
+        assert_eq!(int_at(&v, &["b"]), Some(-2));
+        assert_eq!(int_at(&v, &["c"]), Some(2));
+        assert_eq!(int_at(&v, &["d"]), Some(i64::MAX));
+        assert_eq!(int_at(&v, &["e"]), None);
+        assert_eq!(int_at(&v, &["f"]), None);
+        assert_eq!(int_at(&v, &["missing", "deeper"]), None);
+    }
+
+    #[test]
+    fn generation_lag_defaults_to_zero() {
+        assert!(generation_lags(&json!({"metadata": {"generation": 1}})));
+        assert!(!generation_lags(
+            &json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}})
+        ));
+        assert!(!generation_lags(&json!({})));
+    }
+
+    #[test]
+    fn conditions_skip_malformed_entries() {
+        let obj = json!({"status": {"conditions": [
+            "junk",
+            {"status": "True"},
+            {"type": "Ready", "status": "False", "reason": "Boom"}
+        ]}});
+        let ready = condition(&obj, "Ready").expect("Ready condition");
+        assert!(ready.is_false());
+        assert_eq!(ready.describe(|| "fallback".into()), "Boom");
+        assert_eq!(conditions(&obj).count(), 1);
+        assert!(condition(&json!({"status": {"conditions": {}}}), "Ready").is_none());
+    }
+}

@@ -1,0 +1,364 @@
+//! Health assessment of live Kubernetes objects.
+//!
+//! This crate owns the answer to "is this object healthy?": [`assess`] takes an object's JSON exactly as
+//! the API server returns it and yields a [`Health`] (a [`HealthCode`] and a short human-readable
+//! message), and [`worst`] aggregates codes, e.g. over all the objects of an Application or a sync wave.
+//! The rules follow Argo CD's gitops-engine `pkg/health`, so users see the same verdicts they are used
+//! to. Everything here is a pure function over `serde_json::Value`: no network access, no client types,
+//! and odd input (missing fields, wrong types, negative numbers) never panics.
+
+mod apis;
+mod application;
+mod batch;
+mod generic;
+mod json;
+mod pod;
+mod services;
+mod storage;
+mod workloads;
+
+use serde_json::Value;
+
+/// The health of an object, from best to worst: Healthy, Suspended, Progressing, Missing, Degraded,
+/// Unknown. Serialised as the variant name, the same strings Argo CD uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum HealthCode {
+    /// The object is fully available.
+    Healthy,
+    /// The object is deliberately paused or suspended (a paused Deployment, a suspended CronJob).
+    Suspended,
+    /// The object is not healthy yet but is still expected to get there.
+    Progressing,
+    /// The object does not exist in the cluster.
+    Missing,
+    /// The object failed or cannot reach a healthy state without intervention.
+    Degraded,
+    /// Health could not be determined.
+    Unknown,
+}
+
+impl HealthCode {
+    /// Every code, from best to worst.
+    pub const ALL: [HealthCode; 6] = [
+        HealthCode::Healthy,
+        HealthCode::Suspended,
+        HealthCode::Progressing,
+        HealthCode::Missing,
+        HealthCode::Degraded,
+        HealthCode::Unknown,
+    ];
+
+    /// The code's name, as written in Application status (`"Healthy"`, `"Degraded"`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HealthCode::Healthy => "Healthy",
+            HealthCode::Suspended => "Suspended",
+            HealthCode::Progressing => "Progressing",
+            HealthCode::Missing => "Missing",
+            HealthCode::Degraded => "Degraded",
+            HealthCode::Unknown => "Unknown",
+        }
+    }
+
+    /// The code named `s` (exact, case-sensitive match of [`HealthCode::as_str`]).
+    pub fn parse(s: &str) -> Option<HealthCode> {
+        HealthCode::ALL.into_iter().find(|code| code.as_str() == s)
+    }
+
+    /// Position in the best-to-worst order: 0 is Healthy, 5 is Unknown.
+    fn severity(self) -> usize {
+        HealthCode::ALL
+            .iter()
+            .position(|&code| code == self)
+            .unwrap_or(HealthCode::ALL.len())
+    }
+}
+
+impl std::fmt::Display for HealthCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome of assessing one object: a code and a short message (possibly empty) explaining it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// The verdict.
+    pub code: HealthCode,
+    /// Why, for people: counts, a condition's message, a container's failure. Empty when nothing to add.
+    pub message: String,
+}
+
+impl Health {
+    /// A health with the given code and message.
+    pub fn new(code: HealthCode, message: impl Into<String>) -> Health {
+        Health {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn healthy(message: impl Into<String>) -> Health {
+        Health::new(HealthCode::Healthy, message)
+    }
+
+    pub(crate) fn suspended(message: impl Into<String>) -> Health {
+        Health::new(HealthCode::Suspended, message)
+    }
+
+    pub(crate) fn progressing(message: impl Into<String>) -> Health {
+        Health::new(HealthCode::Progressing, message)
+    }
+
+    pub(crate) fn degraded(message: impl Into<String>) -> Health {
+        Health::new(HealthCode::Degraded, message)
+    }
+
+    pub(crate) fn unknown(message: impl Into<String>) -> Health {
+        Health::new(HealthCode::Unknown, message)
+    }
+}
+
+/// Health of one live object. `obj` is the full object JSON (apiVersion, kind, metadata, spec, status).
+///
+/// Objects being deleted are Progressing. Built-in kinds are recognised by API group and kind (an object
+/// without `apiVersion` is matched on kind alone); Capstan and Argo CD Applications report their own
+/// recorded health and sync state; any other kind is judged by its `Ready`/`Available` condition and is
+/// Healthy if it has neither. A value that is not a JSON object is Unknown.
+pub fn assess(obj: &Value) -> Health {
+    if !obj.is_object() {
+        return Health::unknown("not a Kubernetes object");
+    }
+    let kind = json::str_at(obj, &["kind"]).unwrap_or("");
+    let group = json::str_at(obj, &["apiVersion"]).map(api_group);
+    let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
+
+    if is_being_deleted(obj) {
+        return if kind == "Pod" && in_group(&[""]) {
+            Health::progressing("Pod is terminating")
+        } else {
+            Health::progressing("Resource is being deleted")
+        };
+    }
+
+    let check: fn(&Value) -> Health = match kind {
+        "Deployment" if in_group(&["apps", "extensions"]) => workloads::deployment,
+        "StatefulSet" if in_group(&["apps"]) => workloads::stateful_set,
+        "DaemonSet" if in_group(&["apps", "extensions"]) => workloads::daemon_set,
+        "ReplicaSet" if in_group(&["apps", "extensions"]) => workloads::replica_set,
+        "HorizontalPodAutoscaler" if in_group(&["autoscaling"]) => workloads::horizontal_pod_autoscaler,
+        "Pod" if in_group(&[""]) => pod::pod,
+        "Job" if in_group(&["batch"]) => batch::job,
+        "CronJob" if in_group(&["batch"]) => batch::cron_job,
+        "PersistentVolumeClaim" if in_group(&[""]) => storage::persistent_volume_claim,
+        "Service" if in_group(&[""]) => services::service,
+        "Ingress" if in_group(&["networking.k8s.io", "extensions"]) => services::ingress,
+        "APIService" if in_group(&["apiregistration.k8s.io"]) => apis::api_service,
+        "CustomResourceDefinition" if in_group(&["apiextensions.k8s.io"]) => apis::custom_resource_definition,
+        "Application" if in_group(&["capstan.dev", "argoproj.io"]) => application::application,
+        _ => generic::generic,
+    };
+    check(obj)
+}
+
+/// Aggregate: the worst of the given codes, order from best to worst:
+/// Healthy > Suspended > Progressing > Missing > Degraded > Unknown (Unknown is worst). Empty -> Healthy.
+pub fn worst<I: IntoIterator<Item = HealthCode>>(codes: I) -> HealthCode {
+    codes
+        .into_iter()
+        .max_by_key(|code| code.severity())
+        .unwrap_or(HealthCode::Healthy)
+}
+
+/// The API group of an `apiVersion`: `"apps"` for `"apps/v1"`, `""` (core) for `"v1"`.
+fn api_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// Whether `metadata.deletionTimestamp` is set (a non-empty string; `null` counts as unset).
+fn is_being_deleted(obj: &Value) -> bool {
+    json::str_at(obj, &["metadata", "deletionTimestamp"]).is_some_and(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    use HealthCode::*;
+
+    #[test]
+    fn as_str_parse_and_display_round_trip() {
+        for code in HealthCode::ALL {
+            assert_eq!(HealthCode::parse(code.as_str()), Some(code));
+            assert_eq!(code.to_string(), code.as_str());
+        }
+        assert_eq!(HealthCode::parse("Progressing"), Some(Progressing));
+        assert_eq!(HealthCode::parse("healthy"), None);
+        assert_eq!(HealthCode::parse(""), None);
+    }
+
+    #[test]
+    fn serde_uses_the_argo_strings() {
+        assert_eq!(serde_json::to_value(Degraded).unwrap(), json!("Degraded"));
+        let code: HealthCode = serde_json::from_value(json!("Suspended")).unwrap();
+        assert_eq!(code, Suspended);
+        assert!(serde_json::from_value::<HealthCode>(json!("Broken")).is_err());
+    }
+
+    #[test]
+    fn worst_follows_argo_order() {
+        assert_eq!(worst([Healthy, Missing, Progressing]), Missing);
+        assert_eq!(worst([Degraded, Unknown]), Unknown);
+        assert_eq!(worst([Unknown, Degraded]), Unknown);
+        assert_eq!(worst([Healthy, Suspended]), Suspended);
+        assert_eq!(worst([Suspended, Progressing, Healthy]), Progressing);
+        assert_eq!(worst([Missing, Degraded, Healthy]), Degraded);
+        assert_eq!(worst([Healthy, Healthy]), Healthy);
+        assert_eq!(worst(Vec::new()), Healthy);
+        assert_eq!(worst(HealthCode::ALL), Unknown);
+    }
+
+    #[test]
+    fn all_is_ordered_best_to_worst() {
+        for pair in HealthCode::ALL.windows(2) {
+            assert_eq!(worst([pair[0], pair[1]]), pair[1]);
+            assert_eq!(worst([pair[1], pair[0]]), pair[1]);
+        }
+    }
+
+    #[test]
+    fn api_group_of_core_and_named_groups() {
+        assert_eq!(api_group("v1"), "");
+        assert_eq!(api_group("apps/v1"), "apps");
+        assert_eq!(api_group("networking.k8s.io/v1"), "networking.k8s.io");
+    }
+
+    #[test]
+    fn deleting_pod_is_terminating() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-0", "deletionTimestamp": "2024-05-01T10:00:00Z"},
+            "spec": {"restartPolicy": "Always"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        });
+        assert_eq!(assess(&pod), Health::new(Progressing, "Pod is terminating"));
+    }
+
+    #[test]
+    fn deleting_object_of_any_kind_is_progressing() {
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "deletionTimestamp": "2024-05-01T10:00:00Z", "finalizers": ["x/y"]},
+            "data": {"a": "b"}
+        });
+        assert_eq!(assess(&cm), Health::new(Progressing, "Resource is being deleted"));
+        let deploy = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "deletionTimestamp": "2024-05-01T10:00:00Z"},
+            "spec": {"paused": true}
+        });
+        assert_eq!(assess(&deploy).code, Progressing);
+    }
+
+    #[test]
+    fn null_deletion_timestamp_is_not_deleting() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "deletionTimestamp": null}});
+        assert_eq!(assess(&cm).code, Healthy);
+    }
+
+    #[test]
+    fn non_objects_are_unknown() {
+        assert_eq!(assess(&json!(null)).code, Unknown);
+        assert_eq!(assess(&json!([1, 2])).code, Unknown);
+        assert_eq!(assess(&json!("Deployment")).code, Unknown);
+    }
+
+    #[test]
+    fn empty_object_is_healthy() {
+        assert_eq!(assess(&json!({})).code, Healthy);
+    }
+
+    #[test]
+    fn built_in_kind_in_foreign_group_is_generic() {
+        // A CRD that happens to be called Deployment must not be judged by replica counts.
+        let obj = json!({
+            "apiVersion": "example.com/v1", "kind": "Deployment",
+            "metadata": {"name": "x", "generation": 1},
+            "spec": {"replicas": 3},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        });
+        assert_eq!(assess(&obj).code, Healthy);
+    }
+
+    #[test]
+    fn missing_api_version_dispatches_on_kind() {
+        let pvc = json!({"kind": "PersistentVolumeClaim", "metadata": {"name": "data"}, "status": {"phase": "Lost"}});
+        assert_eq!(assess(&pvc).code, Degraded);
+    }
+
+    #[test]
+    fn wrong_types_everywhere_do_not_panic() {
+        let kinds = [
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "StatefulSet"),
+            ("apps/v1", "DaemonSet"),
+            ("apps/v1", "ReplicaSet"),
+            ("autoscaling/v2", "HorizontalPodAutoscaler"),
+            ("v1", "Pod"),
+            ("batch/v1", "Job"),
+            ("batch/v1", "CronJob"),
+            ("v1", "PersistentVolumeClaim"),
+            ("v1", "Service"),
+            ("networking.k8s.io/v1", "Ingress"),
+            ("apiregistration.k8s.io/v1", "APIService"),
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+            ("capstan.dev/v1alpha1", "Application"),
+            ("example.com/v1", "Widget"),
+        ];
+        let junk = [
+            json!(null),
+            json!(7),
+            json!("x"),
+            json!([1, {"type": 3}]),
+            json!({"a": -1}),
+        ];
+        for (api_version, kind) in kinds {
+            for j in &junk {
+                let obj = json!({
+                    "apiVersion": api_version, "kind": kind,
+                    "metadata": {"name": j, "generation": j, "deletionTimestamp": j},
+                    "spec": {
+                        "replicas": j, "paused": j, "suspend": j, "type": j, "restartPolicy": j,
+                        "updateStrategy": {"type": j, "rollingUpdate": {"partition": j}}
+                    },
+                    "status": {
+                        "phase": j, "conditions": j, "containerStatuses": j, "replicas": j,
+                        "observedGeneration": j, "loadBalancer": {"ingress": j}, "health": j, "sync": j
+                    }
+                });
+                let _ = assess(&obj);
+                let bare = json!({"apiVersion": api_version, "kind": kind, "metadata": j, "spec": j, "status": j});
+                let _ = assess(&bare);
+            }
+        }
+    }
+
+    #[test]
+    fn extreme_numbers_do_not_overflow() {
+        let deploy = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "generation": i64::MIN},
+            "spec": {"replicas": i64::MIN},
+            "status": {"replicas": i64::MAX, "updatedReplicas": i64::MIN, "availableReplicas": u64::MAX}
+        });
+        assert_eq!(assess(&deploy).code, Progressing);
+        let sts = json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "db", "generation": 1},
+            "spec": {"replicas": i64::MAX, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": i64::MIN}}},
+            "status": {"observedGeneration": 1, "readyReplicas": i64::MIN}
+        });
+        assert_eq!(assess(&sts).code, Progressing);
+    }
+}

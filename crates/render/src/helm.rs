@@ -1,0 +1,341 @@
+//! Helm charts: `helm template` on `spec.source.path` with the Application's release name, namespace,
+//! cluster capabilities, value files, inline values and parameters. Helm runs with its cache, config
+//! and data directories in a scratch directory, so it never reads or writes the user's Helm state and
+//! never reaches a chart repository. Local `file://` dependencies that are not vendored under `charts/`
+//! are built with `helm dependency build` in a scratch copy of the repository, never in the shared
+//! checkout. Value files and dependency paths must stay inside the repository.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use capstan_api::application::{ApplicationSourceHelm, HelmParameter};
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
+use crate::{RenderError, blocking, manifests, tools};
+
+/// What to render.
+pub(crate) struct HelmJob {
+    pub binary: PathBuf,
+    /// The canonical checkout.
+    pub root: PathBuf,
+    /// The chart's path in the repository (`.` for the root).
+    pub app_rel: String,
+    pub options: ApplicationSourceHelm,
+    pub release: String,
+    pub namespace: String,
+    pub kube_version: Option<String>,
+    pub api_versions: Vec<String>,
+    pub timeout: Duration,
+}
+
+/// Files prepared before Helm runs.
+struct Prepared {
+    scratch: tempfile::TempDir,
+    chart_dir: PathBuf,
+    values_files: Vec<PathBuf>,
+    build_dependencies: bool,
+}
+
+pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
+    let prepared = {
+        let root = job.root.clone();
+        let app_rel = job.app_rel.clone();
+        let options = job.options.clone();
+        blocking(move || prepare(&root, &app_rel, &options)).await?
+    };
+    let homes = prepared.scratch.path().join("helm");
+    if prepared.build_dependencies {
+        let mut cmd = helm_command(&job.binary, &homes);
+        cmd.args(["dependency", "build", "--skip-refresh"])
+            .arg(&prepared.chart_dir)
+            .current_dir(&prepared.chart_dir);
+        tools::run(cmd, "helm dependency build", &job.app_rel, job.timeout).await?;
+    }
+    let mut cmd = helm_command(&job.binary, &homes);
+    cmd.current_dir(&prepared.chart_dir)
+        .args(template_args(&job, &prepared.chart_dir, &prepared.values_files));
+    let output = tools::run(cmd, "helm template", &job.app_rel, job.timeout).await?;
+    drop(prepared);
+    manifests::parse_yaml_stream(&output, &format!("output of helm template for path '{}'", job.app_rel))
+}
+
+/// A `helm` command isolated from the user's Helm configuration.
+fn helm_command(binary: &Path, homes: &Path) -> Command {
+    let mut cmd = Command::new(binary);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("HELM_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("HELM_CACHE_HOME", homes.join("cache"))
+        .env("HELM_CONFIG_HOME", homes.join("config"))
+        .env("HELM_DATA_HOME", homes.join("data"));
+    cmd
+}
+
+/// The arguments of `helm template`, in precedence order for values: value files, then `values` (or
+/// `valuesObject`, which replaces it, as in Argo CD), then parameters.
+fn template_args(job: &HelmJob, chart_dir: &Path, values_files: &[PathBuf]) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "template".into(),
+        job.release.clone().into(),
+        chart_dir.as_os_str().to_owned(),
+        "--include-crds".into(),
+    ];
+    if !job.namespace.is_empty() {
+        args.extend(["--namespace".into(), job.namespace.clone().into()]);
+    }
+    if let Some(v) = job.kube_version.as_deref().filter(|v| !v.is_empty()) {
+        args.extend(["--kube-version".into(), v.into()]);
+    }
+    for api in job.api_versions.iter().filter(|a| !a.is_empty()) {
+        args.extend(["--api-versions".into(), api.into()]);
+    }
+    for file in values_files {
+        args.extend(["--values".into(), file.as_os_str().to_owned()]);
+    }
+    args.extend(parameter_args(&job.options.parameters).into_iter().map(Into::into));
+    args
+}
+
+/// `--set name=value` / `--set-string name=value` for each parameter. Commas in values are escaped
+/// (Helm would split on them) unless the value is a `{a,b}` list, as Argo CD does.
+pub fn parameter_args(parameters: &[HelmParameter]) -> Vec<String> {
+    let mut args = Vec::new();
+    for p in parameters {
+        args.push(if p.force_string { "--set-string" } else { "--set" }.to_string());
+        args.push(format!("{}={}", p.name, escape_set_value(&p.value)));
+    }
+    args
+}
+
+fn escape_set_value(value: &str) -> String {
+    if value.starts_with('{') && value.ends_with('}') {
+        return value.to_string();
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut previous = None;
+    for c in value.chars() {
+        if c == ',' && previous != Some('\\') {
+            out.push('\\');
+        }
+        out.push(c);
+        previous = Some(c);
+    }
+    out
+}
+
+fn prepare(root: &Path, app_rel: &str, options: &ApplicationSourceHelm) -> Result<Prepared, RenderError> {
+    let chart_dir = resolve_in_repo(root, root, app_rel)?;
+    let chart_label = display_rel(root, &chart_dir);
+
+    let mut values_files = Vec::new();
+    for file in &options.value_files {
+        if file.starts_with("http://") || file.starts_with("https://") {
+            return Err(RenderError::RemoteValueFile {
+                file: file.clone(),
+                chart: chart_label.clone(),
+            });
+        }
+        let path = match resolve_in_repo(root, &chart_dir, file) {
+            Ok(p) if p.is_file() => p,
+            Ok(_) | Err(RenderError::NotFound { .. }) => {
+                return Err(RenderError::MissingValueFile {
+                    file: file.clone(),
+                    chart: chart_label.clone(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        values_files.push(path);
+    }
+
+    scan_symlinks(root)?;
+    let build_dependencies = dependencies_to_build(root, &chart_dir, &chart_label)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("capstan-render-")
+        .tempdir()
+        .map_err(|e| RenderError::io("cannot create a scratch directory", e))?;
+    for dir in ["helm/cache", "helm/config", "helm/data"] {
+        let dir = scratch.path().join(dir);
+        std::fs::create_dir_all(&dir).map_err(|e| RenderError::io(format!("cannot create {}", dir.display()), e))?;
+    }
+
+    if let Some(inline) = inline_values(options, &chart_label)? {
+        let file = scratch.path().join("values.yaml");
+        std::fs::write(&file, inline).map_err(|e| RenderError::io(format!("cannot write {}", file.display()), e))?;
+        values_files.push(file);
+    }
+
+    let chart_dir = if build_dependencies {
+        let copy = scratch.path().join("repo");
+        copy_tree(root, &copy)?;
+        if chart_label == "." {
+            copy
+        } else {
+            copy.join(&chart_label)
+        }
+    } else {
+        chart_dir
+    };
+    Ok(Prepared {
+        scratch,
+        chart_dir,
+        values_files,
+        build_dependencies,
+    })
+}
+
+/// The inline values to pass as a file: `valuesObject` if set (it replaces `values`), else `values`.
+fn inline_values(options: &ApplicationSourceHelm, chart: &str) -> Result<Option<String>, RenderError> {
+    if let Some(object) = options.values_object.as_ref().filter(|v| !v.is_null()) {
+        if !object.is_object() {
+            return Err(RenderError::InvalidHelmValues {
+                field: "valuesObject",
+                chart: chart.to_string(),
+                message: "expected a mapping".to_string(),
+            });
+        }
+        return Ok(Some(object.to_string()));
+    }
+    if options.values.trim().is_empty() {
+        return Ok(None);
+    }
+    let invalid = |message: String| RenderError::InvalidHelmValues {
+        field: "values",
+        chart: chart.to_string(),
+        message,
+    };
+    match manifests::parse_yaml_value(&options.values).map_err(invalid)? {
+        Value::Object(_) => Ok(Some(options.values.clone())),
+        Value::Null => Ok(None),
+        _ => Err(invalid("expected a mapping".to_string())),
+    }
+}
+
+/// Whether the chart has local `file://` dependencies missing from `charts/` (they are then built).
+/// Dependency paths must stay in the repository; missing remote dependencies are an error.
+fn dependencies_to_build(root: &Path, chart_dir: &Path, chart_label: &str) -> Result<bool, RenderError> {
+    let mut build = false;
+    for (file, dependencies) in chart_dependencies(chart_dir) {
+        let file_label = display_rel(root, &chart_dir.join(file));
+        for dependency in dependencies {
+            let name = dependency.get("name").and_then(Value::as_str).unwrap_or_default();
+            let repository = dependency.get("repository").and_then(Value::as_str).unwrap_or_default();
+            if let Some(local) = repository.strip_prefix("file://") {
+                match resolve_in_repo(root, chart_dir, local) {
+                    Ok(_) | Err(RenderError::NotFound { .. }) => {}
+                    Err(e) => return Err(RenderError::in_file(file_label, e)),
+                }
+            }
+            if name.is_empty() || is_vendored(chart_dir, name) {
+                continue;
+            }
+            if repository.starts_with("file://") {
+                build = true;
+            } else if !repository.is_empty() {
+                return Err(RenderError::RemoteDependency {
+                    chart: chart_label.to_string(),
+                    name: name.to_string(),
+                    repository: repository.to_string(),
+                });
+            }
+        }
+    }
+    Ok(build)
+}
+
+/// The `dependencies` of `Chart.yaml` (API v2) and `requirements.yaml` (API v1). Unreadable files are
+/// Helm's to report.
+fn chart_dependencies(chart_dir: &Path) -> Vec<(&'static str, Vec<Value>)> {
+    let mut out = Vec::new();
+    for file in ["Chart.yaml", "requirements.yaml"] {
+        let Ok(text) = std::fs::read_to_string(chart_dir.join(file)) else {
+            continue;
+        };
+        if let Ok(doc) = manifests::parse_yaml_value(&text)
+            && let Some(Value::Array(deps)) = doc.get("dependencies")
+        {
+            out.push((file, deps.clone()));
+        }
+    }
+    out
+}
+
+/// Whether `charts/` holds the dependency `name`, as a directory or a `<name>-<version>.tgz` archive.
+fn is_vendored(chart_dir: &Path, name: &str) -> bool {
+    let charts = chart_dir.join("charts");
+    if charts.join(name).join("Chart.yaml").is_file() {
+        return true;
+    }
+    let Ok(entries) = std::fs::read_dir(&charts) else {
+        return false;
+    };
+    let prefix = format!("{name}-");
+    entries.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".tgz"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(name: &str, value: &str, force_string: bool) -> HelmParameter {
+        HelmParameter {
+            name: name.into(),
+            value: value.into(),
+            force_string,
+        }
+    }
+
+    #[test]
+    fn parameters_become_set_flags() {
+        let args = parameter_args(&[
+            param("image.tag", "1.2", false),
+            param("port", "80", true),
+            param("hosts", "a,b", false),
+            param("list", "{a,b}", false),
+            param("escaped", r"a\,b", false),
+        ]);
+        assert_eq!(
+            args,
+            [
+                "--set",
+                "image.tag=1.2",
+                "--set-string",
+                "port=80",
+                "--set",
+                r"hosts=a\,b",
+                "--set",
+                "list={a,b}",
+                "--set",
+                r"escaped=a\,b",
+            ]
+        );
+    }
+
+    #[test]
+    fn values_object_replaces_values() {
+        let options = ApplicationSourceHelm {
+            values: "a: 1\n".into(),
+            values_object: Some(serde_json::json!({"b": 2})),
+            ..Default::default()
+        };
+        assert_eq!(inline_values(&options, "c").unwrap().as_deref(), Some(r#"{"b":2}"#));
+        let options = ApplicationSourceHelm {
+            values: "- not a map\n".into(),
+            ..Default::default()
+        };
+        assert!(
+            inline_values(&options, "c")
+                .unwrap_err()
+                .to_string()
+                .contains("helm.values")
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! Kustomize overlays: `kustomize build` on `spec.source.path`. The checkout is first checked for
+//! symlinks and kustomization references (resources, patches, generator files, ...) that lead out of
+//! the repository. `spec.source.kustomize` options are applied with `kustomize edit` in a scratch copy
+//! of the repository, never in the shared checkout.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use capstan_api::application::ApplicationSourceKustomize;
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
+use crate::{RenderError, blocking, manifests, tools};
+
+/// The file names Kustomize accepts, in its order of preference.
+pub const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// The kustomization file in `dir`, if any.
+pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
+    KUSTOMIZATION_FILES.iter().map(|f| dir.join(f)).find(|p| p.is_file())
+}
+
+fn has_options(k: &ApplicationSourceKustomize) -> bool {
+    !k.name_prefix.is_empty()
+        || !k.name_suffix.is_empty()
+        || !k.images.is_empty()
+        || !k.common_labels.is_empty()
+        || !k.common_annotations.is_empty()
+        || !k.namespace.is_empty()
+}
+
+/// Render the overlay at `app_rel` of the canonical checkout `root`.
+pub(crate) async fn render(
+    binary: &Path,
+    root: &Path,
+    app_rel: &str,
+    options: Option<&ApplicationSourceKustomize>,
+    timeout: Duration,
+) -> Result<Vec<Value>, RenderError> {
+    let options = options.filter(|k| has_options(k)).cloned();
+    let (root_owned, app_owned) = (root.to_path_buf(), app_rel.to_string());
+    let needs_copy = options.is_some();
+    // Check the checkout, and copy it if `kustomize edit` must write.
+    let scratch = blocking(move || -> Result<Option<tempfile::TempDir>, RenderError> {
+        scan_symlinks(&root_owned)?;
+        let app_dir = resolve_in_repo(&root_owned, &root_owned, &app_owned)?;
+        check_references(&root_owned, &app_dir, &mut HashSet::new())?;
+        if !needs_copy {
+            return Ok(None);
+        }
+        let scratch = scratch_dir()?;
+        copy_tree(&root_owned, &scratch.path().join("repo"))?;
+        Ok(Some(scratch))
+    })
+    .await?;
+    let work_root = match &scratch {
+        Some(s) => s.path().join("repo"),
+        None => root.to_path_buf(),
+    };
+    let app_dir = if app_rel == "." {
+        work_root.clone()
+    } else {
+        work_root.join(app_rel)
+    };
+    if let Some(k) = &options {
+        for args in edit_commands(k) {
+            let mut cmd = Command::new(binary);
+            cmd.arg("edit").args(&args).current_dir(&app_dir);
+            let command = format!(
+                "kustomize edit {}",
+                args.iter().take(2).cloned().collect::<Vec<_>>().join(" ")
+            );
+            tools::run(cmd, &command, app_rel, timeout).await?;
+        }
+    }
+    let mut cmd = Command::new(binary);
+    cmd.arg("build").arg(&app_dir).current_dir(&work_root);
+    let output = tools::run(cmd, "kustomize build", app_rel, timeout).await?;
+    drop(scratch);
+    manifests::parse_yaml_stream(&output, &format!("output of kustomize build for path '{app_rel}'"))
+}
+
+fn scratch_dir() -> Result<tempfile::TempDir, RenderError> {
+    tempfile::Builder::new()
+        .prefix("capstan-render-")
+        .tempdir()
+        .map_err(|e| RenderError::io("cannot create a scratch directory", e))
+}
+
+/// The `kustomize edit` argument lists applying `spec.source.kustomize`, in Argo CD's order.
+pub fn edit_commands(k: &ApplicationSourceKustomize) -> Vec<Vec<String>> {
+    let mut commands = Vec::new();
+    let set = |what: &str, value: &str| vec!["set".to_string(), what.to_string(), "--".to_string(), value.to_string()];
+    if !k.name_prefix.is_empty() {
+        commands.push(set("nameprefix", &k.name_prefix));
+    }
+    if !k.name_suffix.is_empty() {
+        commands.push(set("namesuffix", &k.name_suffix));
+    }
+    if !k.images.is_empty() {
+        let mut args = vec!["set".to_string(), "image".to_string()];
+        args.extend(k.images.iter().cloned());
+        commands.push(args);
+    }
+    for (what, map) in [("label", &k.common_labels), ("annotation", &k.common_annotations)] {
+        if !map.is_empty() {
+            let mut args = vec!["add".to_string(), what.to_string(), "--force".to_string()];
+            args.extend(map.iter().map(|(key, value)| format!("{key}:{value}")));
+            commands.push(args);
+        }
+    }
+    if !k.namespace.is_empty() {
+        commands.push(set("namespace", &k.namespace));
+    }
+    commands
+}
+
+/// Check every local path a kustomization (and the kustomizations it includes) refers to: it must not
+/// be absolute or lead out of the repository. Missing paths and URLs are left for Kustomize to report.
+fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> Result<(), RenderError> {
+    if !visited.insert(dir.to_path_buf()) {
+        return Ok(());
+    }
+    let Some(file) = kustomization_file(dir) else {
+        return Ok(());
+    };
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Ok(());
+    };
+    // An unparsable kustomization is Kustomize's to report, with its own message.
+    let Ok(doc) = manifests::parse_yaml_value(&text) else {
+        return Ok(());
+    };
+    let file_label = display_rel(root, &file);
+    for reference in references(&doc) {
+        if reference.contains("://") || reference.starts_with("git@") || reference.contains('\n') {
+            continue;
+        }
+        match resolve_in_repo(root, dir, reference) {
+            Ok(target) if target.is_dir() => check_references(root, &target, visited)?,
+            Ok(_) | Err(RenderError::NotFound { .. }) => {}
+            Err(e) => return Err(RenderError::in_file(file_label, e)),
+        }
+    }
+    Ok(())
+}
+
+/// The local paths named in a kustomization.
+fn references(doc: &Value) -> Vec<&str> {
+    let mut out = Vec::new();
+    for field in [
+        "resources",
+        "bases",
+        "components",
+        "crds",
+        "configurations",
+        "generators",
+        "transformers",
+        "validators",
+        "patchesStrategicMerge",
+    ] {
+        out.extend(strings(doc.get(field)));
+    }
+    for field in ["patches", "patchesJson6902", "replacements"] {
+        if let Some(Value::Array(items)) = doc.get(field) {
+            out.extend(items.iter().filter_map(|i| i.get("path")).filter_map(Value::as_str));
+        }
+    }
+    for field in ["configMapGenerator", "secretGenerator"] {
+        if let Some(Value::Array(items)) = doc.get(field) {
+            for item in items {
+                for file in strings(item.get("files")) {
+                    // `key=path` or `path`.
+                    out.push(file.split_once('=').map_or(file, |(_, path)| path));
+                }
+                out.extend(strings(item.get("envs")));
+                out.extend(strings(item.get("env")));
+            }
+        }
+    }
+    out.extend(strings(doc.pointer("/openapi/path")));
+    out.extend(strings(doc.pointer("/helmGlobals/chartHome")));
+    if let Some(Value::Array(charts)) = doc.get("helmCharts") {
+        for chart in charts {
+            out.extend(strings(chart.get("valuesFile")));
+            out.extend(strings(chart.get("additionalValuesFiles")));
+        }
+    }
+    out
+}
+
+/// A string or the strings of a sequence.
+fn strings(v: Option<&Value>) -> Vec<&str> {
+    match v {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
+        Some(Value::String(s)) => vec![s.as_str()],
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn edit_commands_follow_argo() {
+        let k = ApplicationSourceKustomize {
+            name_prefix: "p-".into(),
+            images: vec!["nginx=reg/nginx:1.2".into()],
+            common_labels: BTreeMap::from([("app".into(), "web".into())]),
+            namespace: "ns".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            edit_commands(&k),
+            vec![
+                vec!["set", "nameprefix", "--", "p-"],
+                vec!["set", "image", "nginx=reg/nginx:1.2"],
+                vec!["add", "label", "--force", "app:web"],
+                vec!["set", "namespace", "--", "ns"],
+            ]
+        );
+        assert!(edit_commands(&ApplicationSourceKustomize::default()).is_empty());
+    }
+
+    #[test]
+    fn references_cover_files_and_dirs() {
+        let doc = json!({
+            "resources": ["../base", "cm.yaml"],
+            "patches": [{"path": "p.yaml"}, {"patch": "inline"}],
+            "configMapGenerator": [{"files": ["k=f.txt", "g.txt"], "envs": ["e.env"]}],
+            "openapi": {"path": "schema.json"},
+        });
+        let mut refs = references(&doc);
+        refs.sort();
+        assert_eq!(
+            refs,
+            ["../base", "cm.yaml", "e.env", "f.txt", "g.txt", "p.yaml", "schema.json"]
+        );
+    }
+}

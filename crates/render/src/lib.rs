@@ -1,0 +1,327 @@
+//! The `render` stage of Capstan's pipeline (`source → render → compare → sync → health`): turning a
+//! checked-out Git tree plus an Application's `spec.source` into the Kubernetes objects it declares,
+//! as `serde_json::Value`s.
+//!
+//! The tool is chosen by what `spec.source.path` contains, as Argo CD does: a `Chart.yaml` means Helm
+//! (`helm template`), a `kustomization.yaml`, `kustomization.yml` or `Kustomization` means Kustomize
+//! (`kustomize build`), anything else is a plain directory of YAML/JSON manifests. The real `helm` and
+//! `kustomize` binaries are used (see [`tools`]), each invocation bounded by the renderer's timeout.
+//! Helm hook annotations are mapped onto Capstan's sync phases (see [`hooks`]). No default namespace is
+//! applied here: a later stage does that with API discovery.
+//!
+//! Rendering never lets a path escape the repository: `spec.source.path`, Helm value files, chart
+//! dependencies, kustomization references and every manifest read are resolved with
+//! [`resolve_in_repo`], checkouts containing symlinks that point outside are refused before a tool runs
+//! on them, and tools that must write (`kustomize edit`, `helm dependency build`) work in a scratch
+//! copy, never in the shared checkout.
+//!
+//! Results are cached by revision, path, render parameters and tool version.
+
+pub mod directory;
+mod error;
+pub mod helm;
+pub mod hooks;
+pub mod kustomize;
+mod manifests;
+mod paths;
+pub mod tools;
+
+mod cache;
+
+use std::path::Path;
+use std::time::Duration;
+
+use capstan_api::application::ApplicationSource;
+use serde::Serialize;
+use serde_json::Value;
+
+pub use error::RenderError;
+pub use paths::resolve_in_repo;
+
+/// The default timeout of one tool invocation.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default number of rendered results kept.
+pub const DEFAULT_CACHE_CAPACITY: usize = 256;
+
+/// What to render.
+#[derive(Debug, Clone)]
+pub struct RenderRequest<'a> {
+    /// Root of the checkout: a directory holding the whole repository tree at one commit.
+    pub repo_root: &'a Path,
+    /// The Application's `spec.source`.
+    pub source: &'a ApplicationSource,
+    /// The Application's name: the default Helm release name.
+    pub app_name: &'a str,
+    /// The destination namespace, passed to `helm template --namespace`. Kustomize uses only
+    /// `source.kustomize.namespace`.
+    pub namespace: &'a str,
+    /// The cluster's Kubernetes version (e.g. `1.20.2`), for `helm --kube-version`.
+    pub kube_version: Option<String>,
+    /// The cluster's API versions (`apps/v1`, `networking.k8s.io/v1/Ingress`), for
+    /// `helm --api-versions`.
+    pub api_versions: Vec<String>,
+}
+
+/// How a source was rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Tool {
+    /// A plain directory of YAML/JSON manifests.
+    Directory,
+    /// `kustomize build`.
+    Kustomize,
+    /// `helm template`.
+    Helm,
+}
+
+impl Tool {
+    /// `Directory`, `Kustomize` or `Helm`, as Argo CD names source types.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tool::Directory => "Directory",
+            Tool::Kustomize => "Kustomize",
+            Tool::Helm => "Helm",
+        }
+    }
+
+    /// The tool a directory calls for: `Chart.yaml` → Helm, a kustomization file → Kustomize, otherwise
+    /// a plain directory.
+    pub fn detect(dir: &Path) -> Tool {
+        if dir.join("Chart.yaml").is_file() {
+            Tool::Helm
+        } else if kustomize::kustomization_file(dir).is_some() {
+            Tool::Kustomize
+        } else {
+            Tool::Directory
+        }
+    }
+}
+
+impl std::fmt::Display for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The objects a source renders to, in the order the files or the tool produced them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The Kubernetes objects, `List`s flattened, Helm hooks mapped (see [`hooks`]).
+    pub objects: Vec<Value>,
+    /// The tool used.
+    pub tool: Tool,
+}
+
+/// Renders sources, with a timeout per tool invocation and a bounded cache of results.
+pub struct Renderer {
+    timeout: Duration,
+    cache: cache::Cache,
+}
+
+impl Default for Renderer {
+    fn default() -> Self {
+        Renderer::new(DEFAULT_TIMEOUT)
+    }
+}
+
+impl std::fmt::Debug for Renderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer")
+            .field("timeout", &self.timeout)
+            .field("cached", &self.cache.len())
+            .finish()
+    }
+}
+
+/// Everything a rendered result depends on, serialised as the cache key.
+#[derive(Serialize)]
+struct CacheKey<'a> {
+    revision: &'a str,
+    repo_url: &'a str,
+    path: &'a str,
+    directory: &'a Option<capstan_api::application::ApplicationSourceDirectory>,
+    helm: &'a Option<capstan_api::application::ApplicationSourceHelm>,
+    kustomize: &'a Option<capstan_api::application::ApplicationSourceKustomize>,
+    app_name: &'a str,
+    namespace: &'a str,
+    kube_version: &'a Option<String>,
+    api_versions: &'a [String],
+    tool: Tool,
+    tool_identity: &'a str,
+}
+
+impl Renderer {
+    /// A renderer whose tool invocations are killed after `timeout`, caching up to
+    /// [`DEFAULT_CACHE_CAPACITY`] results.
+    pub fn new(timeout: Duration) -> Self {
+        Renderer {
+            timeout,
+            cache: cache::Cache::new(DEFAULT_CACHE_CAPACITY),
+        }
+    }
+
+    /// Keep up to `capacity` results (0 disables caching); the oldest are evicted first.
+    pub fn with_cache_capacity(mut self, capacity: usize) -> Self {
+        self.cache = cache::Cache::new(capacity);
+        self
+    }
+
+    /// The timeout of one tool invocation.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Render `req`. `cache_key_revision` is the resolved commit SHA of the checkout: results are cached
+    /// by it, the path, every render parameter (including namespace, application name and cluster
+    /// capabilities) and the tool and its version, and returned as clones.
+    pub async fn render(&self, req: &RenderRequest<'_>, cache_key_revision: &str) -> Result<Rendered, RenderError> {
+        let root = std::fs::canonicalize(req.repo_root).map_err(|e| {
+            RenderError::io(
+                format!("cannot open repository checkout {}", req.repo_root.display()),
+                e,
+            )
+        })?;
+        let source = req.source;
+        let app_rel = normalise_app_path(&source.path);
+        let app_dir = match resolve_in_repo(&root, &root, &app_rel) {
+            Ok(dir) => dir,
+            Err(RenderError::NotFound { .. }) => {
+                return Err(RenderError::MissingAppPath {
+                    path: app_rel,
+                    revision: cache_key_revision.to_string(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        if !app_dir.is_dir() {
+            return Err(RenderError::AppPathNotDirectory {
+                path: app_rel,
+                revision: cache_key_revision.to_string(),
+            });
+        }
+        let tool = Tool::detect(&app_dir);
+        let (binary, tool_identity) = match tool {
+            Tool::Directory => (None, String::new()),
+            Tool::Helm => {
+                let binary = tools::find("helm")?;
+                let id = tools::identity(&binary, &["version", "--short"], self.timeout).await?;
+                (Some(binary), id)
+            }
+            Tool::Kustomize => {
+                let binary = tools::find("kustomize")?;
+                let id = tools::identity(&binary, &["version"], self.timeout).await?;
+                (Some(binary), id)
+            }
+        };
+        let key = CacheKey {
+            revision: cache_key_revision,
+            repo_url: &source.repo_url,
+            path: &app_rel,
+            directory: &source.directory,
+            helm: &source.helm,
+            kustomize: &source.kustomize,
+            app_name: req.app_name,
+            namespace: req.namespace,
+            kube_version: &req.kube_version,
+            api_versions: &req.api_versions,
+            tool,
+            tool_identity: &tool_identity,
+        };
+        let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
+        if let Some(hit) = self.cache.get(&key) {
+            tracing::debug!(path = %app_rel, revision = cache_key_revision, %tool, "render cache hit");
+            return Ok(hit);
+        }
+
+        let started = std::time::Instant::now();
+        let mut objects = match (tool, binary) {
+            (Tool::Helm, Some(binary)) => {
+                let options = source.helm.clone().unwrap_or_default();
+                let release = if options.release_name.is_empty() {
+                    req.app_name.to_string()
+                } else {
+                    options.release_name.clone()
+                };
+                helm::render(helm::HelmJob {
+                    binary,
+                    root: root.clone(),
+                    app_rel: app_rel.clone(),
+                    options,
+                    release,
+                    namespace: req.namespace.to_string(),
+                    kube_version: req.kube_version.clone(),
+                    api_versions: req.api_versions.clone(),
+                    timeout: self.timeout,
+                })
+                .await?
+            }
+            (Tool::Kustomize, Some(binary)) => {
+                kustomize::render(&binary, &root, &app_rel, source.kustomize.as_ref(), self.timeout).await?
+            }
+            _ => {
+                let (root, app_rel, options) = (root.clone(), app_rel.clone(), source.directory.clone());
+                blocking(move || directory::render(&root, &app_rel, options.as_ref())).await?
+            }
+        };
+        objects.retain_mut(hooks::map_helm_hooks);
+        tracing::debug!(
+            path = %app_rel,
+            revision = cache_key_revision,
+            %tool,
+            objects = objects.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "rendered"
+        );
+        let rendered = Rendered { objects, tool };
+        self.cache.insert(key, rendered.clone());
+        Ok(rendered)
+    }
+
+    /// Cache hits and misses so far.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        self.cache.stats()
+    }
+}
+
+/// `spec.source.path` as used in messages and keys: `.` for the root, no leading `./` or trailing `/`.
+fn normalise_app_path(path: &str) -> String {
+    let mut p = path.trim();
+    while let Some(rest) = p.strip_prefix("./") {
+        p = rest;
+    }
+    let p = p.trim_end_matches('/');
+    if p.is_empty() { ".".to_string() } else { p.to_string() }
+}
+
+/// Run blocking filesystem work off the async executor.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T, RenderError>
+where
+    F: FnOnce() -> Result<T, RenderError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RenderError::Task(e.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_paths_are_normalised() {
+        assert_eq!(normalise_app_path(""), ".");
+        assert_eq!(normalise_app_path("./"), ".");
+        assert_eq!(normalise_app_path("./apps/web/"), "apps/web");
+        assert_eq!(normalise_app_path("apps"), "apps");
+    }
+
+    #[test]
+    fn tool_detection() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Tool::detect(dir.path()), Tool::Directory);
+        std::fs::write(dir.path().join("Kustomization"), "resources: []\n").unwrap();
+        assert_eq!(Tool::detect(dir.path()), Tool::Kustomize);
+        std::fs::write(dir.path().join("Chart.yaml"), "name: x\n").unwrap();
+        assert_eq!(Tool::detect(dir.path()), Tool::Helm);
+    }
+}

@@ -1,0 +1,146 @@
+//! Kustomize overlays rendered with the real `kustomize` binary.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use capstan_api::application::ApplicationSourceKustomize;
+use capstan_render::{RenderError, Tool};
+use common::*;
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.19
+      - name: sidecar
+        image: busybox:1.30
+";
+
+fn base_and_overlay() -> Repo {
+    let repo = Repo::new();
+    repo.file("base/kustomization.yaml", "resources:\n- deployment.yaml\n- cm.yaml\n")
+        .file("base/deployment.yaml", DEPLOYMENT)
+        .file("base/cm.yaml", &configmap("settings"))
+        .file(
+            "overlays/prod/kustomization.yaml",
+            "resources:\n- ../../base\nnamePrefix: prod-\ncommonLabels:\n  env: prod\n",
+        );
+    repo
+}
+
+fn image(rendered: &capstan_render::Rendered, deployment: &str, container: usize) -> String {
+    find(rendered, "Deployment", deployment)["spec"]["template"]["spec"]["containers"][container]["image"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn overlay_on_a_base() {
+    let repo = base_and_overlay();
+    let rendered = render(&repo, &source("overlays/prod")).await.unwrap();
+    assert_eq!(rendered.tool, Tool::Kustomize);
+    let cm = find(&rendered, "ConfigMap", "prod-settings");
+    assert_eq!(cm["metadata"]["labels"]["env"], "prod");
+    assert_eq!(image(&rendered, "prod-web", 0), "nginx:1.19");
+}
+
+#[tokio::test]
+async fn source_options_apply_without_touching_the_checkout() {
+    let repo = base_and_overlay();
+    let before = repo.read("overlays/prod/kustomization.yaml");
+    let mut s = source("overlays/prod");
+    s.kustomize = Some(ApplicationSourceKustomize {
+        name_prefix: "capstan-".into(),
+        name_suffix: "-v2".into(),
+        images: vec!["nginx=registry.example.com/nginx:1.25".into(), "busybox:1.36".into()],
+        common_labels: BTreeMap::from([("team".into(), "a".into())]),
+        common_annotations: BTreeMap::from([("example.com/url".into(), "http://x:8080/a,b".into())]),
+        namespace: "kz-ns".into(),
+    });
+    let rendered = render(&repo, &s).await.unwrap();
+    // The source's prefix replaces the overlay's, as `kustomize edit set nameprefix` does.
+    let dep = find(&rendered, "Deployment", "capstan-web-v2");
+    assert_eq!(image(&rendered, "capstan-web-v2", 0), "registry.example.com/nginx:1.25");
+    assert_eq!(image(&rendered, "capstan-web-v2", 1), "busybox:1.36");
+    assert_eq!(dep["metadata"]["labels"]["team"], "a");
+    assert_eq!(dep["metadata"]["labels"]["env"], "prod");
+    assert_eq!(dep["metadata"]["namespace"], "kz-ns");
+    assert_eq!(dep["metadata"]["annotations"]["example.com/url"], "http://x:8080/a,b");
+    assert_eq!(
+        find(&rendered, "ConfigMap", "capstan-settings-v2")["metadata"]["namespace"],
+        "kz-ns"
+    );
+    assert_eq!(
+        repo.read("overlays/prod/kustomization.yaml"),
+        before,
+        "the checkout was modified"
+    );
+}
+
+#[tokio::test]
+async fn other_kustomization_file_names() {
+    for name in ["kustomization.yml", "Kustomization"] {
+        let repo = Repo::new();
+        repo.file(&format!("app/{name}"), "resources:\n- cm.yaml\n")
+            .file("app/cm.yaml", &configmap("cm"));
+        let rendered = render(&repo, &source("app")).await.unwrap();
+        assert_eq!(rendered.tool, Tool::Kustomize);
+        assert_eq!(ids(&rendered), ["ConfigMap/cm"]);
+    }
+}
+
+#[tokio::test]
+async fn kustomize_failure_carries_its_message() {
+    let repo = Repo::new();
+    repo.file("app/kustomization.yaml", "resources:\n- missing.yaml\n");
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, RenderError::ToolFailed { .. }), "{msg}");
+    assert!(msg.starts_with("kustomize build failed for path 'app':"), "{msg}");
+    assert!(msg.contains("missing.yaml"), "{msg}");
+}
+
+#[tokio::test]
+async fn references_leaving_the_repository_are_refused() {
+    let repo = Repo::new();
+    std::fs::write(repo.outside.join("kustomization.yaml"), "resources:\n- cm.yaml\n").unwrap();
+    std::fs::write(repo.outside.join("cm.yaml"), configmap("outside")).unwrap();
+    repo.file("app/kustomization.yaml", "resources:\n- ../../outside\n");
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("app/kustomization.yaml") && msg.contains("escapes the repository"),
+        "{msg}"
+    );
+
+    // Through an included base, and in a generator's files.
+    let repo = Repo::new();
+    repo.file(
+        "base/kustomization.yaml",
+        "configMapGenerator:\n- name: x\n  files:\n  - key=../../etc/passwd\n",
+    )
+    .file("app/kustomization.yaml", "resources:\n- ../base\n");
+    let msg = render(&repo, &source("app")).await.unwrap_err().to_string();
+    assert!(
+        msg.contains("base/kustomization.yaml") && msg.contains("escapes"),
+        "{msg}"
+    );
+
+    // A symlink anywhere in the checkout that points outside.
+    let repo = Repo::new();
+    repo.file("app/kustomization.yaml", "resources:\n- cm.yaml\n")
+        .symlink("/etc/passwd", "app/cm.yaml");
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    assert!(matches!(err, RenderError::OutOfBoundsSymlink { .. }), "{err:?}");
+}

@@ -1,0 +1,396 @@
+//! One bare repository per URL under the cache root, shared by every Application that uses it, and a
+//! read-only checkout per commit.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::git::{GitCommand, check_url, redact};
+use crate::{Credentials, Result, SourceError};
+
+/// A revision resolved to a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// Full commit SHA.
+    pub sha: String,
+    /// The ref it came from (`refs/heads/main`, `refs/tags/v1`, `HEAD`), if any.
+    pub ref_name: Option<String>,
+}
+
+/// Counters for one repository URL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// `git ls-remote` calls.
+    pub ls_remotes: u64,
+    /// `git fetch` calls.
+    pub fetches: u64,
+}
+
+/// The shared Git cache.
+pub struct RepoCache {
+    root: PathBuf,
+    timeout: Duration,
+    refs_ttl: Duration,
+    repos: Mutex<HashMap<String, Arc<Repo>>>,
+}
+
+struct Repo {
+    url: String,
+    dir: PathBuf,
+    checkouts: PathBuf,
+    state: tokio::sync::Mutex<RepoState>,
+    ls_remotes: AtomicU64,
+    fetches: AtomicU64,
+}
+
+#[derive(Default)]
+struct RepoState {
+    initialised: bool,
+    /// The remote's refs and when they were listed.
+    refs: Option<(Instant, Vec<(String, String)>)>,
+}
+
+impl RepoCache {
+    /// A cache under `root`. Remote refs are listed at most once per `refs_ttl` per repository
+    /// (unless a caller forces a refresh); each git command is limited to `timeout`.
+    pub fn new(root: impl Into<PathBuf>, timeout: Duration, refs_ttl: Duration) -> Self {
+        Self {
+            root: root.into(),
+            timeout,
+            refs_ttl,
+            repos: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn repo(&self, url: &str) -> Arc<Repo> {
+        let mut repos = match self.repos.lock() {
+            Ok(r) => r,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        repos
+            .entry(url.to_string())
+            .or_insert_with(|| {
+                let name = dir_name(url);
+                Arc::new(Repo {
+                    url: url.to_string(),
+                    dir: self.root.join("repos").join(&name),
+                    checkouts: self.root.join("checkouts").join(&name),
+                    state: tokio::sync::Mutex::new(RepoState::default()),
+                    ls_remotes: AtomicU64::new(0),
+                    fetches: AtomicU64::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// Counters for `url`.
+    pub fn stats(&self, url: &str) -> CacheStats {
+        let repo = self.repo(url);
+        CacheStats {
+            ls_remotes: repo.ls_remotes.load(Ordering::Relaxed),
+            fetches: repo.fetches.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Resolve `revision` (branch, tag, full or short SHA, `HEAD` or empty) of `url` to a commit that
+    /// is present in the cache. With `force`, the remote's refs are listed again even if recent.
+    pub async fn resolve(&self, url: &str, revision: &str, creds: &Credentials, force: bool) -> Result<Resolved> {
+        check_url(url)?;
+        let repo = self.repo(url);
+        let mut state = repo.state.lock().await;
+        self.init(&repo, &mut state).await?;
+        let revision = revision.trim();
+
+        if is_full_sha(revision) {
+            let sha = revision.to_ascii_lowercase();
+            if !self.has_commit(&repo, &sha).await {
+                self.fetch(&repo, creds).await?;
+            }
+            return if self.has_commit(&repo, &sha).await {
+                Ok(Resolved { sha, ref_name: None })
+            } else {
+                Err(self.unknown(&repo, revision, creds))
+            };
+        }
+
+        let fresh = state.refs.as_ref().is_some_and(|(at, _)| at.elapsed() < self.refs_ttl);
+        if force || !fresh {
+            let refs = self.ls_remote(&repo, creds).await?;
+            state.refs = Some((Instant::now(), refs));
+        }
+        let refs = state.refs.as_ref().map(|(_, r)| r.as_slice()).unwrap_or(&[]);
+        if let Some((sha, name)) = match_ref(refs, revision) {
+            if !self.has_commit(&repo, &sha).await {
+                self.fetch(&repo, creds).await?;
+            }
+            return Ok(Resolved {
+                sha,
+                ref_name: Some(name),
+            });
+        }
+        if is_short_sha(revision) {
+            if let Some(sha) = self.rev_parse(&repo, revision).await {
+                return Ok(Resolved { sha, ref_name: None });
+            }
+            self.fetch(&repo, creds).await?;
+            if let Some(sha) = self.rev_parse(&repo, revision).await {
+                return Ok(Resolved { sha, ref_name: None });
+            }
+        }
+        Err(self.unknown(&repo, revision, creds))
+    }
+
+    /// A directory holding the tree of commit `sha` (which [`resolve`](Self::resolve) made
+    /// present). Created once per commit; callers must not modify it.
+    pub async fn checkout(&self, url: &str, sha: &str) -> Result<PathBuf> {
+        if !is_full_sha(sha) {
+            return Err(SourceError::UnknownRevision {
+                revision: sha.into(),
+                url: redact(url, &[]),
+            });
+        }
+        let repo = self.repo(url);
+        let _state = repo.state.lock().await;
+        let target = repo.checkouts.join(sha);
+        if target.is_dir() {
+            return Ok(target);
+        }
+        std::fs::create_dir_all(&repo.checkouts)
+            .map_err(SourceError::io(format!("creating {}", repo.checkouts.display())))?;
+        let staging = repo.checkouts.join(format!(".{sha}.tmp"));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging).map_err(SourceError::io(format!("creating {}", staging.display())))?;
+        let none = Credentials::none();
+        let archive = GitCommand {
+            url: &repo.url,
+            credentials: &none,
+            timeout: self.timeout,
+            operation: "exporting",
+        }
+        .run(Some(&repo.dir), &["archive", "--format=tar", sha])
+        .await?;
+        extract_tar(&archive, &staging).await?;
+        std::fs::rename(&staging, &target)
+            .map_err(SourceError::io(format!("moving checkout to {}", target.display())))?;
+        Ok(target)
+    }
+
+    async fn init(&self, repo: &Repo, state: &mut RepoState) -> Result<()> {
+        if state.initialised {
+            return Ok(());
+        }
+        if !repo.dir.join("HEAD").exists() {
+            std::fs::create_dir_all(&repo.dir).map_err(SourceError::io(format!("creating {}", repo.dir.display())))?;
+            let none = Credentials::none();
+            GitCommand {
+                url: &repo.url,
+                credentials: &none,
+                timeout: self.timeout,
+                operation: "initialising cache for",
+            }
+            .run(Some(&repo.dir), &["init", "--bare", "--quiet", "."])
+            .await?;
+        }
+        state.initialised = true;
+        Ok(())
+    }
+
+    async fn ls_remote(&self, repo: &Repo, creds: &Credentials) -> Result<Vec<(String, String)>> {
+        repo.ls_remotes.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(url = %redact(&repo.url, &creds.secrets()), "git ls-remote");
+        let out = GitCommand {
+            url: &repo.url,
+            credentials: creds,
+            timeout: self.timeout,
+            operation: "listing refs of",
+        }
+        .run(Some(&repo.dir), &["ls-remote", &repo.url])
+        .await?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(sha, name)| (sha.trim().to_string(), name.trim().to_string()))
+            .collect())
+    }
+
+    async fn fetch(&self, repo: &Repo, creds: &Credentials) -> Result<()> {
+        repo.fetches.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(url = %redact(&repo.url, &creds.secrets()), "git fetch");
+        GitCommand {
+            url: &repo.url,
+            credentials: creds,
+            timeout: self.timeout,
+            operation: "fetching",
+        }
+        .run(
+            Some(&repo.dir),
+            &[
+                "fetch",
+                "--quiet",
+                "--force",
+                "--prune",
+                "--no-tags",
+                &repo.url,
+                "+refs/heads/*:refs/heads/*",
+                "+refs/tags/*:refs/tags/*",
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn has_commit(&self, repo: &Repo, sha: &str) -> bool {
+        let none = Credentials::none();
+        GitCommand {
+            url: &repo.url,
+            credentials: &none,
+            timeout: self.timeout,
+            operation: "reading",
+        }
+        .run(Some(&repo.dir), &["cat-file", "-e", &format!("{sha}^{{commit}}")])
+        .await
+        .is_ok()
+    }
+
+    async fn rev_parse(&self, repo: &Repo, short: &str) -> Option<String> {
+        let none = Credentials::none();
+        let out = GitCommand {
+            url: &repo.url,
+            credentials: &none,
+            timeout: self.timeout,
+            operation: "reading",
+        }
+        .run(
+            Some(&repo.dir),
+            &["rev-parse", "--verify", "--quiet", &format!("{short}^{{commit}}")],
+        )
+        .await
+        .ok()?;
+        let sha = String::from_utf8_lossy(&out).trim().to_string();
+        is_full_sha(&sha).then_some(sha)
+    }
+
+    fn unknown(&self, repo: &Repo, revision: &str, creds: &Credentials) -> SourceError {
+        SourceError::UnknownRevision {
+            revision: revision.to_string(),
+            url: redact(&repo.url, &creds.secrets()),
+        }
+    }
+}
+
+/// Find `revision` among `refs` (sha, name): `HEAD`, a branch, a tag (peeled), or a full ref name.
+fn match_ref(refs: &[(String, String)], revision: &str) -> Option<(String, String)> {
+    let find = |name: &str| refs.iter().find(|(_, n)| n == name).map(|(sha, _)| sha.clone());
+    if revision.is_empty() || revision == "HEAD" {
+        return find("HEAD").map(|sha| (sha, "HEAD".to_string()));
+    }
+    let candidates = [
+        format!("refs/heads/{revision}"),
+        format!("refs/tags/{revision}^{{}}"),
+        format!("refs/tags/{revision}"),
+        revision.to_string(),
+    ];
+    candidates
+        .iter()
+        .find_map(|name| find(name).map(|sha| (sha, name.trim_end_matches("^{}").to_string())))
+}
+
+fn is_full_sha(s: &str) -> bool {
+    s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+fn is_short_sha(s: &str) -> bool {
+    (4..40).contains(&s.len()) && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// A stable, readable directory name for a URL (FNV-1a: a fixed function, unlike std's hasher).
+fn dir_name(url: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in url.as_bytes() {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let tail: String = redact(url, &[])
+        .rsplit('/')
+        .next()
+        .unwrap_or("repo")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_' || *c == '.')
+        .take(40)
+        .collect();
+    format!("{}-{hash:016x}", tail.trim_start_matches('.'))
+}
+
+async fn extract_tar(archive: &[u8], dest: &Path) -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new("tar")
+        .args(["-x", "--no-same-owner", "-C"])
+        .arg(dest)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(SourceError::io("running tar"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(archive)
+            .await
+            .map_err(SourceError::io("extracting a checkout"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(SourceError::io("extracting a checkout"))?;
+    if !out.status.success() {
+        return Err(SourceError::Io {
+            context: format!("extracting a checkout into {}", dest.display()),
+            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refs() -> Vec<(String, String)> {
+        [
+            ("a".repeat(40), "HEAD"),
+            ("a".repeat(40), "refs/heads/main"),
+            ("b".repeat(40), "refs/heads/dev"),
+            ("c".repeat(40), "refs/tags/v1"),
+            ("d".repeat(40), "refs/tags/v1^{}"),
+        ]
+        .into_iter()
+        .map(|(s, n)| (s, n.to_string()))
+        .collect()
+    }
+
+    #[test]
+    fn matches_branches_peeled_tags_and_head() {
+        assert_eq!(match_ref(&refs(), "HEAD").map(|r| r.0), Some("a".repeat(40)));
+        assert_eq!(match_ref(&refs(), "").map(|r| r.0), Some("a".repeat(40)));
+        assert_eq!(
+            match_ref(&refs(), "dev"),
+            Some(("b".repeat(40), "refs/heads/dev".into()))
+        );
+        assert_eq!(
+            match_ref(&refs(), "v1"),
+            Some(("d".repeat(40), "refs/tags/v1".into())),
+            "annotated tags peel to the commit"
+        );
+        assert_eq!(match_ref(&refs(), "refs/heads/main").map(|r| r.0), Some("a".repeat(40)));
+        assert_eq!(match_ref(&refs(), "nope"), None);
+    }
+
+    #[test]
+    fn directory_names_are_stable_and_hide_credentials() {
+        let a = dir_name("https://bot:secret@git.example/org/app.git");
+        assert_eq!(a, dir_name("https://bot:secret@git.example/org/app.git"));
+        assert!(!a.contains("secret") && a.starts_with("app.git-"), "{a}");
+        assert_ne!(a, dir_name("https://git.example/org/app.git"));
+    }
+}

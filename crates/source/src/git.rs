@@ -1,0 +1,276 @@
+//! Running `git` safely: an isolated configuration, credentials in the environment, a timeout, and
+//! redacted error messages.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine;
+
+use crate::{Credentials, Result, SourceError};
+
+/// Remove credentials from `text`: `scheme://user:password@host` becomes `scheme://user:***@host`,
+/// and every given secret value is replaced.
+pub fn redact(text: &str, secrets: &[&str]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || c == '/' || c == '\'' || c == '"')
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                let userinfo = &authority[..at];
+                let user = userinfo.split(':').next().unwrap_or("");
+                if userinfo.contains(':') {
+                    out.push_str(user);
+                    out.push_str(":***");
+                } else {
+                    out.push_str(userinfo);
+                }
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        out = out.replace(secret, "***");
+    }
+    out
+}
+
+/// Whether `url` is a transport Capstan accepts.
+pub fn check_url(url: &str) -> Result<()> {
+    let ok = ["https://", "http://", "ssh://", "git://", "file://"]
+        .iter()
+        .any(|p| url.starts_with(p))
+        || is_scp_like(url)
+        || url.starts_with('/');
+    if ok && !url.starts_with('-') {
+        Ok(())
+    } else {
+        Err(SourceError::UnsupportedUrl(url.to_string()))
+    }
+}
+
+fn is_scp_like(url: &str) -> bool {
+    // user@host:path, without a scheme
+    match (url.find('@'), url.find(':')) {
+        (Some(at), Some(colon)) => at < colon && !url.contains("://"),
+        _ => false,
+    }
+}
+
+/// One git invocation against `url`.
+pub struct GitCommand<'a> {
+    pub url: &'a str,
+    pub credentials: &'a Credentials,
+    pub timeout: Duration,
+    pub operation: &'a str,
+}
+
+impl GitCommand<'_> {
+    /// Run `git ARGS` in `dir`; returns stdout.
+    pub async fn run(&self, dir: Option<&Path>, args: &[&str]) -> Result<Vec<u8>> {
+        let scratch = tempdir_for_ssh(self.credentials)?;
+        let mut cmd = tokio::process::Command::new("git");
+        cmd.args(args)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ASKPASS", "/bin/false")
+            .env("SSH_ASKPASS", "/bin/false")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(dir) = dir {
+            cmd.current_dir(dir);
+        }
+        let mut config: Vec<(String, String)> = vec![("credential.helper".into(), String::new())];
+        if let (Some(user), Some(password)) = (&self.credentials.username, &self.credentials.password) {
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            config.push(("http.extraHeader".into(), format!("Authorization: Basic {token}")));
+        } else if let Some(password) = &self.credentials.password {
+            config.push(("http.extraHeader".into(), format!("Authorization: Bearer {password}")));
+        }
+        if self.credentials.insecure {
+            config.push(("http.sslVerify".into(), "false".into()));
+        }
+        // GIT_CONFIG_COUNT passes configuration without putting secrets on the command line.
+        cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
+        for (i, (key, value)) in config.iter().enumerate() {
+            cmd.env(format!("GIT_CONFIG_KEY_{i}"), key)
+                .env(format!("GIT_CONFIG_VALUE_{i}"), value);
+        }
+        if let Some(dir) = &scratch {
+            cmd.env("GIT_SSH_COMMAND", ssh_command(dir.path(), self.credentials));
+        } else {
+            cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes");
+        }
+        let secrets = self.credentials.secrets();
+        let url = redact(self.url, &secrets);
+        let child = cmd.spawn().map_err(|e| SourceError::Git {
+            operation: self.operation.into(),
+            url: url.clone(),
+            message: format!("cannot run git: {e} (is git installed? run scripts/setup.sh)"),
+        })?;
+        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(out) => out.map_err(SourceError::io(format!("waiting for git ({})", self.operation)))?,
+            Err(_) => {
+                return Err(SourceError::Timeout {
+                    operation: self.operation.into(),
+                    url,
+                    seconds: self.timeout.as_secs(),
+                });
+            }
+        };
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let message = stderr
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(SourceError::Git {
+                operation: self.operation.into(),
+                url,
+                message: redact(if message.is_empty() { "git failed" } else { &message }, &secrets),
+            });
+        }
+        Ok(output.stdout)
+    }
+}
+
+fn tempdir_for_ssh(creds: &Credentials) -> Result<Option<tempfile_lite::TempDir>> {
+    if creds.ssh_private_key.is_none() && creds.known_hosts.is_none() {
+        return Ok(None);
+    }
+    let dir = tempfile_lite::TempDir::new().map_err(SourceError::io("creating a directory for ssh credentials"))?;
+    if let Some(key) = &creds.ssh_private_key {
+        let mut key = key.clone();
+        if !key.ends_with('\n') {
+            key.push('\n');
+        }
+        dir.write("id", &key).map_err(SourceError::io("writing the ssh key"))?;
+    }
+    if let Some(hosts) = &creds.known_hosts {
+        dir.write("known_hosts", hosts)
+            .map_err(SourceError::io("writing known_hosts"))?;
+    }
+    Ok(Some(dir))
+}
+
+fn ssh_command(dir: &Path, creds: &Credentials) -> String {
+    let mut cmd = String::from("ssh -o BatchMode=yes -o IdentitiesOnly=yes");
+    if creds.ssh_private_key.is_some() {
+        cmd.push_str(&format!(" -i '{}'", dir.join("id").display()));
+    }
+    if creds.insecure {
+        cmd.push_str(" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null");
+    } else {
+        let known = if creds.known_hosts.is_some() {
+            dir.join("known_hosts")
+        } else {
+            "/dev/null".into()
+        };
+        cmd.push_str(&format!(
+            " -o StrictHostKeyChecking=yes -o UserKnownHostsFile='{}'",
+            known.display()
+        ));
+    }
+    cmd
+}
+
+/// A private temporary directory (mode 0700, files 0600), removed on drop.
+///
+/// Small and local because the only need is a place for an ssh key for the lifetime of one git
+/// process; the `tempfile` crate is kept a dev-dependency.
+mod tempfile_lite {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::path::{Path, PathBuf};
+
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new() -> std::io::Result<Self> {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static COUNTER: AtomicU64 = AtomicU64::new(0);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let name = format!(
+                "capstan-ssh-{}-{nanos}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            );
+            let path = std::env::temp_dir().join(name);
+            std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+            Ok(TempDir(path))
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+
+        pub fn write(&self, name: &str, contents: &str) -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(self.0.join(name))?;
+            f.write_all(contents.as_bytes())
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_userinfo_and_secret_values() {
+        assert_eq!(
+            redact(
+                "fatal: unable to access 'https://bot:tok3n@git.example/r.git/': 403",
+                &[]
+            ),
+            "fatal: unable to access 'https://bot:***@git.example/r.git/': 403"
+        );
+        assert_eq!(redact("ssh://git@host/r.git", &[]), "ssh://git@host/r.git");
+        assert_eq!(redact("the password is hunter22", &["hunter22"]), "the password is ***");
+        assert_eq!(redact("no urls here", &[]), "no urls here");
+    }
+
+    #[test]
+    fn accepts_the_supported_transports_only() {
+        for ok in [
+            "https://h/r.git",
+            "http://127.0.0.1:1/r.git",
+            "ssh://git@h/r",
+            "git@h:org/r.git",
+            "git://h/r",
+            "file:///tmp/r",
+        ] {
+            assert!(check_url(ok).is_ok(), "{ok}");
+        }
+        for bad in ["ftp://h/r", "--upload-pack=evil", "r.git"] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+}

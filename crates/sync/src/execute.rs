@@ -1,0 +1,536 @@
+//! Running a sync plan against a cluster.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use capstan_api::application::ResourceResult;
+use capstan_compare::annotations::{self, DeletePolicy, Phase};
+use capstan_compare::diff::FIELD_MANAGER;
+use capstan_compare::{Comparison, ObjectKey, ResourceState, describe_kube_error};
+use capstan_health::HealthCode;
+use futures::{StreamExt, stream};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::plan::{self, Action, PlanOptions, Task};
+
+/// How many objects of one wave are applied at once.
+const PARALLELISM: usize = 16;
+
+/// Options of one sync operation.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// Delete tracked objects that are no longer in Git.
+    pub prune: bool,
+    /// Validate with the API server, change nothing.
+    pub dry_run: bool,
+    /// Prune after everything else.
+    pub prune_last: bool,
+    /// Apply only OutOfSync objects.
+    pub apply_out_of_sync_only: bool,
+    /// Create the destination namespace if it is missing.
+    pub create_namespace: bool,
+    /// The destination namespace.
+    pub destination_namespace: String,
+    /// Only these objects (all when empty).
+    pub selected: Vec<ObjectKey>,
+    /// How long one wave may take to become healthy (and a hook to complete).
+    pub wave_timeout: Duration,
+    /// Hook tasks (`PHASE:KEY`) already completed by an interrupted run of this operation.
+    pub completed_hooks: HashSet<String>,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        Self {
+            prune: false,
+            dry_run: false,
+            prune_last: false,
+            apply_out_of_sync_only: false,
+            create_namespace: false,
+            destination_namespace: String::new(),
+            selected: Vec::new(),
+            wave_timeout: Duration::from_secs(600),
+            completed_hooks: HashSet::new(),
+        }
+    }
+}
+
+/// Progress of a running sync.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// What is happening now (names the object being waited for).
+    pub message: String,
+    /// Results so far.
+    pub results: Vec<ResourceResult>,
+}
+
+/// The end of a sync.
+#[derive(Debug, Clone)]
+pub struct SyncOutcome {
+    /// Whether every task succeeded.
+    pub succeeded: bool,
+    /// Summary or the first error.
+    pub message: String,
+    /// Per-object results.
+    pub results: Vec<ResourceResult>,
+}
+
+/// Run the sync of `comparison`. Progress is published on `progress` when given.
+pub async fn execute(
+    client: &kube::Client,
+    comparison: &Comparison,
+    opts: &SyncOptions,
+    progress: Option<&watch::Sender<Progress>>,
+) -> SyncOutcome {
+    let resources = &comparison.resources;
+    let plan_opts = PlanOptions {
+        prune: opts.prune,
+        prune_last: opts.prune_last,
+        apply_out_of_sync_only: opts.apply_out_of_sync_only,
+        selected: opts.selected.clone(),
+    };
+    let tasks = match plan::plan(resources, &plan_opts) {
+        Ok(t) => t,
+        Err(message) => return failed(message, Vec::new()),
+    };
+    // Refuse before anything is applied.
+    for t in &tasks {
+        if let Some(other) = &resources[t.index].owned_by_other {
+            return failed(
+                format!("refusing to take over {}: it is tracked by Application {other}", t.key),
+                Vec::new(),
+            );
+        }
+    }
+    let mut run = Run {
+        client,
+        resources,
+        opts,
+        progress,
+        results: Vec::new(),
+    };
+    if opts.create_namespace
+        && !opts.destination_namespace.is_empty()
+        && !opts.dry_run
+        && let Err(message) = ensure_namespace(client, &opts.destination_namespace).await
+    {
+        return failed(message, Vec::new());
+    }
+    let (main, sync_fail): (Vec<Task>, Vec<Task>) = tasks.into_iter().partition(|t| t.phase != Phase::SyncFail);
+    let groups = plan::waves(&main);
+    let group_count = groups.len();
+    for (i, group) in groups.into_iter().enumerate() {
+        let last = i + 1 == group_count;
+        if let Err(message) = run.stage(group, last).await {
+            let mut message = message;
+            if !sync_fail.is_empty() && !opts.dry_run {
+                run.report("running SyncFail hooks");
+                for group in plan::waves(&sync_fail) {
+                    if let Err(hook_err) = run.stage(group, true).await {
+                        message.push_str(&format!("; SyncFail hook failed too: {hook_err}"));
+                        break;
+                    }
+                }
+            }
+            return failed(message, run.results);
+        }
+    }
+    let applied = run.results.iter().filter(|r| r.status == "Synced").count();
+    let pruned = run.results.iter().filter(|r| r.status == "Pruned").count();
+    let message = if opts.dry_run {
+        format!("dry run: {applied} objects would be applied, {pruned} pruned")
+    } else {
+        format!("successfully synced ({applied} applied, {pruned} pruned)")
+    };
+    SyncOutcome {
+        succeeded: true,
+        message,
+        results: run.results,
+    }
+}
+
+fn failed(message: String, results: Vec<ResourceResult>) -> SyncOutcome {
+    SyncOutcome {
+        succeeded: false,
+        message,
+        results,
+    }
+}
+
+struct Run<'a> {
+    client: &'a kube::Client,
+    resources: &'a [ResourceState],
+    opts: &'a SyncOptions,
+    progress: Option<&'a watch::Sender<Progress>>,
+    results: Vec<ResourceResult>,
+}
+
+impl Run<'_> {
+    fn report(&self, message: impl Into<String>) {
+        if let Some(tx) = self.progress {
+            let _ = tx.send(Progress {
+                message: message.into(),
+                results: self.results.clone(),
+            });
+        }
+    }
+
+    /// Run one (phase, wave) group in parallel, then wait for it to be healthy unless it is the last.
+    async fn stage(&mut self, group: &[Task], last: bool) -> Result<(), String> {
+        let Some(first) = group.first() else { return Ok(()) };
+        self.report(format!(
+            "{} wave {}: {} task(s)",
+            first.phase.as_str(),
+            display_wave(first),
+            group.len()
+        ));
+        let this = &*self;
+        // Indices, not references, as stream items: keeps the future `Send` for every lifetime.
+        let outcomes: Vec<(usize, Result<String, String>)> = stream::iter(0..group.len())
+            .map(|i| {
+                let task = &group[i];
+                async move { (i, this.task(task).await) }
+            })
+            .buffer_unordered(PARALLELISM)
+            .collect()
+            .await;
+        let mut outcomes = outcomes;
+        outcomes.sort_by_key(|(i, _)| *i);
+        let mut first_error = None;
+        let mut to_wait = Vec::new();
+        for (i, outcome) in outcomes {
+            let task = &group[i];
+            let (status, message) = match &outcome {
+                Ok(status) => (status.clone(), String::new()),
+                Err(message) => ("SyncFailed".to_string(), message.clone()),
+            };
+            if outcome.is_ok() && task.action == Action::Apply {
+                to_wait.push(task);
+            }
+            if let Err(message) = &outcome
+                && first_error.is_none()
+            {
+                first_error = Some(format!("{} {}: {message}", verb(task.action), task.key));
+            }
+            self.results
+                .push(result(task, &self.resources[task.index], &status, &message));
+        }
+        if let Some(err) = first_error {
+            return Err(err);
+        }
+        if !last && !self.opts.dry_run && !to_wait.is_empty() {
+            self.wait_healthy(&to_wait).await?;
+        }
+        Ok(())
+    }
+
+    async fn task(&self, task: &Task) -> Result<String, String> {
+        let state = &self.resources[task.index];
+        match task.action {
+            Action::Apply => apply(self.client, state, self.opts.dry_run)
+                .await
+                .map(|_| "Synced".to_string()),
+            Action::Prune => prune(self.client, state, self.opts.dry_run).await,
+            Action::Hook => {
+                let id = format!("{}:{}", task.phase.as_str(), task.key);
+                if self.opts.completed_hooks.contains(&id) {
+                    return Ok("Synced".into());
+                }
+                if self.opts.dry_run {
+                    return Ok("Skipped".into());
+                }
+                run_hook(self.client, state, self.opts.wave_timeout, |m| self.report(m))
+                    .await
+                    .map(|_| "Synced".into())
+            }
+        }
+    }
+
+    async fn wait_healthy(&self, tasks: &[&Task]) -> Result<(), String> {
+        let deadline = Instant::now() + self.opts.wave_timeout;
+        let mut pending: Vec<&Task> = tasks.to_vec();
+        loop {
+            let checks: Vec<(usize, Option<(HealthCode, String)>)> = stream::iter(0..pending.len())
+                .map(|i| {
+                    let state = &self.resources[pending[i].index];
+                    async move { (i, health_of(self.client, state).await) }
+                })
+                .buffer_unordered(PARALLELISM)
+                .collect()
+                .await;
+            let mut still = Vec::new();
+            let mut waiting_on = None;
+            let mut checks = checks;
+            checks.sort_by_key(|(i, _)| *i);
+            for (i, health) in checks {
+                let healthy = matches!(health, Some((HealthCode::Healthy | HealthCode::Suspended, _)));
+                if !healthy {
+                    if waiting_on.is_none() {
+                        let (code, msg) = health.unwrap_or((HealthCode::Missing, "not found".into()));
+                        let detail = if msg.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {msg}")
+                        };
+                        waiting_on = Some(format!("{} ({}{detail})", pending[i].key, code.as_str()));
+                    }
+                    still.push(pending[i]);
+                }
+            }
+            if still.is_empty() {
+                return Ok(());
+            }
+            let waiting_on = waiting_on.unwrap_or_default();
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "wave did not become healthy within {} s: waiting for {waiting_on}",
+                    self.opts.wave_timeout.as_secs()
+                ));
+            }
+            self.report(format!(
+                "waiting for healthy state of {waiting_on}{}",
+                more(still.len())
+            ));
+            pending = still;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+fn more(n: usize) -> String {
+    if n > 1 {
+        format!(" and {} more", n - 1)
+    } else {
+        String::new()
+    }
+}
+
+fn display_wave(t: &Task) -> String {
+    if t.action == Action::Prune {
+        "prune".into()
+    } else {
+        t.wave.to_string()
+    }
+}
+
+fn verb(action: Action) -> &'static str {
+    match action {
+        Action::Apply => "applying",
+        Action::Hook => "hook",
+        Action::Prune => "pruning",
+    }
+}
+
+fn result(task: &Task, state: &ResourceState, status: &str, message: &str) -> ResourceResult {
+    ResourceResult {
+        group: task.key.group.clone(),
+        kind: task.key.kind.clone(),
+        namespace: task.key.namespace.clone(),
+        name: task.key.name.clone(),
+        status: status.to_string(),
+        message: message.to_string(),
+        sync_phase: task.phase.as_str().to_string(),
+        sync_wave: state.wave,
+    }
+}
+
+fn api_for(client: &kube::Client, state: &ResourceState, namespace: &str) -> Api<DynamicObject> {
+    if state.info.namespaced {
+        Api::namespaced_with(client.clone(), namespace, &state.info.resource)
+    } else {
+        Api::all_with(client.clone(), &state.info.resource)
+    }
+}
+
+/// Server-side apply (or replace, with `Replace=true`), retrying briefly while a just-created CRD's
+/// kind is not yet served.
+async fn apply(client: &kube::Client, state: &ResourceState, dry_run: bool) -> Result<(), String> {
+    let Some(desired) = &state.desired else { return Ok(()) };
+    let api = api_for(client, state, &state.key.namespace);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let res = if annotations::has_sync_option(desired, "Replace=true") {
+            replace(&api, state, desired, dry_run).await
+        } else {
+            let mut pp = PatchParams::apply(FIELD_MANAGER).force();
+            if dry_run {
+                pp = pp.dry_run();
+            }
+            api.patch(&state.key.name, &pp, &Patch::Apply(desired))
+                .await
+                .map(|_| ())
+        };
+        match res {
+            Ok(()) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(describe_kube_error(&e)),
+        }
+    }
+}
+
+async fn replace(
+    api: &Api<DynamicObject>,
+    state: &ResourceState,
+    desired: &Value,
+    dry_run: bool,
+) -> Result<(), kube::Error> {
+    let mut obj: DynamicObject = serde_json::from_value(desired.clone()).map_err(kube::Error::SerdeError)?;
+    let pp = PostParams {
+        dry_run,
+        field_manager: Some(FIELD_MANAGER.into()),
+    };
+    match api.get_opt(&state.key.name).await? {
+        Some(live) => {
+            obj.metadata.resource_version = live.metadata.resource_version;
+            api.replace(&state.key.name, &pp, &obj).await.map(|_| ())
+        }
+        None => api.create(&pp, &obj).await.map(|_| ()),
+    }
+}
+
+async fn prune(client: &kube::Client, state: &ResourceState, dry_run: bool) -> Result<String, String> {
+    let live = state.live.as_ref();
+    if live.is_some_and(|l| annotations::has_sync_option(l, "Prune=false")) {
+        return Ok("PruneSkipped".into());
+    }
+    let api = api_for(client, state, &state.key.namespace);
+    let dp = DeleteParams {
+        dry_run,
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    match api.delete(&state.key.name, &dp).await {
+        Ok(_) => Ok("Pruned".into()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok("Pruned".into()),
+        Err(e) => Err(describe_kube_error(&e)),
+    }
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), String> {
+    use k8s_namespace::*;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &namespace_resource());
+    match api.get_opt(name).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => {
+            let ns: DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+            }))
+            .map_err(|e| e.to_string())?;
+            match api.create(&PostParams::default(), &ns).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(format!("creating namespace {name}: {}", describe_kube_error(&e))),
+            }
+        }
+        Err(e) => Err(format!("reading namespace {name}: {}", describe_kube_error(&e))),
+    }
+}
+
+mod k8s_namespace {
+    use kube::core::GroupVersionKind;
+    use kube::discovery::ApiResource;
+
+    pub fn namespace_resource() -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Namespace"), "namespaces")
+    }
+}
+
+/// Current health of the object of `state`, or None when it does not exist.
+async fn health_of(client: &kube::Client, state: &ResourceState) -> Option<(HealthCode, String)> {
+    let api = api_for(client, state, &state.key.namespace);
+    let obj = api.get_opt(&state.key.name).await.ok()??;
+    let value = serde_json::to_value(obj).ok()?;
+    let h = capstan_health::assess(&value);
+    Some((h.code, h.message))
+}
+
+/// Create a hook and wait for it to complete; delete it according to its policy.
+async fn run_hook(
+    client: &kube::Client,
+    state: &ResourceState,
+    timeout: Duration,
+    report: impl Fn(String),
+) -> Result<(), String> {
+    let Some(desired) = &state.desired else { return Ok(()) };
+    let policies = annotations::delete_policies(desired);
+    let api = api_for(client, state, &state.key.namespace);
+    let generate = desired
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .is_none();
+    let name = if generate {
+        let obj: DynamicObject = serde_json::from_value(desired.clone()).map_err(|e| e.to_string())?;
+        let created = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .map_err(|e| describe_kube_error(&e))?;
+        created.metadata.name.unwrap_or_default()
+    } else {
+        let name = state.key.name.clone();
+        if policies.contains(&DeletePolicy::BeforeHookCreation) {
+            delete_and_wait(&api, &name).await?;
+        }
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&name, &pp, &Patch::Apply(desired))
+            .await
+            .map_err(|e| describe_kube_error(&e))?;
+        name
+    };
+    let deadline = Instant::now() + timeout;
+    let outcome = loop {
+        let live = api.get_opt(&name).await.map_err(|e| describe_kube_error(&e))?;
+        let Some(live) = live else {
+            break Err(format!("hook {name} disappeared before completing"));
+        };
+        let value = serde_json::to_value(live).map_err(|e| e.to_string())?;
+        let health = capstan_health::assess(&value);
+        match health.code {
+            HealthCode::Healthy => break Ok(()),
+            HealthCode::Degraded => break Err(format!("hook {name} failed: {}", health.message)),
+            _ if Instant::now() > deadline => {
+                break Err(format!("hook {name} did not complete within {} s", timeout.as_secs()));
+            }
+            _ => {
+                report(format!("waiting for hook {}/{name} to complete", state.key.kind));
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    let delete = match &outcome {
+        Ok(()) => policies.contains(&DeletePolicy::HookSucceeded),
+        Err(_) => policies.contains(&DeletePolicy::HookFailed),
+    };
+    if delete {
+        let dp = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        let _ = api.delete(&name, &dp).await;
+    }
+    outcome
+}
+
+async fn delete_and_wait(api: &Api<DynamicObject>, name: &str) -> Result<(), String> {
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..Default::default()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(describe_kube_error(&e)),
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if api.get_opt(name).await.map_err(|e| describe_kube_error(&e))?.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!("previous hook {name} was not deleted within 60 s"))
+}

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Start the Capstan playground with the examples deployed, and run the controller in the foreground.
+# `make playground` runs it after scripts/setup.sh and `cargo build --release --locked`.
+#
+#   1. `capstan local up` (control plane + simulated nodes) and `capstan install` (CRDs, namespace, RBAC)
+#   2. publish examples/ as the git repository git://127.0.0.1:PORT/examples.git (branch `main`),
+#      served by `git daemon` on a free loopback port, in the background and in its own session
+#   3. apply the Applications in examples/apps/ (namespace `capstan`), pointed at that repository
+#   4. exec `capstan controller` (Ctrl-C stops it; `make playground-down` stops everything else)
+#
+# Environment:
+#   PLAYGROUND_DIR            playground directory (default .capstan/local in the repository)
+#   CAPSTAN                   capstan binary (default ${CARGO_TARGET_DIR:-target}/release/capstan)
+#   CAPSTAN_CACHE             tool cache of scripts/setup.sh (default ~/.cache/capstan)
+#   PLAYGROUND_NO_CONTROLLER  if 1, stop after step 3 and print the controller command instead
+#
+# Idempotent: on a running playground nothing is restarted; the examples repository gets a new commit
+# only when examples/ changed, and a git daemon still running from an earlier run is reused (its pid
+# file, DIR/run/git-daemon.pid, holds "PID STARTTICKS" so `capstan local down` stops exactly it).
+set -euo pipefail
+
+# Resolve paths given by the caller against the caller's directory, then work from the repository root.
+abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ -n "${PLAYGROUND_DIR:-}" ]; then DIR=$(abspath "$PLAYGROUND_DIR"); else DIR="$ROOT/.capstan/local"; fi
+if [ -n "${CAPSTAN:-}" ]; then CAPSTAN=$(abspath "$CAPSTAN"); else CAPSTAN="${CARGO_TARGET_DIR:-target}/release/capstan"; fi
+cd "$ROOT"
+CAPSTAN=$(abspath "$CAPSTAN")
+CACHE="${CAPSTAN_CACHE:-$HOME/.cache/capstan}"
+KUBECTL="$CACHE/bin/kubectl"
+KUBECONFIG_FILE="$DIR/kubeconfig"
+GIT_BASE="$DIR/git"
+BARE="$GIT_BASE/examples.git"
+PORT_FILE="$GIT_BASE/port"
+PID_FILE="$DIR/run/git-daemon.pid"
+DAEMON_LOG="$DIR/logs/git-daemon.log"
+
+step() { printf '\n==> %s\n' "$*"; }
+info() { printf '    %s\n' "$*"; }
+die() { printf 'playground: error: %s\n' "$*" >&2; exit 1; }
+
+[ -x "$CAPSTAN" ] || die "$CAPSTAN not found; build it with: cargo build --release --locked"
+[ -x "$KUBECTL" ] || die "$KUBECTL not found; run: bash scripts/setup.sh"
+[ -d examples/apps ] || die "examples/apps not found in $ROOT"
+command -v git >/dev/null || die "git not found; run: bash scripts/setup.sh"
+mkdir -p "$DIR"
+
+# --- 1. control plane --------------------------------------------------------------------------------
+step "Starting the control plane in $DIR"
+"$CAPSTAN" local up --dir "$DIR"
+step "Installing Capstan's CRDs, namespace and RBAC"
+"$CAPSTAN" install --kubeconfig "$KUBECONFIG_FILE"
+mkdir -p "$GIT_BASE" "$DIR/run" "$DIR/logs"
+
+# --- 2. examples/ as a git repository ----------------------------------------------------------------
+step "Publishing examples/ to $BARE (branch main)"
+if [ ! -f "$BARE/HEAD" ]; then
+  git init -q --bare "$BARE"
+fi
+git --git-dir="$BARE" symbolic-ref HEAD refs/heads/main
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/capstan-examples.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+wgit() {
+  git -C "$WORK" -c user.name="Capstan playground" -c user.email=playground@capstan.invalid \
+    -c commit.gpgsign=false -c core.hooksPath=/dev/null "$@"
+}
+wgit init -q
+wgit checkout -q -b main
+if git --git-dir="$BARE" rev-parse -q --verify refs/heads/main >/dev/null; then
+  # Start from the published commit, so an unchanged examples/ keeps its revision.
+  wgit fetch -q "$BARE" main
+  wgit reset -q FETCH_HEAD
+fi
+cp -a examples/. "$WORK/"
+wgit add -A
+if wgit rev-parse -q --verify HEAD >/dev/null && wgit diff --cached --quiet; then
+  info "unchanged since the last run"
+else
+  wgit commit -q -m "Publish examples/ (capstan $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%FT%TZ))"
+fi
+wgit push -q --force "$BARE" HEAD:refs/heads/main
+info "main is at $(git --git-dir="$BARE" rev-parse --short refs/heads/main)"
+
+# Start time (field 22 of /proc/PID/stat) of a live process, or nothing. The command name (field 2)
+# may hold spaces and parentheses, so the fields are counted after its last ')'.
+start_ticks() {
+  local stat rest fields
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  rest=${stat##*) }
+  read -r -a fields <<<"$rest"
+  case "${fields[0]}" in Z | X) return 1 ;; esac
+  printf '%s\n' "${fields[19]}"
+}
+
+# The pid in PID_FILE if that very process (same start time) still runs.
+running_daemon() {
+  local pid ticks now
+  [ -f "$PID_FILE" ] || return 1
+  read -r pid ticks _ <"$PID_FILE" || [ -n "${ticks:-}" ] || return 1
+  [[ "$pid" =~ ^[0-9]+$ && "$ticks" =~ ^[0-9]+$ ]] || return 1
+  now=$(start_ticks "$pid") || return 1
+  [ "$now" = "$ticks" ] || return 1
+  printf '%s\n' "$pid"
+}
+
+serves() { # port
+  timeout 5 git ls-remote --heads "git://127.0.0.1:$1/examples.git" >/dev/null 2>&1
+}
+
+free_port() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+    return
+  fi
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      printf '%s\n' "$p"
+      return
+    fi
+  done
+  die "no free loopback port found"
+}
+
+step "Serving $GIT_BASE over git://"
+PORT=""
+if pid=$(running_daemon); then
+  port=$(cat "$PORT_FILE" 2>/dev/null || true)
+  if [[ "$port" =~ ^[0-9]+$ ]] && serves "$port"; then
+    PORT=$port
+    info "reusing git daemon $pid on port $PORT"
+  else
+    info "git daemon $pid does not answer on port '${port}': stopping it"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do running_daemon >/dev/null || break; sleep 0.1; done
+    if running_daemon >/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+    rm -f "$PID_FILE"
+  fi
+fi
+if [ -z "$PORT" ]; then
+  rm -f "$PID_FILE" "$PORT_FILE"
+  # git-daemon itself rather than the `git` wrapper, so the recorded pid is the server's.
+  DAEMON=(git daemon)
+  if [ -x "$(git --exec-path)/git-daemon" ]; then DAEMON=("$(git --exec-path)/git-daemon"); fi
+  for attempt in 1 2 3 4 5; do
+    port=$(free_port)
+    printf '%s starting git daemon on 127.0.0.1:%s\n' "$(date -u +%FT%TZ)" "$port" >>"$DAEMON_LOG"
+    # A background job of a non-interactive shell is not a process-group leader, so setsid does not
+    # fork and $! is the daemon itself, in its own session: Ctrl-C on the controller leaves it alone.
+    setsid "${DAEMON[@]}" --reuseaddr --export-all --listen=127.0.0.1 --port="$port" \
+      --base-path="$GIT_BASE" "$GIT_BASE" </dev/null >>"$DAEMON_LOG" 2>&1 &
+    pid=$!
+    ticks=$(start_ticks "$pid" || echo 0)
+    printf '%s %s\n' "$pid" "$ticks" >"$PID_FILE"
+    for _ in $(seq 100); do
+      if serves "$port"; then PORT=$port; break; fi
+      running_daemon >/dev/null || break
+      sleep 0.1
+    done
+    if [ -n "$PORT" ]; then break; fi
+    info "git daemon on port $port did not come up (attempt $attempt); log: $DAEMON_LOG"
+    if running_daemon >/dev/null; then kill -TERM "$pid" 2>/dev/null || true; fi
+    wait "$pid" 2>/dev/null || true
+    rm -f "$PID_FILE"
+  done
+  [ -n "$PORT" ] || { tail -n 20 "$DAEMON_LOG" >&2; die "git daemon did not start"; }
+  printf '%s\n' "$PORT" >"$PORT_FILE"
+  info "git daemon $pid listening on 127.0.0.1:$PORT (log: $DAEMON_LOG, pid file: $PID_FILE)"
+fi
+REPO_URL="git://127.0.0.1:$PORT/examples.git"
+info "repository: $REPO_URL"
+
+# --- 3. the example Applications ---------------------------------------------------------------------
+step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
+for f in examples/apps/*.yaml; do
+  sed "s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
+done
+
+# --- 4. the controller -------------------------------------------------------------------------------
+CONTROLLER=("$CAPSTAN" controller --kubeconfig "$KUBECONFIG_FILE" --log info)
+cat <<EOF
+
+Playground ready. In another terminal, try:
+  export KUBECONFIG=$KUBECONFIG_FILE
+  export PATH="$(dirname "$CAPSTAN"):$CACHE/bin:\$PATH"
+  capstan app list
+  capstan app get guestbook
+  kubectl get pods -A
+Edit something under examples/ and run \`make playground\` again to publish a new commit.
+EOF
+if [ "${PLAYGROUND_NO_CONTROLLER:-0}" = 1 ]; then
+  cat <<EOF
+
+PLAYGROUND_NO_CONTROLLER=1: not starting the controller. Start it with:
+  ${CONTROLLER[*]}
+Stop everything with: make playground-down (or $CAPSTAN local down --dir $DIR)
+EOF
+  exit 0
+fi
+if ! "$CAPSTAN" controller --help >/dev/null 2>&1; then
+  die "this build of capstan has no 'controller' subcommand (rerun with PLAYGROUND_NO_CONTROLLER=1 to skip it)"
+fi
+cat <<EOF
+Stop the controller with Ctrl-C, then everything else with: make playground-down
+
+==> Running the controller: ${CONTROLLER[*]}
+EOF
+rm -rf "$WORK"
+trap - EXIT
+exec "${CONTROLLER[@]}"
