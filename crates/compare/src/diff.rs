@@ -67,6 +67,9 @@ pub struct ResourceState {
     pub wave: i64,
     /// Tracked by another Application (its tracking id).
     pub owned_by_other: Option<String>,
+    /// Why the server-side dry run refused the desired object (it is then OutOfSync; a sync will
+    /// fail on it with the same message).
+    pub error: Option<String>,
 }
 
 /// The comparison of one Application.
@@ -147,6 +150,7 @@ pub async fn compare(
             hook,
             wave,
             owned_by_other,
+            error: None,
         };
         if !hook
             && state.owned_by_other.is_none()
@@ -189,6 +193,7 @@ pub async fn compare(
                 hook: false,
                 wave,
                 owned_by_other: None,
+                error: None,
             },
         );
     }
@@ -206,7 +211,16 @@ pub async fn compare(
     .await;
     for (key, predicted) in results {
         let Some(state) = states.get_mut(&key) else { continue };
-        let predicted = predicted?;
+        let predicted = match predicted {
+            Ok(p) => p,
+            // The API server refuses the object: OutOfSync, and the sync will say why.
+            Err(CompareError::Kube { message, .. }) => {
+                state.sync = SyncCode::OutOfSync;
+                state.error = Some(message);
+                continue;
+            }
+            Err(other) => return Err(other),
+        };
         let rules = rules_for(ignore, &key);
         let same = match &state.live {
             Some(live) => comparable(&without(&predicted, &rules)) == comparable(&without(live, &rules)),

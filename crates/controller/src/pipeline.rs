@@ -359,9 +359,13 @@ pub fn summarize(comparison: &Comparison) -> (Vec<ResourceStatus>, HealthStatus)
         .iter()
         .filter(|r| !r.hook)
         .map(|r| {
-            let health = match &r.live {
-                Some(live) => capstan_health::assess(live),
-                None => capstan_health::Health {
+            let health = match (&r.live, &r.error) {
+                (_, Some(error)) => capstan_health::Health {
+                    code: HealthCode::Degraded,
+                    message: format!("refused by the API server: {error}"),
+                },
+                (Some(live), None) => capstan_health::assess(live),
+                (None, None) => capstan_health::Health {
                     code: HealthCode::Missing,
                     message: "not found in the cluster".into(),
                 },

@@ -208,6 +208,7 @@ mod tests {
             hook,
             wave,
             owned_by_other: None,
+            error: None,
         }
     }
 

@@ -1,0 +1,266 @@
+//! Shared set-up for the controller's end-to-end tests: a real control plane, a real git server,
+//! Capstan's CRDs, and the controller running in-process.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use capstan_api::Application;
+use capstan_testkit::{GitServer, TestCluster};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+pub struct Env {
+    pub cluster: TestCluster,
+    pub git: GitServer,
+    pub client: kube::Client,
+    pub apps: Api<Application>,
+    controller: Option<tokio::task::JoinHandle<()>>,
+    cache: tempfile::TempDir,
+    pub wave_timeout: Duration,
+}
+
+impl Env {
+    pub async fn start() -> anyhow::Result<Env> {
+        Self::start_with(Duration::from_secs(120)).await
+    }
+
+    pub async fn start_with(wave_timeout: Duration) -> anyhow::Result<Env> {
+        capstan_testkit::init_logging();
+        let cluster = TestCluster::start().await?;
+        let git = GitServer::start().await?;
+        let client = cluster.client().await?;
+        install(&client).await?;
+        let apps = Api::namespaced(client.clone(), "capstan");
+        let mut env = Env {
+            cluster,
+            git,
+            client,
+            apps,
+            controller: None,
+            cache: tempfile::tempdir()?,
+            wave_timeout,
+        };
+        env.start_controller();
+        Ok(env)
+    }
+
+    /// Start (or restart) the in-process controller.
+    pub fn start_controller(&mut self) {
+        let config = capstan_controller::Config {
+            cache_dir: self.cache.path().to_path_buf(),
+            wave_timeout: self.wave_timeout,
+            ..Default::default()
+        };
+        let client = self.client.clone();
+        self.controller = Some(tokio::spawn(async move {
+            if let Err(err) = capstan_controller::run(client, config, std::future::pending()).await {
+                eprintln!("controller stopped: {err}");
+            }
+        }));
+    }
+
+    /// Kill the controller at once, as a crash would.
+    pub async fn kill_controller(&mut self) {
+        if let Some(task) = self.controller.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    pub async fn create_app(&self, app: Value) -> anyhow::Result<()> {
+        let name = app["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let pp = PatchParams::apply("test").force();
+        self.apps.patch(&name, &pp, &Patch::Apply(app)).await?;
+        Ok(())
+    }
+
+    pub async fn app(&self, name: &str) -> anyhow::Result<Application> {
+        Ok(self.apps.get(name).await?)
+    }
+
+    pub async fn annotate(&self, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        self.apps
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn refresh(&self, name: &str) -> anyhow::Result<()> {
+        self.annotate(name, "capstan.dev/refresh", "normal").await
+    }
+
+    pub async fn request(&self, name: &str, op: Value) -> anyhow::Result<()> {
+        self.annotate(name, "capstan.dev/operation", &op.to_string()).await
+    }
+
+    /// Wait until `check` on the Application returns true.
+    pub async fn wait_app(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&Application) -> bool,
+    ) -> anyhow::Result<Application> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(app) = self.apps.get_opt(name).await?
+                && check(&app)
+            {
+                return Ok(app);
+            }
+            if Instant::now() > deadline {
+                let app = self.apps.get_opt(name).await?;
+                let status = app
+                    .and_then(|a| a.status)
+                    .map(|s| serde_json::to_string_pretty(&s).unwrap_or_default());
+                anyhow::bail!(
+                    "timed out after {timeout:?} waiting for {name}: {what}; status: {}",
+                    status.unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub fn api(&self, api_version: &str, kind: &str, plural: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    pub async fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        plural: &str,
+        ns: &str,
+        name: &str,
+    ) -> anyhow::Result<Option<Value>> {
+        let obj = self.api(api_version, kind, plural, Some(ns)).get_opt(name).await?;
+        Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(task) = self.controller.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Install the CRDs and the `capstan` namespace, as `capstan install` does.
+pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
+    let pp = PatchParams::apply("test").force();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in capstan_api::crd::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
+        eventually("CRD established", Duration::from_secs(30), || async {
+            let c = crds.get(&name).await?;
+            Ok(c.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True"))
+        })
+        .await?;
+    }
+    let ns: Api<Namespace> = Api::all(client.clone());
+    ns.patch(
+        "capstan",
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan"}})),
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// An Application manifest.
+pub fn app(name: &str, repo: &str, path: &str, namespace: &str, automated: bool) -> Value {
+    let mut spec = json!({
+        "source": {"repoURL": repo, "targetRevision": "main", "path": path},
+        "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace},
+        "syncPolicy": {"syncOptions": ["CreateNamespace=true"]},
+    });
+    if automated {
+        spec["syncPolicy"]["automated"] = json!({"prune": true, "selfHeal": true});
+    }
+    json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application", "metadata": {"name": name, "namespace": "capstan"}, "spec": spec})
+}
+
+pub fn sync_of(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.sync.as_ref())
+        .map(|s| s.status.clone())
+        .unwrap_or_default()
+}
+
+pub fn health_of(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.health.as_ref())
+        .map(|h| h.status.clone())
+        .unwrap_or_default()
+}
+
+pub fn op_phase(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.operation_state.as_ref())
+        .map(|o| o.phase.clone())
+        .unwrap_or_default()
+}
+
+pub fn op_message(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.operation_state.as_ref())
+        .map(|o| o.message.clone())
+        .unwrap_or_default()
+}
+
+pub fn condition(app: &Application, type_: &str) -> Option<String> {
+    app.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.message.clone())
+}
+
+pub fn synced_healthy(app: &Application) -> bool {
+    sync_of(app) == "Synced" && health_of(app) == "Healthy"
+}
+
+pub const CM_API: (&str, &str, &str) = ("v1", "ConfigMap", "configmaps");
+pub const DEPLOY_API: (&str, &str, &str) = ("apps/v1", "Deployment", "deployments");
+pub const JOB_API: (&str, &str, &str) = ("batch/v1", "Job", "jobs");
