@@ -253,7 +253,8 @@ pub async fn run(
         prune,
         dry_run,
         prune_last: has("PruneLast=true"),
-        apply_out_of_sync_only: has("ApplyOutOfSyncOnly=true"),
+        // Objects equal to Git are not applied again unless `ApplyOutOfSyncOnly=false` asks for it.
+        apply_out_of_sync_only: !has("ApplyOutOfSyncOnly=false"),
         create_namespace: has("CreateNamespace=true"),
         destination_namespace: app.spec.destination.namespace.clone(),
         selected,

@@ -15,6 +15,9 @@ use tokio::sync::watch;
 
 use crate::plan::{self, Action, PlanOptions, Task};
 
+/// Result message of objects that already equalled Git and were not applied again.
+pub const UNCHANGED: &str = "unchanged";
+
 /// How many objects of one wave are applied at once.
 const PARALLELISM: usize = 16;
 
@@ -27,7 +30,7 @@ pub struct SyncOptions {
     pub dry_run: bool,
     /// Prune after everything else.
     pub prune_last: bool,
-    /// Apply only OutOfSync objects.
+    /// Apply only OutOfSync objects (objects that already equal Git are kept as they are).
     pub apply_out_of_sync_only: bool,
     /// Create the destination namespace if it is missing.
     pub create_namespace: bool,
@@ -47,7 +50,7 @@ impl Default for SyncOptions {
             prune: false,
             dry_run: false,
             prune_last: false,
-            apply_out_of_sync_only: false,
+            apply_out_of_sync_only: true,
             create_namespace: false,
             destination_namespace: String::new(),
             selected: Vec::new(),
@@ -137,12 +140,13 @@ pub async fn execute(
             return failed(message, run.results);
         }
     }
-    let applied = run.results.iter().filter(|r| r.status == "Synced").count();
+    let applied = run.results.iter().filter(|r| r.status == "Synced" && r.message.is_empty()).count();
+    let unchanged = run.results.iter().filter(|r| r.message == UNCHANGED).count();
     let pruned = run.results.iter().filter(|r| r.status == "Pruned").count();
     let message = if opts.dry_run {
         format!("dry run: {applied} objects would be applied, {pruned} pruned")
     } else {
-        format!("successfully synced ({applied} applied, {pruned} pruned)")
+        format!("successfully synced ({applied} applied, {unchanged} unchanged, {pruned} pruned)")
     };
     SyncOutcome {
         succeeded: true,
@@ -203,10 +207,14 @@ impl Run<'_> {
         for (i, outcome) in outcomes {
             let task = &group[i];
             let (status, message) = match &outcome {
+                Ok(status) if task.action == Action::Keep => (status.clone(), UNCHANGED.to_string()),
                 Ok(status) => (status.clone(), String::new()),
                 Err(message) => ("SyncFailed".to_string(), message.clone()),
             };
-            if outcome.is_ok() && task.action == Action::Apply {
+            let settled = task.action == Action::Keep && self.resources[task.index].live.as_ref().is_some_and(|live| {
+                matches!(capstan_health::assess(live).code, HealthCode::Healthy | HealthCode::Suspended)
+            });
+            if outcome.is_ok() && matches!(task.action, Action::Apply | Action::Keep) && !settled {
                 to_wait.push(task);
             }
             if let Err(message) = &outcome
@@ -232,6 +240,7 @@ impl Run<'_> {
             Action::Apply => apply(self.client, state, self.opts.dry_run)
                 .await
                 .map(|_| "Synced".to_string()),
+            Action::Keep => Ok("Synced".to_string()),
             Action::Prune => prune(self.client, state, self.opts.dry_run).await,
             Action::Hook => {
                 let id = format!("{}:{}", task.phase.as_str(), task.key);
@@ -320,6 +329,7 @@ fn verb(action: Action) -> &'static str {
         Action::Apply => "applying",
         Action::Hook => "hook",
         Action::Prune => "pruning",
+        Action::Keep => "keeping",
     }
 }
 

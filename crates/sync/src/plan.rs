@@ -12,6 +12,8 @@ pub enum Action {
     Hook,
     /// Delete an object no longer in Git.
     Prune,
+    /// Nothing to apply: the object already equals Git (it still counts for its wave's health).
+    Keep,
 }
 
 /// One step of a sync.
@@ -132,13 +134,11 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
                 }
             }
             HookSpec::None => {
-                if opts.apply_out_of_sync_only && r.sync == SyncCode::Synced {
-                    continue;
-                }
+                let unchanged = r.sync == SyncCode::Synced && r.live.is_some();
                 tasks.push(Task {
                     phase: Phase::Sync,
                     wave: r.wave,
-                    action: Action::Apply,
+                    action: if opts.apply_out_of_sync_only && unchanged { Action::Keep } else { Action::Apply },
                     group: 0,
                     index,
                     key: r.key.clone(),
@@ -201,7 +201,7 @@ mod tests {
                 namespaced: true,
             },
             desired: (!prune).then(|| obj.clone()),
-            live: prune.then(|| obj.clone()),
+            live: (prune || sync == SyncCode::Synced).then(|| obj.clone()),
             predicted: None,
             sync,
             requires_pruning: prune,
@@ -351,9 +351,10 @@ mod tests {
             },
         )
         .expect("plan");
-        assert!(
-            only.iter().all(|t| t.key.name != "keep"),
-            "synced objects are skipped with ApplyOutOfSyncOnly"
-        );
+        let keep = only.iter().find(|t| t.key.name == "keep").map(|t| t.action);
+        assert_eq!(keep, Some(Action::Keep), "synced objects are not applied again");
+        let all = plan(&rs, &PlanOptions::default()).expect("plan");
+        let keep = all.iter().find(|t| t.key.name == "keep").map(|t| t.action);
+        assert_eq!(keep, Some(Action::Apply), "without ApplyOutOfSyncOnly everything is applied");
     }
 }
