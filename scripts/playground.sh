@@ -187,7 +187,8 @@ Playground ready. In another terminal, try:
   capstan app list
   capstan app get guestbook
   kubectl get pods -A
-Edit something under examples/ and run \`make playground\` again to publish a new commit.
+Edit something under examples/ and run \`make playground\` again to publish a new commit
+(synced at the next Git poll, or now with: capstan app get guestbook --refresh).
 EOF
 if [ "${PLAYGROUND_NO_CONTROLLER:-0}" = 1 ]; then
   cat <<EOF

@@ -79,11 +79,15 @@ pub async fn run(
         .await
         .map_err(|e| ControllerError::NotInstalled(capstan_compare::describe_kube_error(&e)))?;
 
+    // Polls are spread over a tenth of the interval: sharing one answer for that long (plus a
+    // margin) makes one poll cycle cost one ref listing per repository.
+    let refs_ttl = config.poll_interval / 10 + Duration::from_secs(5);
     let pipeline = Pipeline::new(
         client.clone(),
         config.cache_dir.clone(),
         &config.namespace,
         config.render_timeout,
+        refs_ttl,
     );
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
     let watches = watches::Watches::new(client.clone(), trigger_tx);
@@ -96,7 +100,13 @@ pub async fn run(
         .predicate_filter(reconcile::relevant_change, Default::default());
     tracing::info!(namespace = %config.namespace, "Application controller started");
     Controller::for_stream(stream, reader)
-        .with_config(controller::Config::default().concurrency(config.concurrency))
+        // A short trailing debounce merges the burst of watch events one sync causes into one
+        // re-comparison, at a small cost to self-heal latency.
+        .with_config(
+            controller::Config::default()
+                .concurrency(config.concurrency)
+                .debounce(Duration::from_millis(150)),
+        )
         .reconcile_on(trigger_rx)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)

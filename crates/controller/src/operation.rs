@@ -19,7 +19,7 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use crate::pipeline::AppState;
-use crate::reconcile::{Ctx, ReconcileError, now, patch_status, write_status};
+use crate::reconcile::{Ctx, ReconcileError, now, write_status};
 
 /// The automated sync `app` needs now, if any: a new revision is synced once; with `selfHeal` drift at
 /// an already synced revision is reverted; a failed sync is retried per `retry` with backoff.
@@ -105,7 +105,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 /// start (its failure is recorded in `status`).
 pub async fn run(
     ctx: &Ctx,
-    app: &Application,
+    app: &mut Application,
     status: &mut ApplicationStatus,
     state: AppState,
     op: Operation,
@@ -265,22 +265,24 @@ pub async fn run(
     let (tx, mut rx) = tokio::sync::watch::channel(Progress::default());
     let progress_status = status.clone();
     let progress_app = app.clone();
+    // Progress is a small merge patch: the message, and the hook results a resumed operation needs.
+    // The full status is written once at the end (rewriting thousands of resources every half
+    // second would cost more than the sync).
     let reporter = async {
-        let mut last_write = Instant::now();
-        let mut st = progress_status;
+        let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &progress_app.namespace().unwrap_or_default());
+        let _ = &progress_status;
         while rx.changed().await.is_ok() {
-            if last_write.elapsed() < Duration::from_millis(500) {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
             let p = rx.borrow_and_update().clone();
-            if let Some(os) = st.operation_state.as_mut() {
-                os.message = p.message;
-                os.resources = p.results;
+            let hooks: Vec<_> = p.results.into_iter().filter(|r| r.sync_phase != "Sync").collect();
+            let patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});
+            let pp = PatchParams::default();
+            if let Err(err) = apps
+                .patch_status(&progress_app.name_any(), &pp, &Patch::Merge(patch))
+                .await
+            {
+                tracing::debug!(err = %describe_kube_error(&err), "progress update");
             }
-            if let Err(err) = patch_status(ctx, &progress_app, &st).await {
-                tracing::debug!(%err, "progress update");
-            }
-            last_write = Instant::now();
         }
     };
     let client = ctx
@@ -293,7 +295,15 @@ pub async fn run(
         drop(tx);
         outcome
     };
+    let sync_started = Instant::now();
     let (outcome, ()) = tokio::join!(execution, reporter);
+    tracing::info!(
+        app = %app.name_any(),
+        objects = outcome.results.len(),
+        succeeded = outcome.succeeded,
+        elapsed_ms = sync_started.elapsed().as_millis() as u64,
+        "sync executed"
+    );
 
     op_state.phase = if outcome.succeeded {
         "Succeeded".into()
@@ -332,7 +342,11 @@ pub async fn run(
     }
     status.operation_state = Some(op_state);
 
-    // Report the state after the operation, against the Application's own target.
+    // Report the state after the operation, against the Application's own target. When the sync
+    // changed nothing, the comparison made before it still holds.
+    if !op_state_changed(status) && op.rollback.is_none() {
+        return Ok(Some(work_state));
+    }
     let after = ctx.pipeline.compare(app, work_state.revision.clone()).await.ok();
     let after = match after {
         Some(a) if op.rollback.is_none() => a,
@@ -346,6 +360,16 @@ pub async fn run(
         None => work_state,
     };
     Ok(Some(after))
+}
+
+/// Whether the recorded operation applied, pruned or ran anything.
+fn op_state_changed(status: &ApplicationStatus) -> bool {
+    status.operation_state.as_ref().is_none_or(|o| {
+        o.phase != "Succeeded"
+            || o.resources
+                .iter()
+                .any(|r| r.message != capstan_sync::execute::UNCHANGED || r.sync_phase != "Sync")
+    })
 }
 
 fn short(sha: &str) -> &str {

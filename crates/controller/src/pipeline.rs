@@ -22,6 +22,10 @@ use serde_json::Value;
 
 use crate::credentials;
 
+/// From this many untracked desired objects of one kind in one namespace on, they are looked up with
+/// one LIST instead of one GET each.
+const LIST_THRESHOLD: usize = 8;
+
 /// The server URL that names the cluster Capstan runs in.
 pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 /// The name of the cluster Capstan runs in.
@@ -78,10 +82,18 @@ pub struct AppState {
 }
 
 impl Pipeline {
-    /// A pipeline with its caches under `cache_dir`.
-    pub fn new(client: Client, cache_dir: PathBuf, namespace: &str, render_timeout: Duration) -> Arc<Self> {
+    /// A pipeline with its caches under `cache_dir`. One answer from a remote is shared for
+    /// `refs_ttl` by every Application of the repository that polls meanwhile (forced resolutions —
+    /// refreshes, operations — always ask the remote).
+    pub fn new(
+        client: Client,
+        cache_dir: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            repos: RepoCache::new(cache_dir, Duration::from_secs(120), Duration::from_secs(10)),
+            repos: RepoCache::new(cache_dir, Duration::from_secs(120), refs_ttl),
             renderer: Renderer::new(render_timeout),
             discovery: Discovery::new(client.clone()),
             client,
@@ -258,12 +270,20 @@ async fn live_objects(
     previous: &[ResourceStatus],
     tracking: &Tracking,
 ) -> Result<Vec<(Value, KindInfo)>, PipelineError> {
-    let mut kinds: HashMap<(String, String), KindInfo> = HashMap::new();
+    // Kinds and the namespaces they are used in (desired now, or managed before): listing per
+    // namespace keeps each request proportional to the Application, not to the cluster.
+    let mut kinds: HashMap<(String, String), (KindInfo, BTreeSet<String>)> = HashMap::new();
     for d in desired {
-        kinds.insert(
-            (d.info.resource.api_version.clone(), d.info.resource.kind.clone()),
-            d.info.clone(),
-        );
+        let ns = d
+            .object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let entry = kinds
+            .entry((d.info.resource.api_version.clone(), d.info.resource.kind.clone()))
+            .or_insert_with(|| (d.info.clone(), BTreeSet::new()));
+        entry.1.insert(ns);
     }
     for r in previous {
         let api_version = if r.group.is_empty() {
@@ -271,20 +291,45 @@ async fn live_objects(
         } else {
             format!("{}/{}", r.group, r.version)
         };
-        let key = (api_version.clone(), r.kind.clone());
-        if kinds.contains_key(&key) || r.version.is_empty() {
+        if r.version.is_empty() {
             continue;
         }
-        if let Ok(Some(info)) = discovery.resolve(&api_version, &r.kind).await {
-            kinds.insert(key, info);
+        let key = (api_version.clone(), r.kind.clone());
+        if !kinds.contains_key(&key) {
+            match discovery.resolve(&api_version, &r.kind).await {
+                Ok(Some(info)) => {
+                    kinds.insert(key.clone(), (info, BTreeSet::new()));
+                }
+                _ => continue,
+            }
+        }
+        if let Some(entry) = kinds.get_mut(&key) {
+            entry.1.insert(r.namespace.clone());
         }
     }
     let selector = tracking.selector();
-    let lists: Vec<Result<Vec<(Value, KindInfo)>, PipelineError>> = stream::iter(kinds.into_values())
-        .map(|info| {
+    let requests: Vec<(KindInfo, Option<String>)> = kinds
+        .into_values()
+        .flat_map(|(info, namespaces)| {
+            if info.namespaced {
+                namespaces
+                    .into_iter()
+                    .filter(|n| !n.is_empty())
+                    .map(|n| (info.clone(), Some(n)))
+                    .collect::<Vec<_>>()
+            } else {
+                vec![(info, None)]
+            }
+        })
+        .collect();
+    let lists: Vec<Result<Vec<(Value, KindInfo)>, PipelineError>> = stream::iter(requests)
+        .map(|(info, namespace)| {
             let selector = selector.clone();
             async move {
-                let api: Api<DynamicObject> = Api::all_with(client.clone(), &info.resource);
+                let api: Api<DynamicObject> = match &namespace {
+                    Some(ns) => Api::namespaced_with(client.clone(), ns, &info.resource),
+                    None => Api::all_with(client.clone(), &info.resource),
+                };
                 match api.list(&ListParams::default().labels(&selector)).await {
                     Ok(list) => Ok(list
                         .items
@@ -315,11 +360,60 @@ async fn live_objects(
         .filter(|d| ObjectKey::of(&d.object).is_ok_and(|k| !found.contains(&k)))
         .filter(|d| d.object.pointer("/metadata/name").is_some())
         .collect();
+    // Untracked objects that may already exist: one LIST per kind and namespace when many are
+    // missing (a first sync), one GET each otherwise.
+    let mut groups: HashMap<(String, String, String), Vec<&Desired>> = HashMap::new();
+    for d in missing {
+        let ns = d
+            .object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        groups
+            .entry((d.info.resource.api_version.clone(), d.info.resource.kind.clone(), ns))
+            .or_default()
+            .push(d);
+    }
+    let mut singles: Vec<&Desired> = Vec::new();
+    for ((_, _, ns), group) in groups {
+        if group.len() < LIST_THRESHOLD {
+            singles.extend(group);
+            continue;
+        }
+        let info = group[0].info.clone();
+        let api: Api<DynamicObject> = if info.namespaced {
+            Api::namespaced_with(client.clone(), &ns, &info.resource)
+        } else {
+            Api::all_with(client.clone(), &info.resource)
+        };
+        let wanted: std::collections::HashSet<&str> = group
+            .iter()
+            .filter_map(|d| d.object.pointer("/metadata/name").and_then(Value::as_str))
+            .collect();
+        match api.list(&ListParams::default()).await {
+            Ok(list) => live.extend(
+                list.items
+                    .into_iter()
+                    .filter(|o| o.metadata.name.as_deref().is_some_and(|n| wanted.contains(n)))
+                    .filter_map(|o| serde_json::to_value(with_type(o, &info)).ok())
+                    .map(|v| (v, info.clone())),
+            ),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(PipelineError::Destination(format!(
+                    "listing {}: {}",
+                    info.resource.kind,
+                    describe_kube_error(&e)
+                )));
+            }
+        }
+    }
     // Indices, not references, as stream items: closures over borrowed items are not `Send` for
     // every lifetime, which the controller's futures must be.
-    let fetched: Vec<Option<(Value, KindInfo)>> = stream::iter(0..missing.len())
+    let fetched: Vec<Option<(Value, KindInfo)>> = stream::iter(0..singles.len())
         .map(|i| {
-            let d = missing[i];
+            let d = singles[i];
             async move {
                 let key = ObjectKey::of(&d.object).ok()?;
                 let api: Api<DynamicObject> = if d.info.namespaced {

@@ -19,9 +19,6 @@ use crate::pipeline::{AppState, Pipeline, PipelineError};
 use crate::watches::Watches;
 use crate::{Config, operation};
 
-/// Field manager of the controller's status writes.
-pub const STATUS_MANAGER: &str = "capstan-controller";
-
 /// Shared state of the controller.
 pub struct Ctx {
     /// Client of the cluster Capstan runs in.
@@ -108,6 +105,14 @@ pub fn error_policy(_app: Arc<Application>, err: &ReconcileError, _ctx: Arc<Ctx>
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let name = app.name_any();
     let namespace = app.namespace().unwrap_or_default();
+    // Decide on the stored object, not the watch cache: a reconcile queued during a sync may run
+    // before the cache has seen that sync's final status, and would act on a stale operation state.
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut app = match api.get_opt(&name).await {
+        Ok(Some(fresh)) => fresh,
+        Ok(None) => return Ok(Action::await_change()),
+        Err(e) => return Err(ReconcileError::Update(name, capstan_compare::describe_kube_error(&e))),
+    };
     let key = format!("{namespace}/{name}");
     if app.metadata.deletion_timestamp.is_some() {
         return operation::finalize(&app, &ctx).await.map(|_| Action::await_change());
@@ -129,15 +134,25 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
         .and_then(|o| o.operation.clone());
 
     // Revision: ask Git at most once per poll interval, unless a refresh or an operation asks.
+    // A refresh or an operation asks Git now; a periodic poll shares one answer per repository among
+    // all its Applications (see `Pipeline::new`).
     let force = refresh.is_some() || requested.is_some() || running.is_some();
     let resolved = match resolve(&ctx, &app, &key, force).await {
         Ok(r) => r,
-        Err(err) => return report_error(&ctx, &app, status, err).await,
+        Err(err) => return report_error(&ctx, &mut app, status, err).await,
     };
+    let compare_started = Instant::now();
     let state = match ctx.pipeline.compare(&app, resolved.clone()).await {
         Ok(s) => s,
-        Err(err) => return report_error(&ctx, &app, status, err).await,
+        Err(err) => return report_error(&ctx, &mut app, status, err).await,
     };
+    tracing::debug!(
+        app = %key,
+        objects = state.comparison.resources.len(),
+        elapsed_ms = compare_started.elapsed().as_millis() as u64,
+        sync = state.comparison.sync().as_str(),
+        "compared"
+    );
     for r in &state.comparison.resources {
         ctx.watches.ensure(&r.info);
     }
@@ -152,7 +167,7 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
     };
     let state = match op {
         Some(op) => {
-            let after = operation::run(&ctx, &app, &mut status, state, op).await?;
+            let after = operation::run(&ctx, &mut app, &mut status, state, op).await?;
             match after {
                 Some(s) => s,
                 None => return Ok(Action::requeue(Duration::from_secs(1))),
@@ -162,9 +177,9 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
     };
     if refresh.is_some() {
         // A refresh is visible as a new reconciledAt even when nothing else changed.
-        status.reconciled_at = Some(now());
+        status.reconciled_at = Some(now_precise());
     }
-    write_status(&ctx, &app, &mut status, Some(&state), None).await?;
+    write_status(&ctx, &mut app, &mut status, Some(&state), None).await?;
     let automated_pending = app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some())
         && state.comparison.sync() == capstan_compare::SyncCode::OutOfSync;
     if automated_pending {
@@ -191,7 +206,7 @@ async fn resolve(ctx: &Ctx, app: &Application, key: &str, force: bool) -> Result
 
 async fn report_error(
     ctx: &Ctx,
-    app: &Application,
+    app: &mut Application,
     mut status: ApplicationStatus,
     err: PipelineError,
 ) -> Result<Action, ReconcileError> {
@@ -221,7 +236,7 @@ async fn report_error(
 /// Put `state` (and an error condition, if any) into `status` and write it when it changed.
 pub async fn write_status(
     ctx: &Ctx,
-    app: &Application,
+    app: &mut Application,
     status: &mut ApplicationStatus,
     state: Option<&AppState>,
     error: Option<(&str, String)>,
@@ -266,22 +281,55 @@ pub async fn write_status(
         status.reconciled_at = before.reconciled_at;
         return Ok(());
     }
-    status.reconciled_at = Some(now());
+    status.reconciled_at = Some(now_precise());
     patch_status(ctx, app, status).await
 }
 
-/// Write the whole status (server-side apply, so fields no longer set are removed).
-pub async fn patch_status(ctx: &Ctx, app: &Application, status: &ApplicationStatus) -> Result<(), ReconcileError> {
+/// Write `status`, sending only what changed from the stored status as a JSON merge patch.
+///
+/// `app` must hold the status as last stored; it is updated with the stored result, so that several
+/// writes in one reconcile each send the difference from the previous one.
+pub async fn patch_status(ctx: &Ctx, app: &mut Application, status: &ApplicationStatus) -> Result<(), ReconcileError> {
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
-    let body = json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application", "status": status});
-    api.patch_status(
-        &app.name_any(),
-        &PatchParams::apply(STATUS_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| ReconcileError::Update(app.name_any(), capstan_compare::describe_kube_error(&e)))
+    let to_json = |s: &ApplicationStatus| serde_json::to_value(s).unwrap_or(serde_json::Value::Null);
+    let before = app.status.as_ref().map(to_json).unwrap_or(serde_json::Value::Null);
+    let patch = json!({"status": merge_patch(&before, &to_json(status))});
+    let stored = api
+        .patch_status(&app.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|e| ReconcileError::Update(app.name_any(), capstan_compare::describe_kube_error(&e)))?;
+    *app = stored;
+    Ok(())
+}
+
+/// The RFC 7386 merge patch that turns `old` into `new`: changed keys, `null` for removed keys,
+/// arrays and scalars replaced whole.
+///
+/// Hand-written because the maintained JSON patch crates create RFC 6902 patches (index-based array
+/// operations that break when the stored object moved on), not merge patches.
+pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) if ov == nv => {}
+                    Some(ov) if ov.is_object() && nv.is_object() => {
+                        patch.insert(k.clone(), merge_patch(ov, nv));
+                    }
+                    _ => {
+                        patch.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        (_, n) => n.clone(),
+    }
 }
 
 fn set_condition(status: &mut ApplicationStatus, type_: &str, message: String) {
@@ -330,6 +378,14 @@ pub fn now() -> String {
         .to_string()
 }
 
+/// Now, RFC 3339 with milliseconds: `reconciledAt` must change between two reconciles in one second,
+/// since clients wait for it to change after a refresh.
+pub fn now_precise() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
 /// `base` plus up to 10 % that is stable per Application, so polls spread out.
 fn jitter(base: Duration, key: &str) -> Duration {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -339,4 +395,21 @@ fn jitter(base: Duration, key: &str) -> Duration {
     }
     let extra = base.as_millis() as u64 / 10;
     base + Duration::from_millis(if extra == 0 { 0 } else { hash % extra })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patches_carry_only_changes_and_null_removed_keys() {
+        let old = json!({"a": 1, "b": {"c": 1, "d": 2}, "e": [1, 2], "gone": true});
+        let new = json!({"a": 1, "b": {"c": 1, "d": 3}, "e": [1], "f": "x"});
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({"b": {"d": 3}, "e": [1], "f": "x", "gone": null})
+        );
+        assert_eq!(merge_patch(&json!(null), &json!({"a": 1})), json!({"a": 1}));
+        assert_eq!(merge_patch(&old, &old), json!({}));
+    }
 }

@@ -19,6 +19,9 @@ use crate::{Error, Result, binaries, kubeconfig, nodesim};
 
 /// Component names, in start order.
 pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "nodesim"];
+/// Optional processes that other tools (`scripts/playground.sh`) start in the playground's directory
+/// with a pid file in the same format; `down` stops them too, `status` shows them when present.
+pub const EXTRAS: [&str; 1] = ["git-daemon"];
 
 /// How the node simulator runs.
 #[derive(Debug, Clone)]
@@ -274,7 +277,7 @@ impl Playground {
     /// Returns the names of the components that were running.
     pub fn down(dir: &Path) -> Result<Vec<String>> {
         let mut stopped = Vec::new();
-        for name in COMPONENTS.iter().rev() {
+        for name in EXTRAS.iter().chain(COMPONENTS.iter().rev()) {
             let (pid_file, _) = process::files(dir, name);
             if process::stop(&pid_file, Duration::from_secs(10))? {
                 stopped.push((*name).to_string());
@@ -283,10 +286,13 @@ impl Playground {
         Ok(stopped)
     }
 
-    /// Whether each component of the playground in `dir` is running.
+    /// Whether each component of the playground in `dir` is running (optional extras only when
+    /// their pid file exists).
     pub fn status(dir: &Path) -> Vec<ComponentStatus> {
+        let extras = EXTRAS.iter().filter(|name| process::files(dir, name).0.exists());
         COMPONENTS
             .iter()
+            .chain(extras)
             .map(|name| {
                 let (pid_file, _) = process::files(dir, name);
                 let started = process::read_pid_file(&pid_file);

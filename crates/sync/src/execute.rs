@@ -140,7 +140,11 @@ pub async fn execute(
             return failed(message, run.results);
         }
     }
-    let applied = run.results.iter().filter(|r| r.status == "Synced" && r.message.is_empty()).count();
+    let applied = run
+        .results
+        .iter()
+        .filter(|r| r.status == "Synced" && r.message.is_empty())
+        .count();
     let unchanged = run.results.iter().filter(|r| r.message == UNCHANGED).count();
     let pruned = run.results.iter().filter(|r| r.status == "Pruned").count();
     let message = if opts.dry_run {
@@ -211,9 +215,13 @@ impl Run<'_> {
                 Ok(status) => (status.clone(), String::new()),
                 Err(message) => ("SyncFailed".to_string(), message.clone()),
             };
-            let settled = task.action == Action::Keep && self.resources[task.index].live.as_ref().is_some_and(|live| {
-                matches!(capstan_health::assess(live).code, HealthCode::Healthy | HealthCode::Suspended)
-            });
+            let settled = task.action == Action::Keep
+                && self.resources[task.index].live.as_ref().is_some_and(|live| {
+                    matches!(
+                        capstan_health::assess(live).code,
+                        HealthCode::Healthy | HealthCode::Suspended
+                    )
+                });
             if outcome.is_ok() && matches!(task.action, Action::Apply | Action::Keep) && !settled {
                 to_wait.push(task);
             }

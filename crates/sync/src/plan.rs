@@ -138,7 +138,11 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
                 tasks.push(Task {
                     phase: Phase::Sync,
                     wave: r.wave,
-                    action: if opts.apply_out_of_sync_only && unchanged { Action::Keep } else { Action::Apply },
+                    action: if opts.apply_out_of_sync_only && unchanged {
+                        Action::Keep
+                    } else {
+                        Action::Apply
+                    },
                     group: 0,
                     index,
                     key: r.key.clone(),
@@ -355,6 +359,10 @@ mod tests {
         assert_eq!(keep, Some(Action::Keep), "synced objects are not applied again");
         let all = plan(&rs, &PlanOptions::default()).expect("plan");
         let keep = all.iter().find(|t| t.key.name == "keep").map(|t| t.action);
-        assert_eq!(keep, Some(Action::Apply), "without ApplyOutOfSyncOnly everything is applied");
+        assert_eq!(
+            keep,
+            Some(Action::Apply),
+            "without ApplyOutOfSyncOnly everything is applied"
+        );
     }
 }

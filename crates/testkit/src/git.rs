@@ -27,6 +27,7 @@ pub struct GitServer {
     daemon_port: u16,
     http_port: u16,
     http_task: tokio::task::JoinHandle<()>,
+    counters: Arc<HttpState>,
 }
 
 impl GitServer {
@@ -43,7 +44,10 @@ impl GitServer {
         let http_port = listener.local_addr()?.port();
         let state = Arc::new(HttpState {
             root: root.path().to_path_buf(),
+            ref_advertisements: Default::default(),
+            upload_packs: Default::default(),
         });
+        let counters = state.clone();
         let app = axum::Router::new().fallback(cgi).with_state(state);
         let http_task = tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, app).await {
@@ -56,7 +60,18 @@ impl GitServer {
             daemon_port,
             http_port,
             http_task,
+            counters,
         })
+    }
+
+    /// Authenticated HTTP requests served so far: (ref advertisements — one per `ls-remote` or
+    /// `fetch` —, `git-upload-pack` POSTs).
+    pub fn http_requests(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.counters.ref_advertisements.load(Ordering::Relaxed),
+            self.counters.upload_packs.load(Ordering::Relaxed),
+        )
     }
 
     /// Create an empty bare repository `NAME.git`.
@@ -222,6 +237,8 @@ fn start_daemon(root: &Path, port: u16) -> anyhow::Result<Child> {
 
 struct HttpState {
     root: PathBuf,
+    ref_advertisements: std::sync::atomic::AtomicU64,
+    upload_packs: std::sync::atomic::AtomicU64,
 }
 
 /// Bridge one HTTP request to `git http-backend` (CGI).
@@ -236,6 +253,15 @@ async fn cgi(State(state): State<Arc<HttpState>>, req: Request) -> Response {
             HeaderValue::from_static("Basic realm=\"capstan-test\""),
         );
         return resp;
+    }
+    {
+        use std::sync::atomic::Ordering;
+        let path = req.uri().path();
+        if path.ends_with("/info/refs") {
+            state.ref_advertisements.fetch_add(1, Ordering::Relaxed);
+        } else if path.ends_with("/git-upload-pack") {
+            state.upload_packs.fetch_add(1, Ordering::Relaxed);
+        }
     }
     match run_backend(&state.root, req).await {
         Ok(resp) => resp,

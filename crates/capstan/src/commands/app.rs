@@ -689,7 +689,7 @@ async fn diff_inner(
 ) -> anyhow::Result<bool> {
     let app = get(api, name).await?;
     let cache = crate::commands::controller::default_cache().join("cli");
-    let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60));
+    let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60), Duration::ZERO);
     let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
     let state = pipeline.compare(&app, resolved).await?;
     let colour = std::io::stdout().is_terminal();

@@ -1,0 +1,559 @@
+//! `capstan-bench`: the benchmarks of docs/benchmarks.md, against a real local control plane, a real
+//! git server and the release `capstan` binary running as its own process (so its memory is its own).
+//!
+//! Each benchmark prints one result line; `--only` selects some. Figures depend on the machine: the
+//! reference machine has 2 cores and 24 GiB.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use capstan_testkit::{GitServer, TestCluster, git};
+use futures::{StreamExt, stream};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+#[derive(Debug, clap::Parser)]
+struct Args {
+    /// The capstan binary to benchmark.
+    #[arg(long, default_value = "target/release/capstan")]
+    capstan: PathBuf,
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked.
+    #[arg(long, default_value = "sync,resync,selfheal,untracked,fleet")]
+    only: String,
+    /// ConfigMaps in the first-sync benchmark.
+    #[arg(long, default_value_t = 2000)]
+    configmaps: usize,
+    /// Applications in the fleet benchmark.
+    #[arg(long, default_value_t = 500)]
+    apps: usize,
+    /// Untracked ConfigMaps in the memory benchmark.
+    #[arg(long, default_value_t = 10_000)]
+    untracked: usize,
+    /// Drift samples in the self-heal benchmark.
+    #[arg(long, default_value_t = 50)]
+    samples: usize,
+}
+
+/// The controller's Git poll interval during the benchmarks (shorter than the default 180 s so that
+/// the poll benchmark finishes in minutes).
+const POLL_SECONDS: u64 = 30;
+
+struct Bench {
+    cluster: TestCluster,
+    git: GitServer,
+    client: kube::Client,
+    controller: Child,
+    _cache: tempfile::TempDir,
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        let _ = self.controller.kill();
+        let _ = self.controller.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Args = clap::Parser::parse();
+    let only: Vec<&str> = args.only.split(',').map(str::trim).collect();
+    let capstan = std::fs::canonicalize(&args.capstan).with_context(|| {
+        format!(
+            "{} not found: build it with `cargo build --release`",
+            args.capstan.display()
+        )
+    })?;
+    println!(
+        "# capstan benchmarks ({} cores)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+    );
+    let bench = Bench::start(capstan).await?;
+    if only.contains(&"sync") || only.contains(&"resync") {
+        bench.first_sync_and_resync(args.configmaps).await?;
+    }
+    if only.contains(&"selfheal") {
+        bench.self_heal(args.samples).await?;
+    }
+    if only.contains(&"untracked") {
+        bench.untracked(args.untracked).await?;
+    }
+    if only.contains(&"fleet") {
+        bench.fleet(args.apps).await?;
+    }
+    Ok(())
+}
+
+impl Bench {
+    async fn start(capstan: PathBuf) -> anyhow::Result<Bench> {
+        let cluster = TestCluster::start().await?;
+        let git = GitServer::start().await?;
+        let client = cluster.client().await?;
+        let kubeconfig = cluster.kubeconfig().to_string_lossy().to_string();
+        run(&capstan, &["install", "--kubeconfig", &kubeconfig])?;
+        let cache = tempfile::tempdir()?;
+        let controller = Command::new(&capstan)
+            .args([
+                "controller",
+                "--kubeconfig",
+                &kubeconfig,
+                "--poll-interval",
+                &POLL_SECONDS.to_string(),
+                "--cache-dir",
+            ])
+            .arg(cache.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting capstan controller")?;
+        Ok(Bench {
+            cluster,
+            git,
+            client,
+            controller,
+            _cache: cache,
+        })
+    }
+
+    fn kubeconfig(&self) -> String {
+        self.cluster.kubeconfig().to_string_lossy().to_string()
+    }
+
+    fn rss(&self) -> (u64, u64) {
+        rss_of(self.controller.id())
+    }
+
+    async fn app(&self, manifest: Value) -> anyhow::Result<()> {
+        let apps = self.apps();
+        let name = manifest["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        apps.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(manifest))
+            .await?;
+        Ok(())
+    }
+
+    fn apps(&self) -> Api<DynamicObject> {
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Application"),
+            "applications",
+        );
+        Api::namespaced_with(self.client.clone(), "capstan", &ar)
+    }
+
+    async fn status(&self, name: &str) -> anyhow::Result<Value> {
+        let app = self.apps().get(name).await?;
+        Ok(app.data.get("status").cloned().unwrap_or(Value::Null))
+    }
+
+    /// Wait for `check` on the Application's status, through a watch (polling a large Application
+    /// would itself load the API server being measured).
+    async fn wait(&self, name: &str, timeout: Duration, check: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+        use kube::runtime::{WatchStreamExt, watcher};
+        let status = self.status(name).await?;
+        if check(&status) {
+            return Ok(status);
+        }
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(self.apps(), config).applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        let found = tokio::time::timeout(timeout, async {
+            while let Some(app) = stream.next().await {
+                let status = app?.data.get("status").cloned().unwrap_or(Value::Null);
+                if check(&status) {
+                    return anyhow::Ok(status);
+                }
+            }
+            bail!("watch on {name} ended")
+        })
+        .await;
+        match found {
+            Ok(result) => result,
+            Err(_) => bail!("timed out waiting for {name}: {}", self.status(name).await?),
+        }
+    }
+
+    async fn request_sync(&self, name: &str, id: &str) -> anyhow::Result<()> {
+        let op = json!({"sync": {}, "initiatedBy": id}).to_string();
+        let patch = json!({"metadata": {"annotations": {"capstan.dev/operation": op}}});
+        self.apps()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Benchmarks 1 and 2: first sync of N ConfigMaps vs `kubectl apply --server-side`, then a
+    /// re-sync with nothing changed.
+    async fn first_sync_and_resync(&self, n: usize) -> anyhow::Result<()> {
+        let manifests: String = (0..n)
+            .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i:05}}}\ndata: {{index: \"{i}\", payload: \"{}\"}}\n---\n", "x".repeat(64)))
+            .collect();
+        // kubectl on the same manifests, into its own namespace.
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("configmaps.yaml");
+        std::fs::write(&file, &manifests)?;
+        let kubectl = capstan_testkit_kubectl()?;
+        run(
+            &kubectl,
+            &[
+                "--kubeconfig",
+                &self.kubeconfig(),
+                "create",
+                "namespace",
+                "kubectl-bench",
+            ],
+        )?;
+        let started = Instant::now();
+        run(
+            &kubectl,
+            &[
+                "--kubeconfig",
+                &self.kubeconfig(),
+                "apply",
+                "--server-side",
+                "-n",
+                "kubectl-bench",
+                "-f",
+                &file.to_string_lossy(),
+            ],
+        )?;
+        let kubectl_time = started.elapsed();
+
+        self.git.create_repo("configmaps")?;
+        self.git.commit(
+            "configmaps",
+            "main",
+            &[("cms/all.yaml", Some(&manifests))],
+            "configmaps",
+        )?;
+        self.app(app_manifest(
+            "configmaps",
+            &self.git.git_url("configmaps"),
+            "cms",
+            "capstan-bench",
+            false,
+        ))
+        .await?;
+        self.wait("configmaps", Duration::from_secs(120), |s| {
+            s.pointer("/sync/status") == Some(&json!("OutOfSync"))
+        })
+        .await?;
+        let writes_before = self.configmap_writes().await?;
+        let started = Instant::now();
+        self.request_sync("configmaps", "bench-first").await?;
+        self.wait("configmaps", Duration::from_secs(600), |s| {
+            s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-first"))
+                && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
+        })
+        .await?;
+        let capstan_time = started.elapsed();
+        let first_writes = self.configmap_writes().await? - writes_before;
+        println!(
+            "1. first sync of {n} ConfigMaps: capstan {:.2} s, kubectl apply --server-side {:.2} s, ratio {:.2} (target <= 0.5); {first_writes} ConfigMap write requests",
+            capstan_time.as_secs_f64(),
+            kubectl_time.as_secs_f64(),
+            capstan_time.as_secs_f64() / kubectl_time.as_secs_f64()
+        );
+
+        self.wait("configmaps", Duration::from_secs(60), |s| {
+            s.pointer("/sync/status") == Some(&json!("Synced"))
+        })
+        .await?;
+        let writes_before = self.configmap_writes().await?;
+        let started = Instant::now();
+        self.request_sync("configmaps", "bench-resync").await?;
+        self.wait("configmaps", Duration::from_secs(120), |s| {
+            s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-resync"))
+                && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
+        })
+        .await?;
+        let resync_time = started.elapsed();
+        let writes = self.configmap_writes().await? - writes_before;
+        println!(
+            "2. re-sync of {n} unchanged ConfigMaps: {:.2} s from request to Succeeded (target <= 1 s), {writes} ConfigMap write requests (target 0)",
+            resync_time.as_secs_f64()
+        );
+        Ok(())
+    }
+
+    /// Non-dry-run write requests to ConfigMaps, from the API server's own metrics.
+    async fn configmap_writes(&self) -> anyhow::Result<u64> {
+        let req = http::Request::get("/metrics").body(Vec::new())?;
+        let text = self.client.request_text(req).await?;
+        let mut total = 0u64;
+        for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+            let write = [
+                "verb=\"APPLY\"",
+                "verb=\"PATCH\"",
+                "verb=\"POST\"",
+                "verb=\"PUT\"",
+                "verb=\"DELETE\"",
+                "verb=\"CREATE\"",
+            ]
+            .iter()
+            .any(|v| line.contains(v));
+            if write && line.contains("resource=\"configmaps\"") && line.contains("dry_run=\"\"") {
+                total += line
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0) as u64;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Benchmark 4: time from a change to a tracked field until Capstan has reverted it.
+    async fn self_heal(&self, samples: usize) -> anyhow::Result<()> {
+        self.git.create_repo("heal")?;
+        let manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: target}\ndata: {value: desired}\n";
+        self.git
+            .commit("heal", "main", &[("app/cm.yaml", Some(manifest))], "heal")?;
+        self.app(app_manifest(
+            "heal",
+            &self.git.git_url("heal"),
+            "app",
+            "heal-bench",
+            true,
+        ))
+        .await?;
+        self.wait("heal", Duration::from_secs(120), |s| {
+            s.pointer("/sync/status") == Some(&json!("Synced"))
+        })
+        .await?;
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps");
+        let cms: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), "heal-bench", &ar);
+        let mut latencies = Vec::with_capacity(samples);
+        for i in 0..samples {
+            let patch = json!({"data": {"value": format!("drift-{i}")}});
+            let started = Instant::now();
+            cms.patch("target", &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+            loop {
+                let cm = cms.get("target").await?;
+                if cm.data.pointer("/data/value") == Some(&json!("desired")) {
+                    break;
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    bail!("drift {i} was not reverted within 30 s");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            latencies.push(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        latencies.sort();
+        let pct = |p: f64| latencies[((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1];
+        println!(
+            "4. self-heal after a change to a tracked field, {samples} samples: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms (targets p50 <= 1 s, p99 <= 3 s)",
+            pct(0.5).as_secs_f64() * 1000.0,
+            pct(0.99).as_secs_f64() * 1000.0,
+            latencies.last().map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0)
+        );
+        Ok(())
+    }
+
+    /// Benchmark 5: controller memory does not grow with objects Capstan does not track.
+    async fn untracked(&self, n: usize) -> anyhow::Result<()> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (before, _) = self.rss();
+        let kubectl = capstan_testkit_kubectl()?;
+        run(
+            &kubectl,
+            &["--kubeconfig", &self.kubeconfig(), "create", "namespace", "untracked"],
+        )?;
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps");
+        let cms: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), "untracked", &ar);
+        let payload = "y".repeat(512);
+        let created: Vec<anyhow::Result<()>> = stream::iter(0..n)
+            .map(|i| {
+                let cms = cms.clone();
+                let payload = payload.clone();
+                async move {
+                    let cm: DynamicObject = serde_json::from_value(json!({
+                        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("u-{i:05}")}, "data": {"p": payload}}))?;
+                    cms.create(&PostParams::default(), &cm).await?;
+                    Ok(())
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        created.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let (after, _) = self.rss();
+        println!(
+            "5. controller RSS with {n} untracked ConfigMaps in the cluster: {:.1} MiB before, {:.1} MiB after (target: no growth)",
+            before as f64 / 1024.0,
+            after as f64 / 1024.0
+        );
+        Ok(())
+    }
+
+    /// Benchmark 3: N Applications of ~10 objects from one repository, created at once.
+    async fn fleet(&self, n: usize) -> anyhow::Result<()> {
+        self.git.create_repo("fleet")?;
+        let mut manifests = String::from(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx, ports: [{containerPort: 80}]}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n",
+        );
+        for i in 0..8 {
+            manifests.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: config-{i}}}\ndata: {{key: value-{i}}}\n"
+            ));
+        }
+        self.git
+            .commit("fleet", "main", &[("app/all.yaml", Some(&manifests))], "fleet")?;
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "fleet-repo", "namespace": "capstan", "labels": {"capstan.dev/secret-type": "repository"}},
+            "stringData": {"url": self.git.http_url("fleet"), "username": git::USER, "password": git::PASSWORD},
+        });
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(self.client.clone(), "capstan");
+        secrets
+            .create(&PostParams::default(), &serde_json::from_value(secret)?)
+            .await?;
+
+        let (git_before, packs_before) = self.git.http_requests();
+        let started = Instant::now();
+        let names: Vec<String> = (0..n).map(|i| format!("fleet-{i:03}")).collect();
+        let results: Vec<anyhow::Result<()>> = stream::iter(names.clone())
+            .map(|name| async move {
+                self.app(app_manifest(&name, &self.git.http_url("fleet"), "app", &name, true))
+                    .await
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        let mut peak = 0;
+        loop {
+            let list = self.apps().list(&ListParams::default()).await?;
+            let done = list
+                .items
+                .iter()
+                .filter(|a| a.metadata.name.as_deref().is_some_and(|n| n.starts_with("fleet-")))
+                .filter(|a| {
+                    a.data.pointer("/status/sync/status") == Some(&json!("Synced"))
+                        && a.data.pointer("/status/health/status") == Some(&json!("Healthy"))
+                })
+                .count();
+            peak = peak.max(self.rss().1);
+            if done == n {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(1200) {
+                bail!("only {done} of {n} Applications Synced and Healthy after 20 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let elapsed = started.elapsed();
+        let (git_after, packs_after) = self.git.http_requests();
+        println!(
+            "3. {n} Applications x 10 objects from one repository: all Synced and Healthy {:.1} s after creation (target <= 90 s); controller peak RSS {:.1} MiB (target <= 150 MiB); git ref listings during the initial wave {}, upload-pack requests {}",
+            elapsed.as_secs_f64(),
+            peak as f64 / 1024.0,
+            git_after - git_before,
+            packs_after - packs_before
+        );
+
+        // One poll cycle after a new commit: every Application finds it by polling alone.
+        let sha = self.git.commit(
+            "fleet",
+            "main",
+            &[(
+                "app/extra.yaml",
+                Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\ndata: {a: b}\n"),
+            )],
+            "poll",
+        )?;
+        let (git_before, packs_before) = self.git.http_requests();
+        let started = Instant::now();
+        let deadline = Duration::from_secs(POLL_SECONDS * 3);
+        let mut behind = n;
+        while started.elapsed() < deadline {
+            let list = self.apps().list(&ListParams::default()).await?;
+            behind = list
+                .items
+                .iter()
+                .filter(|a| a.metadata.name.as_deref().is_some_and(|n| n.starts_with("fleet-")))
+                .filter(|a| a.data.pointer("/status/sync/revision") != Some(&json!(sha)))
+                .count();
+            if behind == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let (git_after, packs_after) = self.git.http_requests();
+        println!(
+            "   one poll cycle ({POLL_SECONDS} s interval) after a new commit: {} of {n} Applications at the new revision after {:.1} s; {} git ref listings and {} upload-pack requests for the repository (target: 1 fetch)",
+            n - behind,
+            started.elapsed().as_secs_f64(),
+            git_after - git_before,
+            packs_after - packs_before
+        );
+        Ok(())
+    }
+}
+
+fn app_manifest(name: &str, repo: &str, path: &str, namespace: &str, automated: bool) -> Value {
+    let mut policy = json!({"syncOptions": ["CreateNamespace=true"]});
+    if automated {
+        policy["automated"] = json!({"prune": true, "selfHeal": true});
+    }
+    json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": name, "namespace": "capstan"},
+        "spec": {
+            "source": {"repoURL": repo, "targetRevision": "main", "path": path},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace},
+            "syncPolicy": policy,
+        },
+    })
+}
+
+fn capstan_testkit_kubectl() -> anyhow::Result<PathBuf> {
+    cached_bin("kubectl")
+}
+
+fn cached_bin(name: &str) -> anyhow::Result<PathBuf> {
+    let cache = std::env::var_os("CAPSTAN_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/capstan"));
+    let path = cache.join("bin").join(name);
+    if path.exists() {
+        Ok(path)
+    } else {
+        bail!("{name} not found in {}: run scripts/setup.sh", cache.display())
+    }
+}
+
+fn run(program: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {}", program.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} {} failed: {}",
+            program.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// (VmRSS, VmHWM) of a process in KiB.
+fn rss_of(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
