@@ -15,6 +15,7 @@
 pub mod credentials;
 pub mod operation;
 pub mod pipeline;
+pub mod poller;
 pub mod reconcile;
 pub mod watches;
 
@@ -79,9 +80,9 @@ pub async fn run(
         .await
         .map_err(|e| ControllerError::NotInstalled(capstan_compare::describe_kube_error(&e)))?;
 
-    // Polls are spread over a tenth of the interval: sharing one answer for that long (plus a
-    // margin) makes one poll cycle cost one ref listing per repository.
-    let refs_ttl = config.poll_interval / 10 + Duration::from_secs(5);
+    // Each repository's poller refreshes its refs every interval; Applications resolve from that
+    // answer in between (a refresh or an operation still asks Git directly).
+    let refs_ttl = config.poll_interval + Duration::from_secs(5);
     let pipeline = Pipeline::new(
         client.clone(),
         config.cache_dir.clone(),
@@ -90,8 +91,15 @@ pub async fn run(
         refs_ttl,
     );
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
-    let watches = watches::Watches::new(client.clone(), trigger_tx);
-    let ctx = Arc::new(reconcile::Ctx::new(client.clone(), pipeline, watches, config.clone()));
+    let watches = watches::Watches::new(client.clone(), trigger_tx.clone());
+    let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
+    let ctx = Arc::new(reconcile::Ctx::new(
+        client.clone(),
+        pipeline,
+        watches,
+        pollers,
+        config.clone(),
+    ));
 
     let (reader, writer) = reflector::store();
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))

@@ -362,14 +362,13 @@ pub async fn run(
     Ok(Some(after))
 }
 
-/// Whether the recorded operation applied, pruned or ran anything.
+/// Whether the recorded operation applied, pruned or ran anything (objects left as they were are not
+/// listed in its results).
 fn op_state_changed(status: &ApplicationStatus) -> bool {
-    status.operation_state.as_ref().is_none_or(|o| {
-        o.phase != "Succeeded"
-            || o.resources
-                .iter()
-                .any(|r| r.message != capstan_sync::execute::UNCHANGED || r.sync_phase != "Sync")
-    })
+    status
+        .operation_state
+        .as_ref()
+        .is_none_or(|o| o.phase != "Succeeded" || !o.resources.is_empty())
 }
 
 fn short(sha: &str) -> &str {

@@ -1,7 +1,6 @@
 //! What happens to one Application on each trigger.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
@@ -12,6 +11,7 @@ use capstan_source::Resolved;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
@@ -27,17 +27,23 @@ pub struct Ctx {
     pub pipeline: Arc<Pipeline>,
     /// Watches on managed kinds.
     pub watches: Watches,
+    /// Git pollers, one per repository.
+    pub pollers: crate::poller::Pollers,
     /// Settings.
     pub config: Config,
     /// Kubernetes Events.
     pub recorder: Recorder,
-    /// Per Application: when Git was last asked, and the answer.
-    polled: Mutex<HashMap<String, (Instant, Resolved, String)>>,
 }
 
 impl Ctx {
     /// A new context.
-    pub fn new(client: Client, pipeline: Arc<Pipeline>, watches: Watches, config: Config) -> Self {
+    pub fn new(
+        client: Client,
+        pipeline: Arc<Pipeline>,
+        watches: Watches,
+        pollers: crate::poller::Pollers,
+        config: Config,
+    ) -> Self {
         let reporter = Reporter {
             controller: "capstan-controller".into(),
             instance: std::env::var("HOSTNAME").ok(),
@@ -47,15 +53,8 @@ impl Ctx {
             client,
             pipeline,
             watches,
+            pollers,
             config,
-            polled: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn polled(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Resolved, String)>> {
-        match self.polled.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
         }
     }
 
@@ -137,7 +136,7 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
     // A refresh or an operation asks Git now; a periodic poll shares one answer per repository among
     // all its Applications (see `Pipeline::new`).
     let force = refresh.is_some() || requested.is_some() || running.is_some();
-    let resolved = match resolve(&ctx, &app, &key, force).await {
+    let resolved = match resolve(&ctx, &app, force).await {
         Ok(r) => r,
         Err(err) => return report_error(&ctx, &mut app, status, err).await,
     };
@@ -189,19 +188,10 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
     Ok(Action::requeue(jitter(ctx.config.poll_interval, &key)))
 }
 
-async fn resolve(ctx: &Ctx, app: &Application, key: &str, force: bool) -> Result<Resolved, PipelineError> {
-    let revision_spec = format!("{}@{}", app.spec.source.repo_url, app.spec.source.target_revision);
-    if !force
-        && let Some((at, resolved, spec)) = ctx.polled().get(key).cloned()
-        && spec == revision_spec
-        && at.elapsed() < ctx.config.poll_interval
-    {
-        return Ok(resolved);
-    }
-    let resolved = ctx.pipeline.resolve(app, None, force).await?;
-    ctx.polled()
-        .insert(key.to_string(), (Instant::now(), resolved.clone(), revision_spec));
-    Ok(resolved)
+async fn resolve(ctx: &Ctx, app: &Application, force: bool) -> Result<Resolved, PipelineError> {
+    ctx.pollers.watch(&app.spec.source.repo_url, ObjectRef::from_obj(app));
+    // Not forced, this is answered from the refs the repository's poller keeps fresh (see `poller`).
+    ctx.pipeline.resolve(app, None, force).await
 }
 
 async fn report_error(

@@ -48,6 +48,8 @@ struct Repo {
 #[derive(Default)]
 struct RepoState {
     initialised: bool,
+    /// Commits known to be in the cache (saves a `git cat-file` per resolution).
+    present: std::collections::HashSet<String>,
     /// The remote's refs and when they were listed.
     refs: Option<(Instant, Vec<(String, String)>)>,
 }
@@ -122,8 +124,11 @@ impl RepoCache {
         }
         let refs = state.refs.as_ref().map(|(_, r)| r.as_slice()).unwrap_or(&[]);
         if let Some((sha, name)) = match_ref(refs, revision) {
-            if !self.has_commit(&repo, &sha).await {
-                self.fetch(&repo, creds).await?;
+            if !state.present.contains(&sha) {
+                if !self.has_commit(&repo, &sha).await {
+                    self.fetch(&repo, creds).await?;
+                }
+                state.present.insert(sha.clone());
             }
             return Ok(Resolved {
                 sha,
@@ -140,6 +145,18 @@ impl RepoCache {
             }
         }
         Err(self.unknown(&repo, revision, creds))
+    }
+
+    /// List the remote's refs now and keep them for later resolutions. Returns the refs, so a
+    /// poller can tell whether anything moved.
+    pub async fn refresh(&self, url: &str, creds: &Credentials) -> Result<Vec<(String, String)>> {
+        check_url(url)?;
+        let repo = self.repo(url);
+        let mut state = repo.state.lock().await;
+        self.init(&repo, &mut state).await?;
+        let refs = self.ls_remote(&repo, creds).await?;
+        state.refs = Some((Instant::now(), refs.clone()));
+        Ok(refs)
     }
 
     /// A directory holding the tree of commit `sha` (which [`resolve`](Self::resolve) made

@@ -113,6 +113,7 @@ pub async fn execute(
         opts,
         progress,
         results: Vec::new(),
+        unchanged: 0,
     };
     if opts.create_namespace
         && !opts.destination_namespace.is_empty()
@@ -143,9 +144,9 @@ pub async fn execute(
     let applied = run
         .results
         .iter()
-        .filter(|r| r.status == "Synced" && r.message.is_empty())
+        .filter(|r| r.status == "Synced" && r.sync_phase == "Sync")
         .count();
-    let unchanged = run.results.iter().filter(|r| r.message == UNCHANGED).count();
+    let unchanged = run.unchanged;
     let pruned = run.results.iter().filter(|r| r.status == "Pruned").count();
     let message = if opts.dry_run {
         format!("dry run: {applied} objects would be applied, {pruned} pruned")
@@ -173,6 +174,7 @@ struct Run<'a> {
     opts: &'a SyncOptions,
     progress: Option<&'a watch::Sender<Progress>>,
     results: Vec<ResourceResult>,
+    unchanged: usize,
 }
 
 impl Run<'_> {
@@ -230,8 +232,14 @@ impl Run<'_> {
             {
                 first_error = Some(format!("{} {}: {message}", verb(task.action), task.key));
             }
-            self.results
-                .push(result(task, &self.resources[task.index], &status, &message));
+            if task.action == Action::Keep && outcome.is_ok() {
+                // Objects left as they were are counted, not listed: a re-sync of thousands of
+                // unchanged objects should not produce (and store) thousands of results.
+                self.unchanged += 1;
+            } else {
+                self.results
+                    .push(result(task, &self.resources[task.index], &status, &message));
+            }
         }
         if let Some(err) = first_error {
             return Err(err);

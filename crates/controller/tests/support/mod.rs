@@ -23,6 +23,7 @@ pub struct Env {
     controller: Option<tokio::task::JoinHandle<()>>,
     cache: tempfile::TempDir,
     pub wave_timeout: Duration,
+    pub poll_interval: Duration,
 }
 
 impl Env {
@@ -31,6 +32,10 @@ impl Env {
     }
 
     pub async fn start_with(wave_timeout: Duration) -> anyhow::Result<Env> {
+        Self::start_full(wave_timeout, Duration::from_secs(180)).await
+    }
+
+    pub async fn start_full(wave_timeout: Duration, poll_interval: Duration) -> anyhow::Result<Env> {
         capstan_testkit::init_logging();
         let cluster = TestCluster::start().await?;
         let git = GitServer::start().await?;
@@ -45,6 +50,7 @@ impl Env {
             controller: None,
             cache: tempfile::tempdir()?,
             wave_timeout,
+            poll_interval,
         };
         env.start_controller();
         Ok(env)
@@ -55,6 +61,7 @@ impl Env {
         let config = capstan_controller::Config {
             cache_dir: self.cache.path().to_path_buf(),
             wave_timeout: self.wave_timeout,
+            poll_interval: self.poll_interval,
             ..Default::default()
         };
         let client = self.client.clone();
