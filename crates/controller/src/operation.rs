@@ -272,7 +272,12 @@ pub async fn run(
         let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &progress_app.namespace().unwrap_or_default());
         let _ = &progress_status;
         while rx.changed().await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // Coalesce updates for up to 500 ms, but stop as soon as the sync ends: its final
+            // status write follows, and waiting here would only delay it.
+            let coalesce = async { while rx.changed().await.is_ok() {} };
+            if tokio::time::timeout(Duration::from_millis(500), coalesce).await.is_ok() {
+                break;
+            }
             let p = rx.borrow_and_update().clone();
             let hooks: Vec<_> = p.results.into_iter().filter(|r| r.sync_phase != "Sync").collect();
             let patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});

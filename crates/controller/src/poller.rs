@@ -13,12 +13,15 @@ use kube::runtime::reflector::ObjectRef;
 
 use crate::pipeline::Pipeline;
 
+/// The Applications using one repository.
+type AppSet = Arc<Mutex<HashSet<ObjectRef<Application>>>>;
+
 /// The pollers of every repository in use.
 pub struct Pollers {
     pipeline: Arc<Pipeline>,
     interval: Duration,
     trigger: UnboundedSender<ObjectRef<Application>>,
-    repos: Mutex<HashMap<String, Arc<Mutex<HashSet<ObjectRef<Application>>>>>>,
+    repos: Mutex<HashMap<String, AppSet>>,
 }
 
 impl Pollers {
