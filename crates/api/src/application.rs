@@ -182,6 +182,9 @@ pub struct SyncPolicyAutomated {
     /// Revert changes made to tracked objects in the cluster.
     #[serde(default)]
     pub self_heal: bool,
+    /// Allow an automated sync to prune everything when Git renders no object at all.
+    #[serde(default)]
+    pub allow_empty: bool,
 }
 
 /// How often and how fast to retry a failed sync.
@@ -371,6 +374,9 @@ pub struct ResourceResult {
     /// The object's wave.
     #[serde(default)]
     pub sync_wave: i64,
+    /// Whether the object is a hook (a resumed operation does not run completed hooks again).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hook: bool,
 }
 
 /// One successful sync in the Application's history.

@@ -47,20 +47,7 @@ impl KubeArgs {
     }
 }
 
-/// A one-line description of a kube error with its causes, without Debug noise.
+/// A one-line description of a kube error (the API server's message for API errors).
 pub fn describe(err: &kube::Error) -> String {
-    if let kube::Error::Api(status) = err {
-        return format!("{} ({}, HTTP {})", status.message, status.reason, status.code);
-    }
-    let mut msg = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
-        }
-        source = cause.source();
-    }
-    msg
+    capstan_compare::describe_kube_error(err)
 }

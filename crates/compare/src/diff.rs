@@ -123,6 +123,8 @@ pub async fn compare(
             message,
         })?;
         if hook_spec == HookSpec::Skip {
+            // Still in Git: its live object is neither compared nor extraneous (never pruned).
+            live_by_key.remove(&key);
             continue;
         }
         let wave = annotations::sync_wave(&d.object).map_err(|message| CompareError::InvalidObject {

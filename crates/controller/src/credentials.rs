@@ -23,11 +23,7 @@ pub async fn for_repo(client: &kube::Client, namespace: &str, url: &str) -> Opti
     };
     list.items
         .iter()
-        .filter_map(|s| {
-            field(s, "url")
-                .filter(|u| url.starts_with(u.as_str()))
-                .map(|u| (u.len(), s))
-        })
+        .filter_map(|s| field(s, "url").filter(|u| prefix_matches(u, url)).map(|u| (u.len(), s)))
         .max_by_key(|(len, _)| *len)
         .map(|(_, s)| Credentials {
             username: field(s, "username"),
@@ -36,4 +32,40 @@ pub async fn for_repo(client: &kube::Client, namespace: &str, url: &str) -> Opti
             known_hosts: field(s, "knownHosts"),
             insecure: field(s, "insecure").is_some_and(|v| v == "true"),
         })
+}
+
+/// Whether a repository Secret's `url` covers `repo`: equal, or a prefix ending at a path boundary,
+/// so a Secret for `https://git.example.com` is never sent to `https://git.example.com.evil.io`.
+pub fn prefix_matches(secret_url: &str, repo: &str) -> bool {
+    let secret_url = secret_url.trim_end_matches('/');
+    repo == secret_url || repo.strip_prefix(secret_url).is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_match_on_path_boundaries_only() {
+        assert!(prefix_matches(
+            "https://git.example.com",
+            "https://git.example.com/org/app.git"
+        ));
+        assert!(prefix_matches(
+            "https://git.example.com/org/",
+            "https://git.example.com/org/app.git"
+        ));
+        assert!(prefix_matches(
+            "https://git.example.com/org/app.git",
+            "https://git.example.com/org/app.git"
+        ));
+        assert!(!prefix_matches(
+            "https://git.example.com",
+            "https://git.example.com.evil.io/x"
+        ));
+        assert!(!prefix_matches(
+            "https://git.example.com/org",
+            "https://git.example.com/organisation/x"
+        ));
+    }
 }

@@ -29,6 +29,31 @@ pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState
     if state.comparison.sync() == SyncCode::Synced {
         return None;
     }
+    // Only when a sync can change something: with prune off (or `Prune=false`), objects that merely
+    // require pruning would stay OutOfSync and re-trigger a sync forever.
+    let actionable = state.comparison.resources.iter().any(|r| {
+        !r.hook
+            && r.sync == SyncCode::OutOfSync
+            && (!r.requires_pruning
+                || (auto.prune
+                    && !r
+                        .live
+                        .as_ref()
+                        .is_some_and(|l| annotations::has_sync_option(l, "Prune=false"))))
+    });
+    if !actionable {
+        return None;
+    }
+    // An empty render would prune everything: refused unless `allowEmpty`, as in Argo CD.
+    let desired = state
+        .comparison
+        .resources
+        .iter()
+        .filter(|r| !r.hook && r.desired.is_some())
+        .count();
+    if desired == 0 && !auto.allow_empty {
+        return None;
+    }
     let op = Operation {
         sync: Some(SyncOperation {
             prune: auto.prune,
@@ -98,7 +123,8 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     if !number.is_empty() {
         total += number.parse::<f64>().ok()?;
     }
-    Some(Duration::from_secs_f64(total))
+    // A spec value must never panic the controller: absurd durations are no duration.
+    Duration::try_from_secs_f64(total).ok()
 }
 
 /// Run `op` for `app`. Returns the state to report afterwards, or None when the operation could not
@@ -202,7 +228,12 @@ pub async fn run(
         started_at,
         finished_at: None,
         retry_count,
-        resources: Vec::new(),
+        // A resumed operation keeps the results recorded so far (the completed hooks among them).
+        resources: if resuming {
+            previous.as_ref().map(|p| p.resources.clone()).unwrap_or_default()
+        } else {
+            Vec::new()
+        },
         operation: Some(op.clone()),
     };
     if let Err(message) = prepared {
@@ -220,7 +251,7 @@ pub async fn run(
             .map(|p| {
                 p.resources
                     .iter()
-                    .filter(|r| r.status == "Synced" && r.sync_phase != "Sync")
+                    .filter(|r| r.status == "Synced" && r.hook)
                     .map(|r| format!("{}:{}/{}/{}/{}", r.sync_phase, r.group, r.kind, r.namespace, r.name))
                     .collect()
             })
@@ -279,7 +310,7 @@ pub async fn run(
                 break;
             }
             let p = rx.borrow_and_update().clone();
-            let hooks: Vec<_> = p.results.into_iter().filter(|r| r.sync_phase != "Sync").collect();
+            let hooks: Vec<_> = p.results.into_iter().filter(|r| r.hook).collect();
             let patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});
             let pp = PatchParams::default();
             if let Err(err) = apps
@@ -405,13 +436,23 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
     kinds.sort();
     kinds.dedup();
     let mut pending: Vec<(Api<DynamicObject>, String)> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
     for (api_version, kind) in kinds {
-        let Ok(Some(info)) = ctx.pipeline.discovery.resolve(&api_version, &kind).await else {
-            continue;
+        let info = match ctx.pipeline.discovery.resolve(&api_version, &kind).await {
+            Ok(Some(info)) => info,
+            Ok(None) => continue, // the kind is gone, and its objects with it
+            Err(e) => {
+                failures.push(e.to_string());
+                continue;
+            }
         };
         let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &info.resource);
-        let Ok(list) = api.list(&ListParams::default().labels(&tracking.selector())).await else {
-            continue;
+        let list = match api.list(&ListParams::default().labels(&tracking.selector())).await {
+            Ok(list) => list,
+            Err(e) => {
+                failures.push(format!("listing {kind}: {}", describe_kube_error(&e)));
+                continue;
+            }
         };
         for obj in list.items {
             let value = serde_json::to_value(&obj).unwrap_or_default();
@@ -426,14 +467,24 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
             let name = obj.name_any();
             let dp = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Foreground),
+                preconditions: obj.metadata.uid.clone().map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
                 ..Default::default()
             };
             match scoped.delete(&name, &dp).await {
                 Ok(_) => pending.push((scoped, name)),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => tracing::warn!(object = %name, err = %describe_kube_error(&e), "deleting on finalize"),
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => failures.push(format!("deleting {kind} {name}: {}", describe_kube_error(&e))),
             }
         }
+    }
+    if !failures.is_empty() {
+        // Keep the finalizer: the next attempt deletes what is left.
+        ctx.event(app, EventType::Warning, "DeletionFailed", failures.join("; "))
+            .await;
+        return Err(ReconcileError::Update(app.name_any(), failures.join("; ")));
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     for (api, name) in pending {
@@ -470,5 +521,10 @@ mod tests {
         assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
         assert_eq!(parse_duration(""), None);
         assert_eq!(parse_duration("5x"), None);
+        assert_eq!(
+            parse_duration(&format!("{}s", "9".repeat(400))),
+            None,
+            "overflow is not a panic"
+        );
     }
 }

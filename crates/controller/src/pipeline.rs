@@ -67,6 +67,8 @@ pub struct Pipeline {
     pub discovery: Discovery,
     /// Namespace holding repository Secrets.
     pub namespace: String,
+    /// Where the Git cache lives (no Application may read from it directly).
+    pub cache_dir: PathBuf,
 }
 
 /// The result of one pass.
@@ -93,8 +95,9 @@ impl Pipeline {
         refs_ttl: Duration,
     ) -> Arc<Self> {
         Arc::new(Self {
-            repos: RepoCache::new(cache_dir, Duration::from_secs(120), refs_ttl),
+            repos: RepoCache::new(cache_dir.clone(), Duration::from_secs(120), refs_ttl),
             renderer: Renderer::new(render_timeout),
+            cache_dir,
             discovery: Discovery::new(client.clone()),
             client,
             namespace: namespace.to_string(),
@@ -130,6 +133,15 @@ impl Pipeline {
         let source = &app.spec.source;
         if source.repo_url.trim().is_empty() {
             return Err(PipelineError::InvalidSpec("spec.source.repoURL is empty".into()));
+        }
+        let url = source.repo_url.as_str();
+        let local_path = url
+            .strip_prefix("file://")
+            .or(if url.starts_with('/') { Some(url) } else { None });
+        if local_path.is_some_and(|p| std::path::Path::new(p).starts_with(&self.cache_dir)) {
+            return Err(PipelineError::InvalidSpec(format!(
+                "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
+            )));
         }
         let creds = self.credentials(&source.repo_url).await;
         let revision = revision.unwrap_or(&source.target_revision);
@@ -339,11 +351,7 @@ async fn live_objects(
                         .collect()),
                     // A CRD not established yet: nothing of the kind exists.
                     Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
-                    Err(e) => Err(PipelineError::Destination(format!(
-                        "listing {}: {}",
-                        info.resource.kind,
-                        describe_kube_error(&e)
-                    ))),
+                    Err(e) => Err(listing_failed(&info, &e)),
                 }
             }
         })
@@ -400,38 +408,49 @@ async fn live_objects(
                     .map(|v| (v, info.clone())),
             ),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                return Err(PipelineError::Destination(format!(
-                    "listing {}: {}",
-                    info.resource.kind,
-                    describe_kube_error(&e)
-                )));
-            }
+            Err(e) => return Err(listing_failed(&info, &e)),
         }
     }
     // Indices, not references, as stream items: closures over borrowed items are not `Send` for
     // every lifetime, which the controller's futures must be.
-    let fetched: Vec<Option<(Value, KindInfo)>> = stream::iter(0..singles.len())
+    let fetched: Vec<Result<Option<(Value, KindInfo)>, PipelineError>> = stream::iter(0..singles.len())
         .map(|i| {
             let d = singles[i];
             async move {
-                let key = ObjectKey::of(&d.object).ok()?;
+                let Ok(key) = ObjectKey::of(&d.object) else {
+                    return Ok(None);
+                };
                 let api: Api<DynamicObject> = if d.info.namespaced {
                     Api::namespaced_with(client.clone(), &key.namespace, &d.info.resource)
                 } else {
                     Api::all_with(client.clone(), &d.info.resource)
                 };
-                let obj = api.get_opt(&key.name).await.ok()??;
-                serde_json::to_value(with_type(obj, &d.info))
-                    .ok()
-                    .map(|v| (v, d.info.clone()))
+                // Only "not found" means missing: any other failure must not look like a free name,
+                // or another Application's object could be taken over.
+                match api.get_opt(&key.name).await {
+                    Ok(Some(obj)) => Ok(serde_json::to_value(with_type(obj, &d.info))
+                        .ok()
+                        .map(|v| (v, d.info.clone()))),
+                    Ok(None) => Ok(None),
+                    // Also a 404 for the kind itself (a CRD applied in this same sync).
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                    Err(e) => Err(PipelineError::Destination(format!(
+                        "reading {key}: {}",
+                        describe_kube_error(&e)
+                    ))),
+                }
             }
         })
         .buffer_unordered(32)
         .collect()
         .await;
+    let fetched: Vec<Option<(Value, KindInfo)>> = fetched.into_iter().collect::<Result<_, _>>()?;
     live.extend(fetched.into_iter().flatten());
     Ok(live)
+}
+
+fn listing_failed(info: &KindInfo, err: &kube::Error) -> PipelineError {
+    PipelineError::Destination(format!("listing {}: {}", info.resource.kind, describe_kube_error(err)))
 }
 
 /// List items come without apiVersion/kind; put them back.

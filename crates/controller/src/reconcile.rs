@@ -138,12 +138,12 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
     let force = refresh.is_some() || requested.is_some() || running.is_some();
     let resolved = match resolve(&ctx, &app, force).await {
         Ok(r) => r,
-        Err(err) => return report_error(&ctx, &mut app, status, err).await,
+        Err(err) => return report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await,
     };
     let compare_started = Instant::now();
     let state = match ctx.pipeline.compare(&app, resolved.clone()).await {
         Ok(s) => s,
-        Err(err) => return report_error(&ctx, &mut app, status, err).await,
+        Err(err) => return report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await,
     };
     tracing::debug!(
         app = %key,
@@ -179,13 +179,37 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
         status.reconciled_at = Some(now_precise());
     }
     write_status(&ctx, &mut app, &mut status, Some(&state), None).await?;
-    let automated_pending = app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some())
+    let automated_pending = app
+        .spec
+        .sync_policy
+        .as_ref()
+        .is_some_and(|p| p.automated.is_some() && p.retry.is_some())
         && state.comparison.sync() == capstan_compare::SyncCode::OutOfSync;
     if automated_pending {
         // A failed automated sync may be retried once its backoff has passed.
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     Ok(Action::requeue(jitter(ctx.config.poll_interval, &key)))
+}
+
+/// A requested operation that could not start (Git or rendering failed) is recorded as failed, so
+/// the request is not lost silently.
+fn with_failed_request(
+    mut status: ApplicationStatus,
+    requested: &Option<Result<Operation, String>>,
+    err: &PipelineError,
+) -> ApplicationStatus {
+    if let Some(Ok(op)) = requested {
+        status.operation_state = Some(capstan_api::application::OperationState {
+            phase: "Failed".into(),
+            message: format!("the operation could not start: {err}"),
+            started_at: now(),
+            finished_at: Some(now()),
+            operation: Some(op.clone()),
+            ..Default::default()
+        });
+    }
+    status
 }
 
 async fn resolve(ctx: &Ctx, app: &Application, force: bool) -> Result<Resolved, PipelineError> {
@@ -349,7 +373,8 @@ async fn clear_annotations(ctx: &Ctx, app: &Application, refresh: bool, operatio
     api.patch(
         &app.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": ann}})),
+        // With the resourceVersion read, so a request written meanwhile is not erased (409: retried).
+        &Patch::Merge(json!({"metadata": {"annotations": ann, "resourceVersion": app.resource_version()}})),
     )
     .await
     .map(|_| ())

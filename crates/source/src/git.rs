@@ -25,11 +25,15 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
             Some(at) => {
                 let userinfo = &authority[..at];
                 let user = userinfo.split(':').next().unwrap_or("");
+                let http = head.ends_with("http://") || head.ends_with("https://");
                 if userinfo.contains(':') {
                     out.push_str(user);
                     out.push_str(":***");
+                } else if http {
+                    // `https://TOKEN@host`: over HTTP a lone user name is often a token.
+                    out.push_str("***");
                 } else {
-                    out.push_str(userinfo);
+                    out.push_str(userinfo); // ssh://git@host: a user name, not a secret
                 }
                 out.push_str(&authority[at..]);
             }
@@ -253,6 +257,10 @@ mod tests {
             "fatal: unable to access 'https://bot:***@git.example/r.git/': 403"
         );
         assert_eq!(redact("ssh://git@host/r.git", &[]), "ssh://git@host/r.git");
+        assert_eq!(
+            redact("https://ghp_abcdef123@host/r.git", &[]),
+            "https://***@host/r.git"
+        );
         assert_eq!(redact("the password is hunter22", &["hunter22"]), "the password is ***");
         assert_eq!(redact("no urls here", &[]), "no urls here");
     }

@@ -106,6 +106,11 @@ pub async fn execute(
                 Vec::new(),
             );
         }
+        if t.action == Action::Apply
+            && let Some(error) = &resources[t.index].error
+        {
+            return failed(format!("applying {}: {error}", t.key), Vec::new());
+        }
     }
     let mut run = Run {
         client,
@@ -359,6 +364,7 @@ fn result(task: &Task, state: &ResourceState, status: &str, message: &str) -> Re
         message: message.to_string(),
         sync_phase: task.phase.as_str().to_string(),
         sync_wave: state.wave,
+        hook: task.action == Action::Hook,
     }
 }
 
@@ -424,14 +430,25 @@ async fn prune(client: &kube::Client, state: &ResourceState, dry_run: bool) -> R
         return Ok("PruneSkipped".into());
     }
     let api = api_for(client, state, &state.key.namespace);
+    // Delete exactly the object that was compared: one recreated meanwhile (maybe by someone else)
+    // has another uid and is left alone.
+    let uid = live
+        .and_then(|l| l.pointer("/metadata/uid"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let dp = DeleteParams {
         dry_run,
         propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: uid.map(|uid| kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
         ..Default::default()
     };
     match api.delete(&state.key.name, &dp).await {
         Ok(_) => Ok("Pruned".into()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok("Pruned".into()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok("PruneSkipped".into()),
         Err(e) => Err(describe_kube_error(&e)),
     }
 }
