@@ -48,6 +48,4 @@ impl KubeArgs {
 }
 
 /// A one-line description of a kube error (the API server's message for API errors).
-pub fn describe(err: &kube::Error) -> String {
-    capstan_compare::describe_kube_error(err)
-}
+pub use capstan_compare::describe_kube_error as describe;

@@ -24,6 +24,7 @@ pub struct KindInfo {
 pub struct Discovery {
     client: Client,
     known: Mutex<HashMap<(String, String), KindInfo>>,
+    version: tokio::sync::OnceCell<String>,
 }
 
 impl Discovery {
@@ -32,6 +33,7 @@ impl Discovery {
         Self {
             client,
             known: Mutex::new(HashMap::new()),
+            version: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -97,11 +99,19 @@ impl Discovery {
         })
     }
 
-    /// The cluster's version as `MAJOR.MINOR.PATCH` (for `helm --kube-version`).
+    /// The cluster's version as `MAJOR.MINOR.PATCH` (for `helm --kube-version`), asked once: a
+    /// comparison should not cost a request for something that changes only on upgrades.
     pub async fn server_version(&self) -> Option<String> {
-        let info = self.client.apiserver_version().await.ok()?;
-        let v = info.git_version.trim_start_matches('v');
-        Some(v.split(['-', '+']).next().unwrap_or(v).to_string())
+        let version = self
+            .version
+            .get_or_try_init(|| async {
+                let info = self.client.apiserver_version().await?;
+                let v = info.git_version.trim_start_matches('v');
+                Ok::<_, kube::Error>(v.split(['-', '+']).next().unwrap_or(v).to_string())
+            })
+            .await
+            .ok()?;
+        Some(version.clone())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), KindInfo>> {

@@ -63,11 +63,12 @@ pub fn label_value(name: &str) -> String {
     if name.len() <= 63 {
         return name.to_string();
     }
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = {
+        use std::hash::Hasher;
+        let mut h = fnv::FnvHasher::default();
+        h.write(name.as_bytes());
+        h.finish()
+    };
     format!("{}-{hash:016x}", name[..46].trim_end_matches(['-', '.', '_']))
 }
 

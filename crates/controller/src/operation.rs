@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use crate::pipeline::AppState;
+use crate::pipeline::{AppState, short};
 use crate::reconcile::{Ctx, ReconcileError, now, write_status};
 
 /// The automated sync `app` needs now, if any: a new revision is synced once; with `selfHeal` drift at
@@ -294,14 +294,12 @@ pub async fn run(
     };
 
     let (tx, mut rx) = tokio::sync::watch::channel(Progress::default());
-    let progress_status = status.clone();
     let progress_app = app.clone();
     // Progress is a small merge patch: the message, and the hook results a resumed operation needs.
     // The full status is written once at the end (rewriting thousands of resources every half
     // second would cost more than the sync).
     let reporter = async {
         let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &progress_app.namespace().unwrap_or_default());
-        let _ = &progress_status;
         while rx.changed().await.is_ok() {
             // Coalesce updates for up to 500 ms, but stop as soon as the sync ends: its final
             // status write follows, and waiting here would only delay it.
@@ -405,10 +403,6 @@ fn op_state_changed(status: &ApplicationStatus) -> bool {
         .operation_state
         .as_ref()
         .is_none_or(|o| o.phase != "Succeeded" || !o.resources.is_empty())
-}
-
-fn short(sha: &str) -> &str {
-    crate::pipeline::short(sha)
 }
 
 /// Delete the objects of an Application being deleted with the resources finalizer, then remove

@@ -286,12 +286,7 @@ async fn live_objects(
     // namespace keeps each request proportional to the Application, not to the cluster.
     let mut kinds: HashMap<(String, String), (KindInfo, BTreeSet<String>)> = HashMap::new();
     for d in desired {
-        let ns = d
-            .object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let ns = namespace_of(&d.object);
         let entry = kinds
             .entry((d.info.resource.api_version.clone(), d.info.resource.kind.clone()))
             .or_insert_with(|| (d.info.clone(), BTreeSet::new()));
@@ -372,12 +367,7 @@ async fn live_objects(
     // missing (a first sync), one GET each otherwise.
     let mut groups: HashMap<(String, String, String), Vec<&Desired>> = HashMap::new();
     for d in missing {
-        let ns = d
-            .object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let ns = namespace_of(&d.object);
         groups
             .entry((d.info.resource.api_version.clone(), d.info.resource.kind.clone(), ns))
             .or_default()
@@ -447,6 +437,14 @@ async fn live_objects(
     let fetched: Vec<Option<(Value, KindInfo)>> = fetched.into_iter().collect::<Result<_, _>>()?;
     live.extend(fetched.into_iter().flatten());
     Ok(live)
+}
+
+/// The namespace a prepared object names (empty for cluster-scoped objects).
+fn namespace_of(obj: &Value) -> String {
+    obj.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
 }
 
 fn listing_failed(info: &KindInfo, err: &kube::Error) -> PipelineError {

@@ -403,11 +403,12 @@ pub fn now_precise() -> String {
 
 /// `base` plus up to 10 % that is stable per Application, so polls spread out.
 fn jitter(base: Duration, key: &str) -> Duration {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = {
+        use std::hash::Hasher;
+        let mut h = fnv::FnvHasher::default();
+        h.write(key.as_bytes());
+        h.finish()
+    };
     let extra = base.as_millis() as u64 / 10;
     base + Duration::from_millis(if extra == 0 { 0 } else { hash % extra })
 }

@@ -69,15 +69,6 @@ pub fn is_running(started: &Started) -> bool {
     }
 }
 
-/// How a process exited, if it did (only known for our own children).
-pub fn exit_status(started: &Started) -> Option<String> {
-    if is_running(started) {
-        None
-    } else {
-        Some("exited".to_string())
-    }
-}
-
 /// Stop the process in `pid_file` (SIGTERM, then SIGKILL after `grace`) and remove the pid file.
 /// Returns whether a running process was stopped. Safe to call when nothing runs.
 pub fn stop(pid_file: &Path, grace: Duration) -> Result<bool> {

@@ -324,11 +324,12 @@ fn is_short_sha(s: &str) -> bool {
 
 /// A stable, readable directory name for a URL (FNV-1a: a fixed function, unlike std's hasher).
 fn dir_name(url: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in url.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = {
+        use std::hash::Hasher;
+        let mut h = fnv::FnvHasher::default();
+        h.write(url.as_bytes());
+        h.finish()
+    };
     let tail: String = redact(url, &[])
         .rsplit('/')
         .next()

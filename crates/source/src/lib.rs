@@ -22,8 +22,6 @@ pub use cache::{CacheStats, RepoCache, Resolved};
 pub use credentials::Credentials;
 pub use git::redact;
 
-use std::path::PathBuf;
-
 /// What can go wrong reading a repository. Messages name the repository and never contain secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -77,6 +75,3 @@ impl SourceError {
 
 /// Result alias for this crate.
 pub type Result<T, E = SourceError> = std::result::Result<T, E>;
-
-/// Where a checkout of a commit lives.
-pub type CheckoutPath = PathBuf;

@@ -14,11 +14,3 @@ pub mod plan;
 
 pub use execute::{Progress, SyncOptions, SyncOutcome, execute};
 pub use plan::{Action, Task, kind_order, plan};
-
-/// What can stop a sync before it starts.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// An object is invalid (bad annotation ...).
-    #[error("{0}")]
-    Invalid(String),
-}

@@ -3,7 +3,6 @@
 //! `capstan.dev/operation`) that the controller executes; `diff` runs the read-only half of the
 //! pipeline locally.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -12,6 +11,7 @@ use anyhow::{Context, anyhow, bail};
 use capstan_api::Application;
 use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation};
+use capstan_controller::pipeline::short;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -313,10 +313,6 @@ async fn list(api: &Api<Application>, output: Output) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn short(sha: &str) -> &str {
-    &sha[..sha.len().min(7)]
-}
-
 fn print_table(rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
@@ -378,89 +374,71 @@ fn print_app(app: &Application, output: Output) -> anyhow::Result<()> {
                 }
                 None => "Manual".into(),
             };
-            let mut fields: BTreeMap<usize, (&str, String)> = BTreeMap::new();
+            let mut fields: Vec<(&str, String)> = Vec::new();
             let d = &spec.destination;
-            fields.insert(
-                0,
-                (
-                    "Name",
-                    format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
-                ),
-            );
-            fields.insert(
-                1,
-                (
-                    "Project",
-                    if spec.project.is_empty() {
-                        "default".into()
-                    } else {
-                        spec.project.clone()
-                    },
-                ),
-            );
-            fields.insert(
-                2,
-                (
-                    "Server",
-                    if d.server.is_empty() {
-                        d.name.clone()
-                    } else {
-                        d.server.clone()
-                    },
-                ),
-            );
-            fields.insert(3, ("Namespace", d.namespace.clone()));
-            fields.insert(4, ("Repo", spec.source.repo_url.clone()));
-            fields.insert(
-                5,
-                (
-                    "Target",
-                    if spec.source.target_revision.is_empty() {
-                        "HEAD".into()
-                    } else {
-                        spec.source.target_revision.clone()
-                    },
-                ),
-            );
-            fields.insert(6, ("Path", spec.source.path.clone()));
-            fields.insert(7, ("Sync Policy", policy));
+            fields.push((
+                "Name",
+                format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
+            ));
+            fields.push((
+                "Project",
+                if spec.project.is_empty() {
+                    "default".into()
+                } else {
+                    spec.project.clone()
+                },
+            ));
+            fields.push((
+                "Server",
+                if d.server.is_empty() {
+                    d.name.clone()
+                } else {
+                    d.server.clone()
+                },
+            ));
+            fields.push(("Namespace", d.namespace.clone()));
+            fields.push(("Repo", spec.source.repo_url.clone()));
+            fields.push((
+                "Target",
+                if spec.source.target_revision.is_empty() {
+                    "HEAD".into()
+                } else {
+                    spec.source.target_revision.clone()
+                },
+            ));
+            fields.push(("Path", spec.source.path.clone()));
+            fields.push(("Sync Policy", policy));
             let sync = status.sync.clone().unwrap_or_default();
-            fields.insert(
-                8,
-                (
-                    "Sync Status",
-                    format!(
-                        "{} ({})",
-                        if sync.status.is_empty() {
-                            "Unknown"
-                        } else {
-                            &sync.status
-                        },
-                        short(&sync.revision)
-                    ),
+            fields.push((
+                "Sync Status",
+                format!(
+                    "{} ({})",
+                    if sync.status.is_empty() {
+                        "Unknown"
+                    } else {
+                        &sync.status
+                    },
+                    short(&sync.revision)
                 ),
-            );
+            ));
             let health = status.health.clone().unwrap_or_default();
             let health_text = if health.message.is_empty() {
                 health.status.clone()
             } else {
                 format!("{}: {}", health.status, health.message)
             };
-            fields.insert(
-                9,
-                (
-                    "Health Status",
-                    if health_text.is_empty() {
-                        "Unknown".into()
-                    } else {
-                        health_text
-                    },
-                ),
-            );
+            fields.push((
+                "Health Status",
+                if health_text.is_empty() {
+                    "Unknown".into()
+                } else {
+                    health_text
+                },
+            ));
             if let Some(op) = &status.operation_state {
-                fields.insert(10, ("Operation", format!("{}: {}", op.phase, op.message)));
+                fields.push(("Operation", format!("{}: {}", op.phase, op.message)));
             }
-            for (_, (k, v)) in fields {
+            for (k, v) in fields {
                 println!("{:<15}{v}", format!("{k}:"));
             }
             for c in &status.conditions {
