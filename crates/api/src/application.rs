@@ -408,7 +408,7 @@ pub struct ApplicationCondition {
 }
 
 /// Schema for free-form JSON objects (Helm `valuesObject`).
-fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true

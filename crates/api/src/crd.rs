@@ -3,11 +3,15 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::Application;
+use crate::{AppProject, Application, ApplicationSet};
 
 /// Every CRD Capstan installs, paired with the file name it has under `deploy/crds/`.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
-    vec![("applications.capstan.dev.yaml", without_defaults(Application::crd()))]
+    vec![
+        ("applications.capstan.dev.yaml", without_defaults(Application::crd())),
+        ("applicationsets.capstan.dev.yaml", without_defaults(ApplicationSet::crd())),
+        ("appprojects.capstan.dev.yaml", without_defaults(AppProject::crd())),
+    ]
 }
 
 /// Remove the `default` keywords schemars derives from `#[serde(default)]`.

@@ -1,0 +1,72 @@
+//! The `AppProject` resource: which repositories, destinations and kinds of object the
+//! Applications of a project may use (Argo CD's `AppProject`, same field names).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The project every Application without `spec.project` belongs to. If no AppProject of this
+/// name exists, it allows everything.
+pub const DEFAULT_PROJECT: &str = "default";
+
+/// An AppProject: the rules its Applications' syncs must keep.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "capstan.dev",
+    version = "v1alpha1",
+    kind = "AppProject",
+    plural = "appprojects",
+    shortname = "appproj",
+    shortname = "appprojs",
+    namespaced
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AppProjectSpec {
+    /// What the project is for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// Repository URL globs its Applications may use (`*` for any). Empty: none.
+    #[serde(default)]
+    pub source_repos: Vec<String>,
+    /// Clusters and namespaces its Applications may deploy to. Empty: none.
+    #[serde(default)]
+    pub destinations: Vec<ProjectDestination>,
+    /// Cluster-scoped kinds allowed. Empty: none (as in Argo CD).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_resource_whitelist: Vec<GroupKind>,
+    /// Cluster-scoped kinds refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_resource_blacklist: Vec<GroupKind>,
+    /// Namespaced kinds allowed. Empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespace_resource_whitelist: Vec<GroupKind>,
+    /// Namespaced kinds refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespace_resource_blacklist: Vec<GroupKind>,
+}
+
+/// A permitted destination: globs on the cluster's server URL or name, and on the namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectDestination {
+    /// Glob on the cluster's server URL (`*` for any).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub server: String,
+    /// Glob on the cluster's name (`*` for any).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Glob on the namespace (`*` for any).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+}
+
+/// A kind of object: API group (`""` for the core group) and kind, each a glob.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupKind {
+    /// API group glob (`""` is the core group, `*` any).
+    #[serde(default)]
+    pub group: String,
+    /// Kind glob (`*` any).
+    pub kind: String,
+}
