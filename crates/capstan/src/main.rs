@@ -38,6 +38,8 @@ enum Command {
     Controller(commands::controller::ControllerArgs),
     /// Inspect and operate Applications.
     App(commands::app::AppArgs),
+    /// Register destination clusters and inspect them.
+    Cluster(commands::cluster::ClusterArgs),
     /// Write the CustomResourceDefinitions generated from the Rust types.
     #[command(hide = true)]
     Crds(commands::crds::CrdsArgs),
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
             Command::Install(args) => commands::install::run(args).await,
             Command::Controller(args) => commands::controller::run(args).await,
             Command::App(args) => commands::app::run(args).await,
+            Command::Cluster(args) => commands::cluster::run(args).await,
             Command::Crds(args) => commands::crds::run(args),
         }
     });

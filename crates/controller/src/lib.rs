@@ -7,11 +7,14 @@
 //! - [`operation`]: running a sync or rollback and recording it (operation state, history, Events).
 //! - [`watches`]: metadata-only watches, filtered by Capstan's tracking label, on every kind Capstan
 //!   manages; a change to a managed object re-reconciles its Application within about a second.
+//! - [`clusters`]: destination clusters — `in-cluster` and those registered with cluster Secrets —
+//!   each with its client, discovery and watches, probed for reachability.
 //! - [`credentials`]: repository Secrets.
 //!
 //! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
 //! Application and shuts down gracefully.
 
+pub mod clusters;
 pub mod credentials;
 pub mod operation;
 pub mod pipeline;
@@ -91,15 +94,9 @@ pub async fn run(
         refs_ttl,
     );
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
-    let watches = watches::Watches::new(client.clone(), trigger_tx.clone());
+    pipeline.clusters.spawn(trigger_tx.clone());
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
-    let ctx = Arc::new(reconcile::Ctx::new(
-        client.clone(),
-        pipeline,
-        watches,
-        pollers,
-        config.clone(),
-    ));
+    let ctx = Arc::new(reconcile::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 
     let (reader, writer) = reflector::store();
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))

@@ -319,11 +319,21 @@ pub async fn run(
             }
         }
     };
-    let client = ctx
-        .pipeline
-        .destination(app)
-        .map(|(c, _)| c.clone())
-        .unwrap_or_else(|_| ctx.client.clone());
+    let client = match ctx.pipeline.destination(app) {
+        Ok(dest) => dest.client.clone(),
+        Err(err) => {
+            // Never fall back to another cluster: fail the operation with the reason.
+            let mut failed = op_state.clone();
+            failed.phase = "Failed".into();
+            failed.message = format!("the destination is not available: {err}");
+            failed.finished_at = Some(now());
+            status.operation_state = Some(failed.clone());
+            ctx.event(app, EventType::Warning, "OperationFailed", failed.message)
+                .await;
+            write_status(ctx, app, status, Some(&work_state), None).await?;
+            return Ok(None);
+        }
+    };
     let execution = async {
         let outcome = capstan_sync::execute(&client, &work_state.comparison, &sync_opts, Some(&tx)).await;
         drop(tx);
@@ -431,8 +441,19 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
     kinds.dedup();
     let mut pending: Vec<(Api<DynamicObject>, String)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
+    let dest = match ctx.pipeline.destination(app) {
+        Ok(dest) => dest,
+        Err(err) => {
+            // The objects cannot be reached: keep the finalizer and say why (removing it by hand
+            // leaves them in place).
+            let message = format!("cannot delete the Application's objects: {err}");
+            ctx.event(app, EventType::Warning, "DeletionFailed", message.clone())
+                .await;
+            return Err(ReconcileError::Update(app.name_any(), message));
+        }
+    };
     for (api_version, kind) in kinds {
-        let info = match ctx.pipeline.discovery.resolve(&api_version, &kind).await {
+        let info = match dest.discovery.resolve(&api_version, &kind).await {
             Ok(Some(info)) => info,
             Ok(None) => continue, // the kind is gone, and its objects with it
             Err(e) => {
@@ -440,7 +461,7 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
                 continue;
             }
         };
-        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &info.resource);
+        let api: Api<DynamicObject> = Api::all_with(dest.client.clone(), &info.resource);
         let list = match api.list(&ListParams::default().labels(&tracking.selector())).await {
             Ok(list) => list,
             Err(e) => {
@@ -455,8 +476,8 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
             }
             let ns = obj.namespace();
             let scoped: Api<DynamicObject> = match &ns {
-                Some(ns) if info.namespaced => Api::namespaced_with(ctx.client.clone(), ns, &info.resource),
-                _ => Api::all_with(ctx.client.clone(), &info.resource),
+                Some(ns) if info.namespaced => Api::namespaced_with(dest.client.clone(), ns, &info.resource),
+                _ => Api::all_with(dest.client.clone(), &info.resource),
             };
             let name = obj.name_any();
             let dp = DeleteParams {

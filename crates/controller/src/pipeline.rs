@@ -20,16 +20,14 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use crate::clusters::{Clusters, Destination};
 use crate::credentials;
 
 /// From this many untracked desired objects of one kind in one namespace on, they are looked up with
 /// one LIST instead of one GET each.
 const LIST_THRESHOLD: usize = 8;
 
-/// The server URL that names the cluster Capstan runs in.
-pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
-/// The name of the cluster Capstan runs in.
-pub const IN_CLUSTER_NAME: &str = "in-cluster";
+pub use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 
 /// Why a pass failed; each maps to an Application condition type.
 #[derive(Debug, thiserror::Error)]
@@ -63,8 +61,8 @@ pub struct Pipeline {
     pub repos: RepoCache,
     /// The render cache.
     pub renderer: Renderer,
-    /// Discovery of the in-cluster destination.
-    pub discovery: Discovery,
+    /// Destination clusters.
+    pub clusters: Arc<Clusters>,
     /// Namespace holding repository Secrets.
     pub namespace: String,
     /// Where the Git cache lives (no Application may read from it directly).
@@ -98,29 +96,15 @@ impl Pipeline {
             repos: RepoCache::new(cache_dir.clone(), Duration::from_secs(120), refs_ttl),
             renderer: Renderer::new(render_timeout),
             cache_dir,
-            discovery: Discovery::new(client.clone()),
+            clusters: Clusters::new(client.clone(), namespace),
             client,
             namespace: namespace.to_string(),
         })
     }
 
-    /// The destination client for `app` (only the cluster Capstan runs in, for now).
-    pub fn destination(&self, app: &Application) -> Result<(&Client, &Discovery), PipelineError> {
-        let d = &app.spec.destination;
-        let in_cluster = (d.server.is_empty() && (d.name.is_empty() || d.name == IN_CLUSTER_NAME))
-            || d.server.trim_end_matches('/') == IN_CLUSTER_SERVER;
-        if in_cluster {
-            Ok((&self.client, &self.discovery))
-        } else {
-            let which = if d.server.is_empty() {
-                format!("name {:?}", d.name)
-            } else {
-                format!("server {:?}", d.server)
-            };
-            Err(PipelineError::InvalidSpec(format!(
-                "destination cluster with {which} is not registered (known: {IN_CLUSTER_NAME}, {IN_CLUSTER_SERVER})"
-            )))
-        }
+    /// The destination of `app`.
+    pub fn destination(&self, app: &Application) -> Result<Arc<Destination>, PipelineError> {
+        self.clusters.lookup(app)
     }
 
     /// Resolve `revision` (default: the Application's targetRevision).
@@ -159,7 +143,8 @@ impl Pipeline {
 
     /// Render `app` at `resolved` and compare it with its destination.
     pub async fn compare(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
-        let (client, discovery) = self.destination(app)?;
+        let dest = self.destination(app)?;
+        let (client, discovery) = (&dest.client, &dest.discovery);
         let source = &app.spec.source;
         let tree = self
             .repos
@@ -170,7 +155,11 @@ impl Pipeline {
         if kube_version.is_none() {
             // Reachability is checked here so an unreachable destination is reported as such.
             client.apiserver_version().await.map_err(|e| {
-                PipelineError::Destination(format!("destination unreachable: {}", describe_kube_error(&e)))
+                PipelineError::Destination(format!(
+                    "{} is unreachable: {}",
+                    dest.describe(),
+                    describe_kube_error(&e)
+                ))
             })?;
         }
         let namespace = app.spec.destination.namespace.clone();
@@ -192,6 +181,7 @@ impl Pipeline {
 
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
+        check_namespaces(&dest, &desired)?;
         let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
         let live = live_objects(client, discovery, &desired, &previous, &tracking).await?;
         let comparison = capstan_compare::compare(client, desired, live, &tracking, &app.spec.ignore_differences)
@@ -205,6 +195,40 @@ impl Pipeline {
             health,
         })
     }
+}
+
+/// A cluster registered for some namespaces only may not receive objects outside them.
+fn check_namespaces(dest: &Destination, desired: &[Desired]) -> Result<(), PipelineError> {
+    let refused: Vec<String> = desired
+        .iter()
+        .filter_map(|d| {
+            let ns = d.info.namespaced.then(|| namespace_of(&d.object));
+            (!dest.permits(ns.as_deref())).then(|| {
+                let name = d
+                    .object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?");
+                match ns {
+                    Some(ns) => format!("{}/{name} in namespace {ns:?}", d.info.resource.kind),
+                    None => format!("{}/{name} (cluster-scoped)", d.info.resource.kind),
+                }
+            })
+        })
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let allowed = dest
+        .secret
+        .as_ref()
+        .map(|s| s.namespaces.join(", "))
+        .unwrap_or_default();
+    Err(PipelineError::InvalidSpec(format!(
+        "{} is registered for namespaces [{allowed}] only; refusing {}",
+        dest.describe(),
+        refused.join(", ")
+    )))
 }
 
 fn display_path(path: &str) -> String {

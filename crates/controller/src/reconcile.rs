@@ -16,7 +16,6 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::pipeline::{AppState, Pipeline, PipelineError};
-use crate::watches::Watches;
 use crate::{Config, operation};
 
 /// Shared state of the controller.
@@ -25,8 +24,6 @@ pub struct Ctx {
     pub client: Client,
     /// The pipeline.
     pub pipeline: Arc<Pipeline>,
-    /// Watches on managed kinds.
-    pub watches: Watches,
     /// Git pollers, one per repository.
     pub pollers: crate::poller::Pollers,
     /// Settings.
@@ -37,13 +34,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// A new context.
-    pub fn new(
-        client: Client,
-        pipeline: Arc<Pipeline>,
-        watches: Watches,
-        pollers: crate::poller::Pollers,
-        config: Config,
-    ) -> Self {
+    pub fn new(client: Client, pipeline: Arc<Pipeline>, pollers: crate::poller::Pollers, config: Config) -> Self {
         let reporter = Reporter {
             controller: "capstan-controller".into(),
             instance: std::env::var("HOSTNAME").ok(),
@@ -52,7 +43,6 @@ impl Ctx {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             pipeline,
-            watches,
             pollers,
             config,
         }
@@ -152,8 +142,10 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
         sync = state.comparison.sync().as_str(),
         "compared"
     );
-    for r in &state.comparison.resources {
-        ctx.watches.ensure(&r.info);
+    if let Ok(dest) = ctx.pipeline.destination(&app) {
+        for r in &state.comparison.resources {
+            dest.watches.ensure(&r.info);
+        }
     }
 
     let op = match requested {

@@ -313,7 +313,7 @@ async fn list(api: &Api<Application>, output: Output) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(rows: &[Vec<String>]) {
+pub(crate) fn print_table(rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -668,6 +668,7 @@ async fn diff_inner(
     let app = get(api, name).await?;
     let cache = crate::commands::controller::default_cache().join("cli");
     let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60), Duration::ZERO);
+    pipeline.clusters.load().await?;
     let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
     let state = pipeline.compare(&app, resolved).await?;
     let colour = std::io::stdout().is_terminal();

@@ -1,6 +1,7 @@
 //! One module per top-level subcommand.
 
 pub mod app;
+pub mod cluster;
 pub mod controller;
 pub mod crds;
 pub mod install;

@@ -1,0 +1,418 @@
+//! `capstan cluster …`: register destination clusters and inspect them. A cluster is a Secret in
+//! Capstan's namespace on the hub (the cluster Capstan runs in); its labels are what ApplicationSet
+//! cluster generators select on. Connection state comes from the controller's probes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use capstan_api::cluster::{CLUSTER_SECRET_TYPE, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
+use capstan_api::labels::SECRET_TYPE_LABEL;
+use capstan_cluster::ClusterSecret;
+use capstan_cluster::register;
+use capstan_cluster::secret::secret_name_for;
+use capstan_cluster::status::{ConnectionState, STATUS_CONFIGMAP, key_for};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::commands::app::print_table;
+use crate::kube_client::{KubeArgs, describe};
+
+/// `capstan cluster` and its subcommands.
+#[derive(Debug, clap::Args)]
+pub struct ClusterArgs {
+    /// Namespace Capstan runs in on the hub (where cluster Secrets live).
+    #[arg(long = "capstan-namespace", global = true, default_value = capstan_api::NAMESPACE)]
+    namespace: String,
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum, PartialEq, Eq)]
+enum Output {
+    Table,
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ClusterCommand {
+    /// Register a cluster: create a `capstan-manager` service account on it (or reuse the
+    /// kubeconfig's credentials) and store the connection in a cluster Secret on the hub.
+    Add(AddArgs),
+    /// List registered clusters with their connection state.
+    List {
+        #[command(flatten)]
+        hub: KubeArgs,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Show one cluster (never its credentials).
+    Get {
+        /// Cluster name or server URL.
+        name: String,
+        #[command(flatten)]
+        hub: KubeArgs,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Set (`k=v`) or remove (`k-`) labels of a cluster.
+    Label {
+        /// Cluster name or server URL.
+        name: String,
+        /// `key=value` to set, `key-` to remove.
+        #[arg(required = true)]
+        labels: Vec<String>,
+        #[command(flatten)]
+        hub: KubeArgs,
+    },
+    /// Unregister a cluster (its Applications report it as unknown; nothing on it is deleted).
+    Rm {
+        /// Cluster name or server URL.
+        name: String,
+        #[command(flatten)]
+        hub: KubeArgs,
+    },
+}
+
+/// Arguments of `capstan cluster add`.
+#[derive(Debug, clap::Args)]
+struct AddArgs {
+    /// Name of the cluster (what `destination.name` and `{{name}}` refer to).
+    name: String,
+    /// Kubeconfig with admin access to the cluster being added.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Context in that kubeconfig (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
+    /// Label of the cluster, `key=value` (repeatable).
+    #[arg(long = "label", short = 'l')]
+    labels: Vec<String>,
+    /// Annotation of the cluster, `key=value` (repeatable).
+    #[arg(long = "annotation")]
+    annotations: Vec<String>,
+    /// Manage only these namespaces on the cluster (repeatable; default: all).
+    #[arg(long = "namespace")]
+    namespaces: Vec<String>,
+    /// With `--namespace`: also allow cluster-scoped objects.
+    #[arg(long)]
+    cluster_resources: bool,
+    /// Store the kubeconfig's own credentials instead of creating a service account.
+    #[arg(long)]
+    use_kubeconfig_credentials: bool,
+    /// Server URL to store instead of the kubeconfig's (when the hub reaches the cluster by
+    /// another address).
+    #[arg(long)]
+    server: Option<String>,
+    /// Replace an existing registration of the same name.
+    #[arg(long)]
+    upsert: bool,
+    /// Kubeconfig of the hub (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    hub_kubeconfig: Option<PathBuf>,
+    /// Context of the hub kubeconfig.
+    #[arg(long)]
+    hub_context: Option<String>,
+}
+
+/// Run `capstan cluster …`.
+pub async fn run(args: ClusterArgs) -> anyhow::Result<ExitCode> {
+    let ns = args.namespace;
+    match args.command {
+        ClusterCommand::Add(add_args) => add(add_args, &ns).await,
+        ClusterCommand::List { hub, output } => list(&hub.client().await?, &ns, output).await,
+        ClusterCommand::Get { name, hub, output } => get(&hub.client().await?, &ns, &name, output).await,
+        ClusterCommand::Label { name, labels, hub } => label(&hub.client().await?, &ns, &name, &labels).await,
+        ClusterCommand::Rm { name, hub } => rm(&hub.client().await?, &ns, &name).await,
+    }
+}
+
+async fn add(args: AddArgs, ns: &str) -> anyhow::Result<ExitCode> {
+    if args.name.trim().is_empty() || args.name == IN_CLUSTER_NAME {
+        bail!("cluster name {:?} is reserved or empty", args.name);
+    }
+    let labels = parse_pairs(&args.labels, "--label")?;
+    let annotations = parse_pairs(&args.annotations, "--annotation")?;
+    let target = register::read_kubeconfig(&args.kubeconfig, args.context.as_deref())?;
+    let hub = KubeArgs {
+        kubeconfig: args.hub_kubeconfig.clone(),
+        context: args.hub_context.clone(),
+    }
+    .client()
+    .await
+    .context("connecting to the hub")?;
+
+    let mut config = target.config.clone();
+    if !args.use_kubeconfig_credentials {
+        let admin = KubeArgs {
+            kubeconfig: Some(args.kubeconfig.clone()),
+            context: args.context.clone(),
+        }
+        .client()
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to cluster {:?} with {}",
+                args.name,
+                args.kubeconfig.display()
+            )
+        })?;
+        let token = register::create_manager(&admin, Duration::from_secs(30))
+            .await
+            .with_context(|| format!("preparing cluster {:?}", args.name))?;
+        config.bearer_token = token;
+        config.username.clear();
+        config.password.clear();
+        config.tls_client_config.cert_data.clear();
+        config.tls_client_config.key_data.clear();
+    }
+    let cluster = ClusterSecret {
+        secret_name: secret_name_for(&args.name),
+        name: args.name.clone(),
+        server: args
+            .server
+            .clone()
+            .unwrap_or(target.server.clone())
+            .trim_end_matches('/')
+            .to_string(),
+        config,
+        namespaces: args.namespaces.clone(),
+        cluster_resources: args.cluster_resources,
+        labels,
+        annotations,
+    };
+    // The stored credentials must work before they are stored.
+    let check = capstan_cluster::connect::client(&cluster).await?;
+    let version = check
+        .apiserver_version()
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .with_context(|| format!("the stored credentials cannot reach {}", cluster.server))?;
+
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns);
+    for other in registered(&hub, ns).await? {
+        if other.secret_name != cluster.secret_name && (other.server == cluster.server || other.name == cluster.name) {
+            bail!(
+                "cluster {:?} ({}) is already registered in Secret {}; remove it first",
+                other.name,
+                other.server,
+                other.secret_name
+            );
+        }
+    }
+    let secret = cluster.to_secret(ns);
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            if !args.upsert {
+                bail!(
+                    "cluster {:?} is already registered (Secret {}/{}); pass --upsert to replace it",
+                    args.name,
+                    ns,
+                    cluster.secret_name
+                );
+            }
+            let existing = secrets
+                .get(&cluster.secret_name)
+                .await
+                .map_err(|e| anyhow!("{}", describe(&e)))?;
+            let mut replacement = secret.clone();
+            replacement.metadata.resource_version = existing.metadata.resource_version;
+            secrets
+                .replace(&cluster.secret_name, &PostParams::default(), &replacement)
+                .await
+                .map_err(|e| anyhow!("{}", describe(&e)))
+                .context("replacing the cluster Secret")?;
+        }
+        Err(e) => return Err(anyhow!("{}", describe(&e)).context("writing the cluster Secret on the hub")),
+    }
+    println!(
+        "cluster {:?} added: {} ({}), Secret {}/{}",
+        cluster.name, cluster.server, version.git_version, ns, cluster.secret_name
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every valid cluster Secret on the hub.
+async fn registered(hub: &kube::Client, ns: &str) -> anyhow::Result<Vec<ClusterSecret>> {
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns);
+    let list = secrets
+        .list(&ListParams::default().labels(&format!("{SECRET_TYPE_LABEL}={CLUSTER_SECRET_TYPE}")))
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .context("listing cluster Secrets")?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|s| match ClusterSecret::from_secret(s) {
+            Ok(c) => Some(c),
+            Err(err) => {
+                eprintln!("warning: {err}");
+                None
+            }
+        })
+        .collect())
+}
+
+async fn find(hub: &kube::Client, ns: &str, name: &str) -> anyhow::Result<ClusterSecret> {
+    let wanted = name.trim_end_matches('/');
+    registered(hub, ns)
+        .await?
+        .into_iter()
+        .find(|c| c.name == wanted || c.server == wanted || c.secret_name == wanted)
+        .ok_or_else(|| anyhow!("cluster {name:?} is not registered (see `capstan cluster list`)"))
+}
+
+async fn states(hub: &kube::Client, ns: &str) -> BTreeMap<String, String> {
+    let maps: Api<ConfigMap> = Api::namespaced(hub.clone(), ns);
+    maps.get_opt(STATUS_CONFIGMAP)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|m| m.data)
+        .unwrap_or_default()
+}
+
+/// One row of `cluster list`, also its JSON form.
+fn describe_cluster(c: &ClusterSecret, states: &BTreeMap<String, String>) -> serde_json::Value {
+    let state = states
+        .get(&key_for(&c.name))
+        .map(|s| ConnectionState::from_json(s))
+        .unwrap_or_else(|| ConnectionState::from_json(""));
+    json!({
+        "name": c.name,
+        "server": c.server,
+        "secret": c.secret_name,
+        "labels": c.labels,
+        "annotations": c.annotations,
+        "namespaces": c.namespaces,
+        "connectionState": {
+            "status": state.status,
+            "message": state.message,
+            "serverVersion": state.server_version,
+            "checkedAt": state.checked_at,
+        },
+    })
+}
+
+fn in_cluster() -> ClusterSecret {
+    ClusterSecret {
+        name: IN_CLUSTER_NAME.into(),
+        server: IN_CLUSTER_SERVER.into(),
+        ..Default::default()
+    }
+}
+
+async fn list(hub: &kube::Client, ns: &str, output: Output) -> anyhow::Result<ExitCode> {
+    let mut clusters = registered(hub, ns).await?;
+    if !clusters.iter().any(|c| c.is_in_cluster()) {
+        clusters.insert(0, in_cluster());
+    }
+    let states = states(hub, ns).await;
+    let rows: Vec<serde_json::Value> = clusters.iter().map(|c| describe_cluster(c, &states)).collect();
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
+        Output::Table => {
+            let mut table = vec![
+                ["NAME", "SERVER", "VERSION", "STATUS", "LABELS", "MESSAGE"]
+                    .map(String::from)
+                    .to_vec(),
+            ];
+            for (c, row) in clusters.iter().zip(&rows) {
+                let s = &row["connectionState"];
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                table.push(vec![
+                    c.name.clone(),
+                    c.server.clone(),
+                    text(&s["serverVersion"]),
+                    text(&s["status"]),
+                    c.labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    text(&s["message"]),
+                ]);
+            }
+            print_table(&table);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn get(hub: &kube::Client, ns: &str, name: &str, output: Output) -> anyhow::Result<ExitCode> {
+    let cluster = if name == IN_CLUSTER_NAME || name == IN_CLUSTER_SERVER {
+        match find(hub, ns, name).await {
+            Ok(c) => c,
+            Err(_) => in_cluster(),
+        }
+    } else {
+        find(hub, ns, name).await?
+    };
+    let row = describe_cluster(&cluster, &states(hub, ns).await);
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&row)?),
+        Output::Yaml | Output::Table => print!("{}", serde_saphyr::to_string(&row)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn label(hub: &kube::Client, ns: &str, name: &str, changes: &[String]) -> anyhow::Result<ExitCode> {
+    let cluster = find(hub, ns, name).await?;
+    let mut labels = serde_json::Map::new();
+    for change in changes {
+        if let Some(key) = change.strip_suffix('-').filter(|k| !k.contains('=')) {
+            labels.insert(key.to_string(), serde_json::Value::Null);
+        } else {
+            let (k, v) = split_pair(change, "label")?;
+            labels.insert(k, json!(v));
+        }
+    }
+    if labels.contains_key(SECRET_TYPE_LABEL) {
+        bail!("label {SECRET_TYPE_LABEL} is Capstan's own and cannot be changed");
+    }
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns);
+    secrets
+        .patch(
+            &cluster.secret_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .with_context(|| format!("labelling cluster {name:?}"))?;
+    println!("cluster {:?} labelled", cluster.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn rm(hub: &kube::Client, ns: &str, name: &str) -> anyhow::Result<ExitCode> {
+    if name == IN_CLUSTER_NAME {
+        bail!("in-cluster is the cluster Capstan runs in and cannot be removed");
+    }
+    let cluster = find(hub, ns, name).await?;
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns);
+    secrets
+        .delete(&cluster.secret_name, &DeleteParams::default())
+        .await
+        .map_err(|e| anyhow!("{}", describe(&e)))
+        .with_context(|| format!("removing cluster {name:?}"))?;
+    println!("cluster {:?} removed", cluster.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn parse_pairs(pairs: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    pairs.iter().map(|p| split_pair(p, flag)).collect()
+}
+
+fn split_pair(pair: &str, what: &str) -> anyhow::Result<(String, String)> {
+    match pair.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => bail!("invalid {what} {pair:?}: use key=value"),
+    }
+}
