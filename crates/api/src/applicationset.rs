@@ -395,11 +395,19 @@ spec:
 "#;
         let set: ApplicationSet = serde_saphyr::from_str(yaml).expect("parse");
         assert_eq!(set.spec.generators.len(), 2);
-        assert_eq!(set.spec.generators[0].matrix.as_ref().map(|m| m.generators.len()), Some(2));
+        assert_eq!(
+            set.spec.generators[0].matrix.as_ref().map(|m| m.generators.len()),
+            Some(2)
+        );
         assert_eq!(set.spec.template.metadata.name, "{{name}}-guestbook");
         let policy = set.spec.sync_policy.and_then(|p| p.applications_sync);
         assert_eq!(policy, Some(ApplicationsSyncPolicy::CreateUpdate));
-        let steps = set.spec.strategy.and_then(|s| s.rolling_sync).map(|r| r.steps).unwrap_or_default();
+        let steps = set
+            .spec
+            .strategy
+            .and_then(|s| s.rolling_sync)
+            .map(|r| r.steps)
+            .unwrap_or_default();
         assert_eq!(steps.len(), 2);
         assert!(matches!(
             steps[1].max_update,

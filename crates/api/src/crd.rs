@@ -9,7 +9,10 @@ use crate::{AppProject, Application, ApplicationSet};
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("applications.capstan.dev.yaml", without_defaults(Application::crd())),
-        ("applicationsets.capstan.dev.yaml", without_defaults(ApplicationSet::crd())),
+        (
+            "applicationsets.capstan.dev.yaml",
+            without_defaults(ApplicationSet::crd()),
+        ),
         ("appprojects.capstan.dev.yaml", without_defaults(AppProject::crd())),
     ]
 }
