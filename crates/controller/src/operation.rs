@@ -199,6 +199,13 @@ pub async fn run(
                 }
             }
         }
+        if !work_state.project_violations.is_empty() {
+            // Refused before anything is applied.
+            return Err(format!(
+                "the sync would break the project's rules: {}",
+                work_state.project_violations.join("; ")
+            ));
+        }
         Ok(())
     }
     .await;

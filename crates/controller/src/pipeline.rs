@@ -22,6 +22,8 @@ use serde_json::Value;
 
 use crate::clusters::{Clusters, Destination};
 use crate::credentials;
+use crate::projects::Projects;
+use capstan_api::project::AppProjectSpec;
 
 /// From this many untracked desired objects of one kind in one namespace on, they are looked up with
 /// one LIST instead of one GET each.
@@ -63,6 +65,8 @@ pub struct Pipeline {
     pub renderer: Renderer,
     /// Destination clusters.
     pub clusters: Arc<Clusters>,
+    /// AppProjects.
+    pub projects: Projects,
     /// Namespace holding repository Secrets.
     pub namespace: String,
     /// Where the Git cache lives (no Application may read from it directly).
@@ -79,6 +83,9 @@ pub struct AppState {
     pub resources: Vec<ResourceStatus>,
     /// Aggregated health.
     pub health: HealthStatus,
+    /// Desired objects the Application's project does not permit, each message naming the object
+    /// and the rule; a sync is refused while there is any.
+    pub project_violations: Vec<String>,
 }
 
 impl Pipeline {
@@ -97,6 +104,7 @@ impl Pipeline {
             renderer: Renderer::new(render_timeout),
             cache_dir,
             clusters: Clusters::new(client.clone(), namespace),
+            projects: Projects::new(client.clone(), namespace),
             client,
             namespace: namespace.to_string(),
         })
@@ -127,6 +135,8 @@ impl Pipeline {
                 "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
             )));
         }
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        capstan_project::check_source(&project, &rules, url).map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
         let creds = self.credentials(&source.repo_url).await;
         let revision = revision.unwrap_or(&source.target_revision);
         self.repos
@@ -145,6 +155,10 @@ impl Pipeline {
     pub async fn compare(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
         let dest = self.destination(app)?;
         let (client, discovery) = (&dest.client, &dest.discovery);
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let namespace = app.spec.destination.namespace.clone();
+        capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)
+            .map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
         let source = &app.spec.source;
         let tree = self
             .repos
@@ -162,7 +176,6 @@ impl Pipeline {
                 ))
             })?;
         }
-        let namespace = app.spec.destination.namespace.clone();
         let request = RenderRequest {
             repo_root: &tree,
             source,
@@ -182,6 +195,7 @@ impl Pipeline {
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
         check_namespaces(&dest, &desired)?;
+        let project_violations = project_violations(&project, &rules, &desired);
         let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
         let live = live_objects(client, discovery, &desired, &previous, &tracking).await?;
         let comparison = capstan_compare::compare(client, desired, live, &tracking, &app.spec.ignore_differences)
@@ -193,8 +207,34 @@ impl Pipeline {
             comparison,
             resources,
             health,
+            project_violations,
         })
     }
+}
+
+/// The desired objects `rules` do not permit, one message each.
+fn project_violations(project: &str, rules: &AppProjectSpec, desired: &[Desired]) -> Vec<String> {
+    desired
+        .iter()
+        .filter_map(|d| {
+            let r = &d.info.resource;
+            let name = d
+                .object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            capstan_project::check_resource(
+                project,
+                rules,
+                &r.group,
+                &r.kind,
+                d.info.namespaced,
+                &format!("{}/{name}", r.kind),
+            )
+            .err()
+            .map(|v| v.to_string())
+        })
+        .collect()
 }
 
 /// A cluster registered for some namespaces only may not receive objects outside them.

@@ -272,6 +272,10 @@ pub async fn write_status(
         if !shared.is_empty() {
             set_condition(status, "SharedResourceWarning", shared.join("; "));
         }
+        status.conditions.retain(|c| c.type_ != "ProjectViolation");
+        if !state.project_violations.is_empty() {
+            set_condition(status, "ProjectViolation", state.project_violations.join("; "));
+        }
     }
     if let Some((type_, message)) = error {
         status

@@ -137,12 +137,14 @@ impl GitCommand<'_> {
         };
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let message = stderr
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
-                .collect::<Vec<_>>()
-                .join("; ");
+            let message = explain_ssh_failure(&stderr, self.credentials).unwrap_or_else(|| {
+                stderr
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            });
             return Err(SourceError::Git {
                 operation: self.operation.into(),
                 url,
@@ -159,10 +161,7 @@ fn tempdir_for_ssh(creds: &Credentials) -> Result<Option<tempfile_lite::TempDir>
     }
     let dir = tempfile_lite::TempDir::new().map_err(SourceError::io("creating a directory for ssh credentials"))?;
     if let Some(key) = &creds.ssh_private_key {
-        let mut key = key.clone();
-        if !key.ends_with('\n') {
-            key.push('\n');
-        }
+        let key = normalize_key(key);
         dir.write("id", &key).map_err(SourceError::io("writing the ssh key"))?;
     }
     if let Some(hosts) = &creds.known_hosts {
@@ -170,6 +169,70 @@ fn tempdir_for_ssh(creds: &Credentials) -> Result<Option<tempfile_lite::TempDir>
             .map_err(SourceError::io("writing known_hosts"))?;
     }
     Ok(Some(dir))
+}
+
+/// A private key as OpenSSH will load it: `\n` line endings (a key pasted into a Secret on Windows has
+/// `\r\n`, which OpenSSH refuses with "error in libcrypto"), no surrounding blank space, one final
+/// newline.
+fn normalize_key(key: &str) -> String {
+    let mut key = key.replace("\r\n", "\n").trim().to_string();
+    key.push('\n');
+    key
+}
+
+/// A clear message for the SSH failures users can fix in the repository credentials, instead of
+/// ssh's output (which names the temporary files Capstan passed to ssh and suggests commands that do
+/// not apply). None for anything else.
+fn explain_ssh_failure(stderr: &str, creds: &Credentials) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
+    if stderr.contains("Host key verification failed") {
+        let changed = lines.iter().find_map(|l| {
+            l.strip_prefix("Host key for ")
+                .and_then(|r| r.strip_suffix(" has changed and you have requested strict checking."))
+        });
+        let unknown = lines.iter().find_map(|l| {
+            let rest = l.strip_prefix("No ")?;
+            let (_, host) = rest.split_once(" host key is known for ")?;
+            host.strip_suffix(" and you have requested strict checking.")
+        });
+        let fingerprint = lines
+            .iter()
+            .find(|l| l.starts_with("SHA256:"))
+            .map(|f| f.trim_end_matches('.'));
+        return Some(match (changed, unknown) {
+            (Some(host), _) => format!(
+                "SSH host key verification failed: the host key of {host} does not match the known_hosts of the \
+                 repository credentials{} (a changed server key, or someone in between); Capstan refused to connect",
+                fingerprint
+                    .map(|f| format!(" (the server sent {f})"))
+                    .unwrap_or_default()
+            ),
+            (None, Some(host)) => format!(
+                "SSH host key verification failed: no host key for {host} in the known_hosts of the repository \
+                 credentials{}; add the server's key line to known_hosts (e.g. from `ssh-keyscan`)",
+                if creds.known_hosts.is_none() {
+                    " (none given)"
+                } else {
+                    ""
+                }
+            ),
+            (None, None) => "SSH host key verification failed: the server's host key is not in, or does not match, \
+                             the known_hosts of the repository credentials"
+                .to_string(),
+        });
+    }
+    if let Some(denied) = lines.iter().find(|l| l.contains("Permission denied (publickey")) {
+        let cause = if lines.iter().any(|l| l.starts_with("Load key ")) {
+            "the private key of the repository credentials could not be loaded (not an unencrypted OpenSSH or PEM \
+             private key?)"
+        } else if creds.ssh_private_key.is_none() {
+            "the repository credentials have no SSH private key"
+        } else {
+            "the server does not accept the private key of the repository credentials"
+        };
+        return Some(format!("SSH authentication failed: {cause} ({denied})"));
+    }
+    None
 }
 
 fn ssh_command(dir: &Path, creds: &Credentials) -> String {
@@ -263,6 +326,52 @@ mod tests {
         );
         assert_eq!(redact("the password is hunter22", &["hunter22"]), "the password is ***");
         assert_eq!(redact("no urls here", &[]), "no urls here");
+    }
+
+    #[test]
+    fn keys_get_unix_line_endings_and_one_final_newline() {
+        assert_eq!(
+            normalize_key("\n-----BEGIN OPENSSH PRIVATE KEY-----\r\nabc\r\n-----END OPENSSH PRIVATE KEY-----"),
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----\n"
+        );
+    }
+
+    #[test]
+    fn explains_ssh_failures_without_ssh_noise() {
+        let changed = "@@@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n\
+            The fingerprint for the ED25519 key sent by the remote host is\nSHA256:8BAvBUZo.\n\
+            Add correct host key in /tmp/capstan-ssh-1/known_hosts to get rid of this message.\n\
+            Host key for [127.0.0.1]:2222 has changed and you have requested strict checking.\n\
+            Host key verification failed.\nfatal: Could not read from remote repository.\n";
+        let creds = Credentials {
+            ssh_private_key: Some("k".into()),
+            known_hosts: Some("h".into()),
+            ..Default::default()
+        };
+        let m = explain_ssh_failure(changed, &creds).expect("explained");
+        assert!(m.contains("[127.0.0.1]:2222 does not match the known_hosts"), "{m}");
+        assert!(m.contains("SHA256:8BAvBUZo"), "{m}");
+        assert!(!m.contains("/tmp/"), "{m}");
+
+        let unknown = "No ED25519 host key is known for git.example and you have requested strict checking.\n\
+            Host key verification failed.\n";
+        let m = explain_ssh_failure(unknown, &Credentials::none()).expect("explained");
+        assert!(
+            m.contains("no host key for git.example") && m.contains("(none given)"),
+            "{m}"
+        );
+
+        let denied = "git@h: Permission denied (publickey).\nfatal: Could not read from remote repository.\n";
+        let m = explain_ssh_failure(denied, &creds).expect("explained");
+        assert!(
+            m.starts_with("SSH authentication failed: the server does not accept"),
+            "{m}"
+        );
+        assert!(m.contains("git@h: Permission denied (publickey)."), "{m}");
+        let m = explain_ssh_failure(&format!("Load key \"/tmp/x/id\": error in libcrypto\n{denied}"), &creds).unwrap();
+        assert!(m.contains("could not be loaded") && !m.contains("/tmp/"), "{m}");
+
+        assert_eq!(explain_ssh_failure("fatal: repository not found\n", &creds), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use capstan_api::application::ResourceResult;
 use capstan_compare::annotations::{self, DeletePolicy, Phase};
 use capstan_compare::diff::FIELD_MANAGER;
+use capstan_compare::normalize::owner;
 use capstan_compare::{Comparison, ObjectKey, ResourceState, describe_kube_error};
 use capstan_health::HealthCode;
 use futures::{StreamExt, stream};
@@ -516,7 +517,7 @@ async fn run_hook(
     } else {
         let name = state.key.name.clone();
         if policies.contains(&DeletePolicy::BeforeHookCreation) {
-            delete_and_wait(&api, &name).await?;
+            delete_previous_hook(&api, state, desired).await?;
         }
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         api.patch(&name, &pp, &Patch::Apply(desired))
@@ -558,22 +559,60 @@ async fn run_hook(
     outcome
 }
 
-async fn delete_and_wait(api: &Api<DynamicObject>, name: &str) -> Result<(), String> {
+/// `BeforeHookCreation`: delete the previous run of a hook (and wait until it is gone) — but only an
+/// object this Application created: an existing object of the same name that is not tracked by it
+/// (someone else's, or nobody's) fails the hook instead. The delete names the uid that was checked,
+/// so an object recreated meanwhile is never deleted.
+async fn delete_previous_hook(api: &Api<DynamicObject>, state: &ResourceState, desired: &Value) -> Result<(), String> {
+    let name = &state.key.name;
+    let what = format!("{}/{name}", state.key.kind);
+    let Some(live) = api.get_opt(name).await.map_err(|e| describe_kube_error(&e))? else {
+        return Ok(());
+    };
+    let live = serde_json::to_value(live).map_err(|e| e.to_string())?;
+    // The desired object carries this Application's tracking id (set when it was prepared).
+    let ours = owner(desired);
+    if ours.is_none() || owner(&live) != ours {
+        return Err(format!(
+            "{what} exists and is not managed by this Application; refusing to replace it"
+        ));
+    }
+    let Some(uid) = live
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Err(format!("{what} has no uid; refusing to replace it"));
+    };
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Foreground),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
         ..Default::default()
     };
     match api.delete(name, &dp).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            return Err(format!(
+                "{what} was replaced by another object while deleting the previous hook; refusing to replace it"
+            ));
+        }
         Err(e) => return Err(describe_kube_error(&e)),
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        if api.get_opt(name).await.map_err(|e| describe_kube_error(&e))?.is_none() {
-            return Ok(());
+        match api.get_opt(name).await.map_err(|e| describe_kube_error(&e))? {
+            None => return Ok(()),
+            Some(obj) if obj.metadata.uid.as_deref() != Some(uid.as_str()) => {
+                return Err(format!(
+                    "{what} was recreated by someone else while deleting the previous hook; refusing to replace it"
+                ));
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Err(format!("previous hook {name} was not deleted within 60 s"))
+    Err(format!("previous hook {what} was not deleted within 60 s"))
 }

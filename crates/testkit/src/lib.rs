@@ -5,14 +5,18 @@
 //! - [`GitServer`]: bare repositories served by `git daemon` (`git://`) and by `git http-backend`
 //!   behind basic auth (`http://`), on free loopback ports, stopped when dropped; plus helpers to
 //!   commit files into them.
+//! - [`SshGitServer`]: OpenSSH's `sshd` on a free loopback port serving bare repositories to one
+//!   client key, with its own host key, stopped when dropped.
 //!
 //! Everything here starts real programs; nothing is mocked.
 
 pub mod cluster;
 pub mod git;
+pub mod ssh;
 
 pub use cluster::TestCluster;
 pub use git::{GitServer, commit_files, run_git};
+pub use ssh::SshGitServer;
 
 /// Initialise test logging once (honours `RUST_LOG`; silent by default).
 pub fn init_logging() {

@@ -1,0 +1,343 @@
+//! Shared set-up for the ApplicationSet controller's end-to-end tests: a real control plane, a real
+//! git server, Capstan's CRDs, and both controllers (Application and ApplicationSet) in-process.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use capstan_api::{Application, ApplicationSet};
+use capstan_testkit::{GitServer, TestCluster};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+pub struct Env {
+    pub cluster: TestCluster,
+    pub git: GitServer,
+    pub client: kube::Client,
+    pub apps: Api<Application>,
+    pub sets: Api<ApplicationSet>,
+    pub secrets: Api<Secret>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _cache: tempfile::TempDir,
+}
+
+/// Settings of the in-process controllers.
+pub struct Settings {
+    /// The Application controller's wave timeout.
+    pub wave_timeout: Duration,
+    /// The Application controller's Git poll interval.
+    pub app_poll: Duration,
+    /// The ApplicationSet controller's Git poll interval.
+    pub set_poll: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            wave_timeout: Duration::from_secs(120),
+            app_poll: Duration::from_secs(180),
+            set_poll: Duration::from_secs(180),
+        }
+    }
+}
+
+impl Env {
+    pub async fn start() -> anyhow::Result<Env> {
+        Self::start_with(Settings::default()).await
+    }
+
+    pub async fn start_with(settings: Settings) -> anyhow::Result<Env> {
+        capstan_testkit::init_logging();
+        let cluster = TestCluster::start().await?;
+        let git = GitServer::start().await?;
+        let client = cluster.client().await?;
+        install(&client).await?;
+        let cache = tempfile::tempdir()?;
+        let mut tasks = Vec::new();
+        {
+            let config = capstan_controller::Config {
+                cache_dir: cache.path().to_path_buf(),
+                wave_timeout: settings.wave_timeout,
+                poll_interval: settings.app_poll,
+                ..Default::default()
+            };
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(err) = capstan_controller::run(client, config, std::future::pending()).await {
+                    eprintln!("Application controller stopped: {err}");
+                }
+            }));
+        }
+        {
+            // The same cache root as the Application controller: the ApplicationSet controller keeps
+            // its own subdirectory.
+            let config = capstan_appset::controller::AppSetConfig {
+                cache_dir: cache.path().to_path_buf(),
+                poll_interval: settings.set_poll,
+                ..Default::default()
+            };
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(err) = capstan_appset::controller::run(client, config, std::future::pending()).await {
+                    eprintln!("ApplicationSet controller stopped: {err}");
+                }
+            }));
+        }
+        Ok(Env {
+            apps: Api::namespaced(client.clone(), "capstan"),
+            sets: Api::namespaced(client.clone(), "capstan"),
+            secrets: Api::namespaced(client.clone(), "capstan"),
+            cluster,
+            git,
+            client,
+            tasks,
+            _cache: cache,
+        })
+    }
+
+    /// Create or replace an ApplicationSet (server-side apply as the test).
+    pub async fn apply_set(&self, set: &Value) -> anyhow::Result<ApplicationSet> {
+        let name = set["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let pp = PatchParams::apply("test").force();
+        Ok(self.sets.patch(&name, &pp, &Patch::Apply(set)).await?)
+    }
+
+    pub async fn set(&self, name: &str) -> anyhow::Result<ApplicationSet> {
+        Ok(self.sets.get(name).await?)
+    }
+
+    /// Annotate an ApplicationSet with `capstan.dev/refresh`.
+    pub async fn refresh_set(&self, name: &str) -> anyhow::Result<()> {
+        let patch = json!({"metadata": {"annotations": {"capstan.dev/refresh": "normal"}}});
+        self.sets.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        Ok(())
+    }
+
+    pub async fn app(&self, name: &str) -> anyhow::Result<Option<Application>> {
+        Ok(self.apps.get_opt(name).await?)
+    }
+
+    /// Wait until `check` on the Application returns true.
+    pub async fn wait_app(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&Application) -> bool,
+    ) -> anyhow::Result<Application> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(app) = self.apps.get_opt(name).await?
+                && check(&app)
+            {
+                return Ok(app);
+            }
+            if Instant::now() > deadline {
+                let app = self.apps.get_opt(name).await?;
+                let status = app
+                    .and_then(|a| a.status)
+                    .map(|s| serde_json::to_string_pretty(&s).unwrap_or_default());
+                anyhow::bail!(
+                    "timed out after {timeout:?} waiting for {name}: {what}; status: {}",
+                    status.unwrap_or_else(|| "(no such Application)".into())
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn wait_gone(&self, name: &str, timeout: Duration) -> anyhow::Result<()> {
+        eventually(&format!("Application {name} deleted"), timeout, || async {
+            Ok(self.apps.get_opt(name).await?.is_none())
+        })
+        .await
+    }
+
+    /// Wait until `check` on the ApplicationSet returns true.
+    pub async fn wait_set(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&ApplicationSet) -> bool,
+    ) -> anyhow::Result<ApplicationSet> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(set) = self.sets.get_opt(name).await?
+                && check(&set)
+            {
+                return Ok(set);
+            }
+            if Instant::now() > deadline {
+                let set = self.sets.get_opt(name).await?;
+                let status = set
+                    .and_then(|a| a.status)
+                    .map(|s| serde_json::to_string_pretty(&s).unwrap_or_default());
+                anyhow::bail!(
+                    "timed out after {timeout:?} waiting for ApplicationSet {name}: {what}; status: {}",
+                    status.unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Names of the Applications in `capstan`, sorted.
+    pub async fn app_names(&self) -> anyhow::Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .apps
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|a| a.metadata.name)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Create or replace a cluster Secret.
+    pub async fn cluster_secret(&self, secret: &str, name: &str, server: &str, labels: &[(&str, &str)]) -> anyhow::Result<()> {
+        let mut l = serde_json::Map::new();
+        l.insert("capstan.dev/secret-type".into(), json!("cluster"));
+        for (k, v) in labels {
+            l.insert(k.to_string(), json!(v));
+        }
+        let body = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret, "namespace": "capstan", "labels": l},
+            "stringData": {"name": name, "server": server, "config": "{}"},
+        });
+        let pp = PatchParams::apply("test").force();
+        self.secrets.patch(secret, &pp, &Patch::Apply(body)).await?;
+        Ok(())
+    }
+
+    pub fn api(&self, api_version: &str, kind: &str, plural: &str, namespace: Option<&str>) -> Api<DynamicObject> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    pub async fn configmap(&self, ns: &str, name: &str) -> anyhow::Result<Option<Value>> {
+        let obj = self.api("v1", "ConfigMap", "configmaps", Some(ns)).get_opt(name).await?;
+        Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Install the CRDs and the `capstan` namespace, as `capstan install` does.
+pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
+    let pp = PatchParams::apply("test").force();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in capstan_api::crd::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
+        eventually("CRD established", Duration::from_secs(30), || async {
+            let c = crds.get(&name).await?;
+            Ok(c.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True"))
+        })
+        .await?;
+    }
+    let ns: Api<Namespace> = Api::all(client.clone());
+    ns.patch(
+        "capstan",
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan"}})),
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub fn sync_of(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.sync.as_ref())
+        .map(|s| s.status.clone())
+        .unwrap_or_default()
+}
+
+pub fn revision_of(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.sync.as_ref())
+        .map(|s| s.revision.clone())
+        .unwrap_or_default()
+}
+
+pub fn health_of(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.health.as_ref())
+        .map(|h| h.status.clone())
+        .unwrap_or_default()
+}
+
+pub fn synced_healthy(app: &Application) -> bool {
+    sync_of(app) == "Synced" && health_of(app) == "Healthy"
+}
+
+/// The set's condition of `type_`: (status, reason, message).
+pub fn condition(set: &ApplicationSet, type_: &str) -> Option<(String, String, String)> {
+    set.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Whether the set reports `ErrorOccurred` True with `reason`.
+pub fn error_with(set: &ApplicationSet, reason: &str) -> bool {
+    condition(set, "ErrorOccurred").is_some_and(|(s, r, _)| s == "True" && r == reason)
+}
+
+/// Whether the set reports a successful generation.
+pub fn up_to_date(set: &ApplicationSet) -> bool {
+    condition(set, "ErrorOccurred").is_some_and(|(s, _, _)| s == "False")
+        && condition(set, "ResourcesUpToDate").is_some_and(|(s, _, _)| s == "True")
+}
+
+/// (uid, resourceVersion) of an Application.
+pub fn identity(app: &Application) -> (String, String) {
+    (
+        app.metadata.uid.clone().unwrap_or_default(),
+        app.metadata.resource_version.clone().unwrap_or_default(),
+    )
+}

@@ -1,0 +1,92 @@
+//! AppProjects as the controller reads them: a watched cache in the controller, a direct read in
+//! the CLI. An Application's project decides which repositories, destinations and kinds of object
+//! it may use (the rules themselves are in `capstan-project`).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use capstan_api::AppProject;
+use capstan_api::project::{AppProjectSpec, DEFAULT_PROJECT};
+use capstan_compare::describe_kube_error;
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::pipeline::PipelineError;
+
+/// The projects of one namespace.
+pub struct Projects {
+    client: kube::Client,
+    namespace: String,
+    store: OnceLock<Store<AppProject>>,
+}
+
+impl Projects {
+    /// Projects in `namespace`, read directly until [`Projects::spawn`] starts a watch.
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_string(),
+            store: OnceLock::new(),
+        }
+    }
+
+    /// Keep a watched cache of the namespace's AppProjects.
+    pub fn spawn(&self) {
+        let api: Api<AppProject> = Api::namespaced(self.client.clone(), &self.namespace);
+        let (reader, writer) = reflector::store();
+        if self.store.set(reader).is_err() {
+            return;
+        }
+        tokio::spawn(async move {
+            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .touched_objects();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(err) = event {
+                    tracing::debug!(%err, "AppProject watch error");
+                }
+            }
+        });
+    }
+
+    /// The rules of project `name` (`""` is `default`). A missing `default` project allows
+    /// everything; any other missing project is an error.
+    pub async fn get(&self, name: &str) -> Result<(String, AppProjectSpec), PipelineError> {
+        let name = if name.is_empty() { DEFAULT_PROJECT } else { name };
+        let found = match self.store.get() {
+            Some(store) => {
+                if tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready())
+                    .await
+                    .is_err()
+                {
+                    return Err(PipelineError::Destination(
+                        "AppProjects could not be read from the cluster yet".into(),
+                    ));
+                }
+                store
+                    .get(&ObjectRef::new(name).within(&self.namespace))
+                    .map(|p| p.spec.clone())
+            }
+            None => {
+                let api: Api<AppProject> = Api::namespaced(self.client.clone(), &self.namespace);
+                api.get_opt(name)
+                    .await
+                    .map_err(|e| {
+                        PipelineError::Destination(format!("reading AppProject {name}: {}", describe_kube_error(&e)))
+                    })?
+                    .map(|p| p.spec)
+            }
+        };
+        match found {
+            Some(spec) => Ok((name.to_string(), spec)),
+            None if name == DEFAULT_PROJECT => Ok((name.to_string(), capstan_project::allow_all())),
+            None => Err(PipelineError::InvalidSpec(format!(
+                "project {name:?} does not exist in namespace {}",
+                self.namespace
+            ))),
+        }
+    }
+}

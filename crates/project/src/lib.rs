@@ -1,0 +1,370 @@
+//! AppProject rule checks: may an Application of a project use this repository, deploy to this
+//! cluster and namespace, create this kind of object?
+//!
+//! Everything here is a pure function over an [`AppProjectSpec`]; the caller (the controller, at sync
+//! time) fetches the project and asks. The semantics are Argo CD's (`AppProject.IsSourcePermitted`,
+//! `IsDestinationPermitted`, `IsGroupKindPermitted`) as its documentation states them:
+//!
+//! - **sourceRepos** are globs over normalised repository URLs (lower-cased, without a trailing `/`
+//!   or `.git`, and with `git@host:path` written as `git@host/path` so that it and
+//!   `ssh://git@host/path` are the same repository). `*` alone allows any repository; elsewhere `*`
+//!   stays within one path segment and `/**` crosses segments. An entry starting with `!` denies. A
+//!   repository is permitted when an allow entry matches it and no deny entry does. An empty list
+//!   permits nothing.
+//! - **destinations** are globs on the cluster (the entry's `server` on the server URL, its `name` on
+//!   the cluster name; the caller passes both when it knows them and either set field may match) and
+//!   on the namespace. An entry with a `!` on any field is a deny entry: it refuses what its fields'
+//!   (un-negated) globs all match. A destination is permitted when an allow entry matches it and no
+//!   deny entry does. An empty list permits nothing.
+//! - **kinds**: a cluster-scoped object must be in `clusterResourceWhitelist` (empty: no
+//!   cluster-scoped kind at all) and not in `clusterResourceBlacklist`; a namespaced object must be in
+//!   `namespaceResourceWhitelist` when that is non-empty and not in `namespaceResourceBlacklist`.
+//!   Group `""` is the core group; group and kind are globs.
+//!
+//! A pattern that is not a valid glob never allows anything; in a deny entry or a blacklist it
+//! refuses everything it is asked about (fail closed), with a message naming the bad pattern.
+
+use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination};
+use globset::GlobBuilder;
+
+/// A project rule an Application's sync would break.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("project \"{project}\": {message} (rule: {rule})")]
+pub struct Violation {
+    /// The AppProject's name.
+    pub project: String,
+    /// The rule broken, by its field name: `sourceRepos`, `destinations`,
+    /// `clusterResourceWhitelist`, `clusterResourceBlacklist`, `namespaceResourceWhitelist` or
+    /// `namespaceResourceBlacklist`.
+    pub rule: String,
+    /// What was refused and why, for a human.
+    pub message: String,
+}
+
+impl Violation {
+    fn new(project: &str, rule: &str, message: String) -> Self {
+        Violation {
+            project: project.to_string(),
+            rule: rule.to_string(),
+            message,
+        }
+    }
+}
+
+const SOURCE_REPOS: &str = "sourceRepos";
+const DESTINATIONS: &str = "destinations";
+const CLUSTER_WHITELIST: &str = "clusterResourceWhitelist";
+const CLUSTER_BLACKLIST: &str = "clusterResourceBlacklist";
+const NAMESPACE_WHITELIST: &str = "namespaceResourceWhitelist";
+const NAMESPACE_BLACKLIST: &str = "namespaceResourceBlacklist";
+
+/// The implicit `default` project when no AppProject named default exists: allows everything.
+pub fn allow_all() -> AppProjectSpec {
+    AppProjectSpec {
+        description: "Implicit default project: allows every repository, destination and kind".into(),
+        source_repos: vec!["*".into()],
+        destinations: vec![ProjectDestination {
+            server: "*".into(),
+            name: "*".into(),
+            namespace: "*".into(),
+        }],
+        cluster_resource_whitelist: vec![GroupKind {
+            group: "*".into(),
+            kind: "*".into(),
+        }],
+        cluster_resource_blacklist: Vec::new(),
+        namespace_resource_whitelist: Vec::new(),
+        namespace_resource_blacklist: Vec::new(),
+    }
+}
+
+/// May an Application of this project use the repository at `repo_url`?
+pub fn check_source(project_name: &str, spec: &AppProjectSpec, repo_url: &str) -> Result<(), Violation> {
+    let violation = |message: String| Violation::new(project_name, SOURCE_REPOS, message);
+    if spec.source_repos.is_empty() {
+        return Err(violation(format!(
+            "repository \"{repo_url}\" is not permitted: the project's sourceRepos list is empty"
+        )));
+    }
+    let repo = normalize_repo_url(repo_url);
+    let mut allowed = false;
+    for entry in &spec.source_repos {
+        let (deny, pattern) = split_negation(entry);
+        let pattern = normalize_repo_url(pattern);
+        match repo_glob_match(&pattern, &repo) {
+            Ok(true) if deny => {
+                return Err(violation(format!(
+                    "repository \"{repo_url}\" is refused by the project's sourceRepos entry \"{entry}\""
+                )));
+            }
+            Ok(true) => allowed = true,
+            Ok(false) => {}
+            Err(err) if deny => {
+                return Err(violation(format!(
+                    "the project's sourceRepos entry \"{entry}\" is not a valid glob ({err}); \
+                     refusing repository \"{repo_url}\""
+                )));
+            }
+            Err(_) => {}
+        }
+    }
+    if allowed {
+        return Ok(());
+    }
+    let allow: Vec<String> = spec
+        .source_repos
+        .iter()
+        .filter(|e| !e.starts_with('!'))
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    Err(violation(if allow.is_empty() {
+        format!(
+            "repository \"{repo_url}\" is not permitted: the project's sourceRepos has only deny entries \
+             (a `!` entry refuses, it never allows)"
+        )
+    } else {
+        format!(
+            "repository \"{repo_url}\" is not permitted; the project's sourceRepos allow {}",
+            allow.join(", ")
+        )
+    }))
+}
+
+/// May an Application of this project deploy to this cluster and namespace? `server` and `name` are
+/// the destination cluster's URL and name; pass both when known (either may be empty).
+pub fn check_destination(
+    project_name: &str,
+    spec: &AppProjectSpec,
+    server: &str,
+    name: &str,
+    namespace: &str,
+) -> Result<(), Violation> {
+    let violation = |message: String| Violation::new(project_name, DESTINATIONS, message);
+    let target = describe_target(server, name, namespace);
+    if spec.destinations.is_empty() {
+        return Err(violation(format!(
+            "destination {target} is not permitted: the project's destinations list is empty"
+        )));
+    }
+    let mut allowed = false;
+    for entry in &spec.destinations {
+        let deny = [&entry.server, &entry.name, &entry.namespace]
+            .iter()
+            .any(|f| f.starts_with('!'));
+        match destination_entry_matches(entry, server, name, namespace) {
+            Ok(true) if deny => {
+                return Err(violation(format!(
+                    "destination {target} is refused by the project's destinations entry {}",
+                    describe_entry(entry)
+                )));
+            }
+            Ok(true) => allowed = true,
+            Ok(false) => {}
+            Err(err) if deny => {
+                return Err(violation(format!(
+                    "the project's destinations entry {} has an invalid glob ({err}); refusing destination {target}",
+                    describe_entry(entry)
+                )));
+            }
+            Err(_) => {}
+        }
+    }
+    if allowed {
+        return Ok(());
+    }
+    let allow: Vec<String> = spec
+        .destinations
+        .iter()
+        .filter(|e| ![&e.server, &e.name, &e.namespace].iter().any(|f| f.starts_with('!')))
+        .map(describe_entry)
+        .collect();
+    Err(violation(if allow.is_empty() {
+        format!(
+            "destination {target} is not permitted: the project's destinations has only deny entries \
+             (an entry with `!` refuses, it never allows)"
+        )
+    } else {
+        format!(
+            "destination {target} is not permitted; the project allows {}",
+            allow.join(", ")
+        )
+    }))
+}
+
+/// May an Application of this project create or update an object of this group and kind? `object`
+/// names it in the message (e.g. `ClusterRole/admin-extra`); `namespaced` says whether the kind is
+/// namespaced (as the cluster's discovery says) or cluster-scoped.
+pub fn check_resource(
+    project_name: &str,
+    spec: &AppProjectSpec,
+    group: &str,
+    kind: &str,
+    namespaced: bool,
+    object: &str,
+) -> Result<(), Violation> {
+    let gk = if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{group}/{kind}")
+    };
+    let (scope, whitelist, whitelist_rule, blacklist, blacklist_rule) = if namespaced {
+        (
+            "namespaced",
+            &spec.namespace_resource_whitelist,
+            NAMESPACE_WHITELIST,
+            &spec.namespace_resource_blacklist,
+            NAMESPACE_BLACKLIST,
+        )
+    } else {
+        (
+            "cluster-scoped",
+            &spec.cluster_resource_whitelist,
+            CLUSTER_WHITELIST,
+            &spec.cluster_resource_blacklist,
+            CLUSTER_BLACKLIST,
+        )
+    };
+    // An empty namespaced whitelist allows every namespaced kind; an empty cluster-scoped one allows
+    // none.
+    let whitelisted = (namespaced && whitelist.is_empty())
+        || whitelist
+            .iter()
+            .any(|item| group_kind_matches(item, group, kind).unwrap_or(false));
+    if !whitelisted {
+        return Err(Violation::new(
+            project_name,
+            whitelist_rule,
+            format!("{object}: {scope} kind {gk} is not in the project's {whitelist_rule}"),
+        ));
+    }
+    for item in blacklist {
+        match group_kind_matches(item, group, kind) {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(Violation::new(
+                    project_name,
+                    blacklist_rule,
+                    format!(
+                        "{object}: {scope} kind {gk} is in the project's {blacklist_rule} (entry group \"{}\", kind \"{}\")",
+                        item.group, item.kind
+                    ),
+                ));
+            }
+            Err(err) => {
+                return Err(Violation::new(
+                    project_name,
+                    blacklist_rule,
+                    format!(
+                        "{object}: the project's {blacklist_rule} entry group \"{}\", kind \"{}\" is not a valid glob ({err}); refusing {scope} kind {gk}",
+                        item.group, item.kind
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `("!x", …)` → `(true, "x")`.
+fn split_negation(pattern: &str) -> (bool, &str) {
+    match pattern.strip_prefix('!') {
+        Some(rest) => (true, rest),
+        None => (false, pattern),
+    }
+}
+
+/// A glob match; `literal_separator` keeps `*` within one `/`-separated segment.
+fn glob_match(pattern: &str, value: &str, literal_separator: bool) -> Result<bool, globset::Error> {
+    if pattern == "*" {
+        return Ok(true);
+    }
+    let glob = GlobBuilder::new(pattern).literal_separator(literal_separator).build()?;
+    Ok(glob.compile_matcher().is_match(value))
+}
+
+/// Repository URL globs: `*` within a path segment, except that `*` alone is any repository.
+fn repo_glob_match(pattern: &str, repo: &str) -> Result<bool, globset::Error> {
+    glob_match(pattern, repo, true)
+}
+
+/// Argo CD's `NormalizeGitURL`: lower-case, no surrounding space, no trailing `/` or `.git`, and the
+/// SSH forms `ssh://user@host/path` and `user@host:path` both written `user@host/path`.
+fn normalize_repo_url(url: &str) -> String {
+    let mut s = url.trim().to_lowercase();
+    if let Some(rest) = s.strip_prefix("ssh://") {
+        s = rest.to_string();
+    } else if !s.contains("://")
+        && let Some((before, after)) = s.split_once(':')
+        && before.contains('@')
+        && !before.contains('/')
+    {
+        // scp-like `user@host:path`
+        s = format!("{before}/{after}");
+    }
+    loop {
+        let trimmed = s.trim_end_matches('/');
+        let trimmed = trimmed.strip_suffix(".git").unwrap_or(trimmed);
+        if trimmed.len() == s.len() {
+            break;
+        }
+        s = trimmed.to_string();
+    }
+    s
+}
+
+/// Does a destinations entry's (un-negated) globs all match? The cluster part matches when the entry's
+/// `server` glob matches `server` or its `name` glob matches `name` (fields the entry leaves empty, or
+/// the caller does not know, never match).
+fn destination_entry_matches(
+    entry: &ProjectDestination,
+    server: &str,
+    name: &str,
+    namespace: &str,
+) -> Result<bool, globset::Error> {
+    let field = |pattern: &str, value: &str| -> Result<bool, globset::Error> {
+        if pattern.is_empty() || value.is_empty() {
+            return Ok(false);
+        }
+        glob_match(split_negation(pattern).1, value, false)
+    };
+    // Evaluate every glob so that an invalid one is reported even when another field decides.
+    let server_matched = field(&entry.server, server)?;
+    let name_matched = field(&entry.name, name)?;
+    let (_, ns_pattern) = split_negation(&entry.namespace);
+    let namespace_matched = glob_match(ns_pattern, namespace, false)?;
+    Ok((server_matched || name_matched) && namespace_matched)
+}
+
+fn group_kind_matches(item: &GroupKind, group: &str, kind: &str) -> Result<bool, globset::Error> {
+    Ok(glob_match(&item.kind, kind, false)? && glob_match(&item.group, group, false)?)
+}
+
+fn describe_target(server: &str, name: &str, namespace: &str) -> String {
+    let mut parts = Vec::new();
+    if !server.is_empty() {
+        parts.push(format!("server \"{server}\""));
+    }
+    if !name.is_empty() {
+        parts.push(format!("cluster \"{name}\""));
+    }
+    if parts.is_empty() {
+        parts.push("(no cluster)".to_string());
+    }
+    parts.push(format!("namespace \"{namespace}\""));
+    parts.join(" ")
+}
+
+fn describe_entry(entry: &ProjectDestination) -> String {
+    let mut parts = Vec::new();
+    if !entry.server.is_empty() {
+        parts.push(format!("server: \"{}\"", entry.server));
+    }
+    if !entry.name.is_empty() {
+        parts.push(format!("name: \"{}\"", entry.name));
+    }
+    parts.push(format!("namespace: \"{}\"", entry.namespace));
+    format!("{{{}}}", parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests;
