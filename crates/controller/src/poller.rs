@@ -21,7 +21,13 @@ pub struct Pollers {
     pipeline: Arc<Pipeline>,
     interval: Duration,
     trigger: UnboundedSender<ObjectRef<Application>>,
-    repos: Mutex<HashMap<String, AppSet>>,
+    repos: Mutex<HashMap<String, Poller>>,
+}
+
+/// One repository's poller and the Applications it serves.
+struct Poller {
+    apps: AppSet,
+    task: tokio::task::AbortHandle,
 }
 
 impl Pollers {
@@ -35,27 +41,26 @@ impl Pollers {
         }
     }
 
-    /// Record that `app` uses `url`, starting the repository's poller if it has none.
+    /// Record that `app` uses `url` (and no other repository), starting the repository's poller if
+    /// it has none and stopping pollers no Application uses any more.
     pub fn watch(&self, url: &str, app: ObjectRef<Application>) {
-        let mut repos = match self.repos.lock() {
-            Ok(r) => r,
-            Err(p) => p.into_inner(),
-        };
-        if let Some(apps) = repos.get(url) {
-            if let Ok(mut apps) = apps.lock() {
-                apps.insert(app);
-            }
+        let mut repos = lock(&self.repos);
+        release(&mut repos, &app, Some(url));
+        if let Some(poller) = repos.get(url) {
+            lock(&poller.apps).insert(app);
             return;
         }
         let apps = Arc::new(Mutex::new(HashSet::from([app])));
-        repos.insert(url.to_string(), apps.clone());
         let (pipeline, interval, trigger, url) = (
             self.pipeline.clone(),
             self.interval,
             self.trigger.clone(),
             url.to_string(),
         );
-        tokio::spawn(async move {
+        let key = url.clone();
+        let poll_apps = apps.clone();
+        let task = tokio::spawn(async move {
+            let apps = poll_apps;
             let mut last: Option<Vec<(String, String)>> = None;
             loop {
                 tokio::time::sleep(interval).await;
@@ -78,5 +83,79 @@ impl Pollers {
                 }
             }
         });
+        repos.insert(
+            key,
+            Poller {
+                apps,
+                task: task.abort_handle(),
+            },
+        );
+    }
+
+    /// `app` is gone: stop polling for it (and stop pollers nobody needs).
+    pub fn forget(&self, app: &ObjectRef<Application>) {
+        release(&mut lock(&self.repos), app, None);
+    }
+}
+
+/// Remove `app` from every repository but `keep`; stop the pollers left without Applications.
+fn release(repos: &mut HashMap<String, Poller>, app: &ObjectRef<Application>, keep: Option<&str>) {
+    repos.retain(|url, poller| {
+        if Some(url.as_str()) == keep {
+            return true;
+        }
+        let mut apps = lock(&poller.apps);
+        apps.remove(app);
+        if apps.is_empty() {
+            poller.task.abort();
+            tracing::debug!(url = %capstan_source::redact(url, &[]), "repository no longer used; poller stopped");
+            return false;
+        }
+        true
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn poller(apps: &[&str]) -> (Poller, tokio::task::JoinHandle<()>) {
+        let task = tokio::spawn(std::future::pending::<()>());
+        let apps = apps.iter().map(|a| ObjectRef::new(a).within("capstan")).collect();
+        (
+            Poller {
+                apps: Arc::new(Mutex::new(apps)),
+                task: task.abort_handle(),
+            },
+            task,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_poller_stops_when_its_last_application_leaves() {
+        let mut repos = HashMap::new();
+        let (shared, shared_task) = poller(&["a", "b"]);
+        let (single, single_task) = poller(&["a"]);
+        repos.insert("git://shared".to_string(), shared);
+        repos.insert("git://single".to_string(), single);
+
+        // `a` moved to the shared repository only: the single-use poller stops.
+        release(&mut repos, &ObjectRef::new("a").within("capstan"), Some("git://shared"));
+        assert!(
+            single_task.await.is_err_and(|e| e.is_cancelled()),
+            "unused poller aborted"
+        );
+        assert_eq!(repos.keys().collect::<Vec<_>>(), vec!["git://shared"]);
+
+        // `b` is deleted; `a` still uses the shared repository.
+        release(&mut repos, &ObjectRef::new("b").within("capstan"), None);
+        assert!(repos.contains_key("git://shared"));
+        release(&mut repos, &ObjectRef::new("a").within("capstan"), None);
+        assert!(repos.is_empty());
+        assert!(shared_task.await.is_err_and(|e| e.is_cancelled()));
     }
 }

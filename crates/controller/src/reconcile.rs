@@ -99,11 +99,15 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut app = match api.get_opt(&name).await {
         Ok(Some(fresh)) => fresh,
-        Ok(None) => return Ok(Action::await_change()),
+        Ok(None) => {
+            ctx.pollers.forget(&ObjectRef::new(&name).within(&namespace));
+            return Ok(Action::await_change());
+        }
         Err(e) => return Err(ReconcileError::Update(name, capstan_compare::describe_kube_error(&e))),
     };
     let key = format!("{namespace}/{name}");
     if app.metadata.deletion_timestamp.is_some() {
+        ctx.pollers.forget(&ObjectRef::from_obj(&app));
         return operation::finalize(&app, &ctx).await.map(|_| Action::await_change());
     }
 
