@@ -5,7 +5,10 @@
 #   1. `capstan local up` (control plane + simulated nodes) and `capstan install` (CRDs, namespace, RBAC)
 #   2. publish examples/ as the git repository git://127.0.0.1:PORT/examples.git (branch `main`),
 #      served by `git daemon` on a free loopback port, in the background and in its own session
-#   3. apply the Applications in examples/apps/ (namespace `capstan`), pointed at that repository
+#   3. label the cluster Capstan runs in `env=staging` (a metadata-only cluster Secret for `in-cluster`,
+#      which the example ApplicationSets' generators select on), then apply the Applications in
+#      examples/apps/ and the ApplicationSets in examples/appsets/ (namespace `capstan`), pointed at
+#      that repository
 #   4. exec `capstan controller` (Ctrl-C stops it; `make playground-down` stops everything else)
 #
 # Environment:
@@ -42,6 +45,7 @@ die() { printf 'playground: error: %s\n' "$*" >&2; exit 1; }
 [ -x "$CAPSTAN" ] || die "$CAPSTAN not found; build it with: cargo build --release --locked"
 [ -x "$KUBECTL" ] || die "$KUBECTL not found; run: bash scripts/setup.sh"
 [ -d examples/apps ] || die "examples/apps not found in $ROOT"
+[ -d examples/appsets ] || die "examples/appsets not found in $ROOT"
 command -v git >/dev/null || die "git not found; run: bash scripts/setup.sh"
 mkdir -p "$DIR"
 
@@ -171,11 +175,33 @@ fi
 REPO_URL="git://127.0.0.1:$PORT/examples.git"
 info "repository: $REPO_URL"
 
-# --- 3. the example Applications ---------------------------------------------------------------------
+# --- 3. the example Applications and ApplicationSets -------------------------------------------------
+# `in-cluster` needs no Secret to be deployed to; this one only gives it labels (no credentials: the
+# controller uses its own connection for it). Re-running the playground resets its labels to these.
+step "Labelling in-cluster env=staging (cluster Secret capstan/cluster-in-cluster)"
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f - <<'SECRET'
+apiVersion: v1
+kind: Secret
+metadata:
+  name: cluster-in-cluster
+  namespace: capstan
+  labels:
+    capstan.dev/secret-type: cluster
+    env: staging
+type: Opaque
+stringData:
+  name: in-cluster
+  server: https://kubernetes.default.svc
+SECRET
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
   sed "s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 done
+step "Applying the example ApplicationSets (examples/appsets/) with repoURL $REPO_URL"
+for f in examples/appsets/*.yaml; do
+  printf -- '---\n'
+  sed "s|REPO_URL|$REPO_URL|g" "$f"
+done | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 
 # --- 4. the controller -------------------------------------------------------------------------------
 CONTROLLER=("$CAPSTAN" controller --kubeconfig "$KUBECONFIG_FILE" --log info)
@@ -186,6 +212,7 @@ Playground ready. In another terminal, try:
   export PATH="$(dirname "$CAPSTAN"):$CACHE/bin:\$PATH"
   capstan app list
   capstan app get guestbook
+  capstan appset list
   kubectl get pods -A
 Edit something under examples/ and run \`make playground\` again to publish a new commit
 (synced at the next Git poll, or now with: capstan app get guestbook --refresh).

@@ -568,6 +568,7 @@ async fn apply(
 
     let mut out = Outcome::default();
     let mut prune: HashMap<String, bool> = HashMap::new();
+    let mut work = Vec::with_capacity(generated.len());
     for app in generated {
         let name = app.name_any();
         out.names.push(name.clone());
@@ -580,44 +581,43 @@ async fn apply(
                 .is_some_and(|a| a.prune),
         );
         let desired = Desired::new(&app, set, steps.is_some());
-        let live = match owned.get(&name) {
-            Some(live) => Some((**live).clone()),
-            // Not in the watch cache: it may still exist (unlabelled, or someone else's).
-            None => match api.get_opt(&name).await {
-                Ok(Some(existing)) if is_owned(&existing, &uid) => Some(existing),
-                Ok(Some(_)) => {
-                    out.conflicts.push(name);
-                    continue;
-                }
-                Ok(None) => None,
-                Err(e) => {
-                    out.errors
-                        .push(format!("reading Application {name}: {}", describe_kube_error(&e)));
-                    continue;
-                }
-            },
-        };
-        match live {
-            Some(live) if live.metadata.deletion_timestamp.is_some() || !desired.differs(&live) => {
+        let cached = owned.get(&name).map(|live| (**live).clone());
+        work.push((name, desired, cached));
+    }
+    // Reads and writes of different Applications are independent: a few at a time.
+    let (api_ref, uid_ref) = (&api, uid.as_str());
+    let results: Vec<(String, Change)> = futures::stream::iter(work)
+        .map(|(name, desired, cached)| async move {
+            let change = change(api_ref, uid_ref, policy, &name, &desired, cached).await;
+            (name, change)
+        })
+        .buffer_unordered(WRITE_PARALLELISM)
+        .collect()
+        .await;
+    for (name, change) in results {
+        match change {
+            Change::None(live) => {
                 out.current.insert(name, live);
             }
-            Some(live) if !policy.allows_update() => {
+            Change::Kept(live) => {
                 out.kept.push(name.clone());
                 out.current.insert(name, live);
             }
-            existing => match server_side_apply(&api, &name, &desired.body).await {
-                Ok(applied) => {
-                    if existing.is_some() {
-                        out.updated.insert(name.clone());
-                    } else {
-                        out.created += 1;
-                    }
-                    out.current.insert(name, applied);
-                }
-                Err(e) => out.errors.push(format!("applying Application {name}: {e}")),
-            },
+            Change::Created(app) => {
+                out.created += 1;
+                out.current.insert(name, app);
+            }
+            Change::Updated(app) => {
+                out.updated.insert(name.clone());
+                out.current.insert(name, app);
+            }
+            Change::Conflict => out.conflicts.push(name),
+            Change::Failed(e) => out.errors.push(e),
         }
     }
+    out.kept.sort();
+    out.conflicts.sort();
+    out.errors.sort();
 
     let generated_names: BTreeSet<&String> = out.names.iter().collect();
     for (name, app) in &owned {
@@ -671,6 +671,53 @@ async fn apply(
         out.rollout = Some(plan.summary);
     }
     Ok(out)
+}
+
+/// Applications read or written at once by one reconcile.
+const WRITE_PARALLELISM: usize = 16;
+
+/// What happened to one generated Application.
+enum Change {
+    /// Already as the template says (or being deleted).
+    None(Application),
+    /// Differs from the template, but `applicationsSync` does not allow updates.
+    Kept(Application),
+    Created(Application),
+    Updated(Application),
+    /// The name belongs to an Application the set does not own.
+    Conflict,
+    Failed(String),
+}
+
+/// Bring one generated Application in line with the template, as `policy` allows. `cached` is the
+/// owned Application from the watch cache; without it, the name is looked up (it may exist
+/// unlabelled, or belong to someone else).
+async fn change(
+    api: &Api<Application>,
+    uid: &str,
+    policy: ApplicationsSyncPolicy,
+    name: &str,
+    desired: &Desired,
+    cached: Option<Application>,
+) -> Change {
+    let live = match cached {
+        Some(live) => Some(live),
+        None => match api.get_opt(name).await {
+            Ok(Some(existing)) if is_owned(&existing, uid) => Some(existing),
+            Ok(Some(_)) => return Change::Conflict,
+            Ok(None) => None,
+            Err(e) => return Change::Failed(format!("reading Application {name}: {}", describe_kube_error(&e))),
+        },
+    };
+    match live {
+        Some(live) if live.metadata.deletion_timestamp.is_some() || !desired.differs(&live) => Change::None(live),
+        Some(live) if !policy.allows_update() => Change::Kept(live),
+        existing => match server_side_apply(api, name, &desired.body).await {
+            Ok(applied) if existing.is_some() => Change::Updated(applied),
+            Ok(applied) => Change::Created(applied),
+            Err(e) => Change::Failed(format!("applying Application {name}: {e}")),
+        },
+    }
 }
 
 /// What the controller applies for one generated Application.

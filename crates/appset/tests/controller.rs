@@ -50,7 +50,10 @@ async fn list_generator_creates_owned_applications_updates_them_and_deletes_remo
     env.git.commit(
         "apps",
         "main",
-        &[("a/cm.yaml", Some(&configmap("red"))), ("b/cm.yaml", Some(&configmap("blue")))],
+        &[
+            ("a/cm.yaml", Some(&configmap("red"))),
+            ("b/cm.yaml", Some(&configmap("blue"))),
+        ],
         "two apps",
     )?;
     let repo = env.git.git_url("apps");
@@ -71,23 +74,44 @@ async fn list_generator_creates_owned_applications_updates_them_and_deletes_remo
         assert_eq!(owners[0].uid, set_uid);
         assert_eq!(owners[0].controller, Some(true));
         assert_eq!(owners[0].block_owner_deletion, Some(true));
-        assert_eq!(app.labels().get("capstan.dev/applicationset").map(String::as_str), Some("web"));
+        assert_eq!(
+            app.labels().get("capstan.dev/applicationset").map(String::as_str),
+            Some("web")
+        );
         assert_eq!(app.labels().get("tier").map(String::as_str), Some("web"));
         assert!(app.finalizers().iter().any(|f| f == "capstan.dev/resources-finalizer"));
     }
-    let a = env.configmap("web-a", "settings").await?.expect("web-a synced its ConfigMap");
+    let a = env
+        .configmap("web-a", "settings")
+        .await?
+        .expect("web-a synced its ConfigMap");
     assert_eq!(a.pointer("/data/color"), Some(&json!("red")));
     assert!(env.configmap("web-b", "settings").await?.is_some());
 
     let set = env
-        .wait_set("web", "up to date with both Applications Healthy", Duration::from_secs(30), |s| {
-            up_to_date(s)
-                && s.status.as_ref().is_some_and(|st| {
-                    st.resources.len() == 2 && st.resources.iter().all(|r| r.status == "Synced" && r.health == "Healthy")
-                })
-        })
+        .wait_set(
+            "web",
+            "up to date with both Applications Healthy",
+            Duration::from_secs(30),
+            |s| {
+                up_to_date(s)
+                    && s.status.as_ref().is_some_and(|st| {
+                        st.resources.len() == 2
+                            && st
+                                .resources
+                                .iter()
+                                .all(|r| r.status == "Synced" && r.health == "Healthy")
+                    })
+            },
+        )
         .await?;
-    let names: Vec<String> = set.status.unwrap_or_default().resources.into_iter().map(|r| r.name).collect();
+    let names: Vec<String> = set
+        .status
+        .unwrap_or_default()
+        .resources
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
     assert_eq!(names, ["web-a", "web-b"]);
     assert_eq!(
         condition(&env.set("web").await?, "ParametersGenerated").map(|c| c.0),
@@ -97,7 +121,9 @@ async fn list_generator_creates_owned_applications_updates_them_and_deletes_remo
     // Someone else annotates web-a; a template change updates it without clobbering that
     // annotation or the status the Application controller wrote.
     let note = json!({"metadata": {"annotations": {"example.com/note": "kept"}}});
-    env.apps.patch("web-a", &PatchParams::default(), &Patch::Merge(note)).await?;
+    env.apps
+        .patch("web-a", &PatchParams::default(), &Patch::Merge(note))
+        .await?;
     let uid_a = env.app("web-a").await?.expect("web-a").uid();
     env.apply_set(&list_set(
         "web",
@@ -112,7 +138,10 @@ async fn list_generator_creates_owned_applications_updates_them_and_deletes_remo
             a.labels().get("tier").map(String::as_str) == Some("frontend")
         })
         .await?;
-    assert_eq!(a.annotations().get("example.com/note").map(String::as_str), Some("kept"));
+    assert_eq!(
+        a.annotations().get("example.com/note").map(String::as_str),
+        Some("kept")
+    );
     assert_eq!(sync_of(&a), "Synced", "status survives the update");
     assert_eq!(a.uid(), uid_a, "updated in place");
 
@@ -133,6 +162,56 @@ async fn list_generator_creates_owned_applications_updates_them_and_deletes_remo
     .await?;
     assert_eq!(env.app("web-a").await?.map(|a| a.uid()), Some(uid_a), "web-a untouched");
     assert!(env.configmap("web-a", "settings").await?.is_some());
+
+    // Deleting the set: garbage collection deletes web-a, and its finalizer its objects.
+    env.sets.delete("web", &DeleteParams::default()).await?;
+    env.wait_gone("web-a", Duration::from_secs(60)).await?;
+    eventually("web-a's ConfigMap deleted", Duration::from_secs(30), || async {
+        Ok(env.configmap("web-a", "settings").await?.is_none())
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn git_directories_are_polled_for_new_and_removed_directories() -> anyhow::Result<()> {
+    // The set polls Git every 3 s; no refresh is requested in this test.
+    let env = Env::start_with(Settings {
+        set_poll: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await?;
+    env.git.create_repo("dirs")?;
+    env.git
+        .commit("dirs", "main", &[("apps/a/cm.yaml", Some(&configmap("red")))], "a")?;
+    let repo = env.git.git_url("dirs");
+    env.apply_set(&json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",
+        "metadata": {"name": "dirs", "namespace": "capstan"},
+        "spec": {
+            "generators": [{"git": {"repoURL": repo, "revision": "main", "directories": [{"path": "apps/*"}]}}],
+            "template": {
+                "metadata": {"name": "dir-{{path.basename}}"},
+                "spec": {
+                    "source": {"repoURL": repo, "targetRevision": "main", "path": "{{path}}"},
+                    "destination": {"server": "https://kubernetes.default.svc", "namespace": "dir-{{path.basename}}"},
+                    "syncPolicy": {"automated": {"prune": true}, "syncOptions": ["CreateNamespace=true"]},
+                },
+            },
+        },
+    }))
+    .await?;
+    env.wait_app("dir-a", "Synced and Healthy", Duration::from_secs(60), synced_healthy)
+        .await?;
+    env.git
+        .commit("dirs", "main", &[("apps/b/cm.yaml", Some(&configmap("blue")))], "b")?;
+    let b = env
+        .wait_app("dir-b", "created by the next poll", Duration::from_secs(15), |_| true)
+        .await?;
+    assert_eq!(b.spec.source.path, "apps/b");
+    env.git.commit("dirs", "main", &[("apps/a/cm.yaml", None)], "drop a")?;
+    env.wait_gone("dir-a", Duration::from_secs(15)).await?;
+    assert_eq!(env.app_names().await?, ["dir-b"]);
     Ok(())
 }
 
@@ -143,14 +222,23 @@ async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::
     env.git.commit(
         "apps",
         "main",
-        &[("a/cm.yaml", Some(&configmap("red"))), ("b/cm.yaml", Some(&configmap("blue")))],
+        &[
+            ("a/cm.yaml", Some(&configmap("red"))),
+            ("b/cm.yaml", Some(&configmap("blue"))),
+        ],
         "two apps",
     )?;
     let repo = env.git.git_url("apps");
     let both = json!([{"name": "a"}, {"name": "b"}]);
     let create_only = json!({"applicationsSync": "create-only"});
-    env.apply_set(&list_set("keep", &repo, both.clone(), create_only.clone(), json!({"tier": "web"})))
-        .await?;
+    env.apply_set(&list_set(
+        "keep",
+        &repo,
+        both.clone(),
+        create_only.clone(),
+        json!({"tier": "web"}),
+    ))
+    .await?;
     for name in ["web-a", "web-b"] {
         env.wait_app(name, "Synced and Healthy", Duration::from_secs(90), synced_healthy)
             .await?;
@@ -172,7 +260,10 @@ async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::
         })
         .await?;
     let (_, _, message) = condition(&set, "ResourcesUpToDate").expect("condition");
-    assert!(message.contains("web-a"), "names the Application it did not update: {message}");
+    assert!(
+        message.contains("web-a"),
+        "names the Application it did not update: {message}"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let a = env.app("web-a").await?.expect("web-a kept");
     assert_eq!(a.labels().get("tier").map(String::as_str), Some("web"), "not updated");
@@ -181,8 +272,14 @@ async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::
 
     // sync + preserveResourcesOnDeletion: web-b is deleted, its objects stay; web-a is updated.
     let preserve = json!({"applicationsSync": "sync", "preserveResourcesOnDeletion": true});
-    env.apply_set(&list_set("keep", &repo, json!([{"name": "a"}]), preserve, json!({"tier": "changed"})))
-        .await?;
+    env.apply_set(&list_set(
+        "keep",
+        &repo,
+        json!([{"name": "a"}]),
+        preserve,
+        json!({"tier": "changed"}),
+    ))
+    .await?;
     env.wait_gone("web-b", Duration::from_secs(60)).await?;
     env.wait_app("web-a", "updated to the template", Duration::from_secs(20), |a| {
         a.labels().get("tier").map(String::as_str) == Some("changed")
@@ -190,10 +287,15 @@ async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cm = env.configmap("web-b", "settings").await?;
-    assert!(cm.is_some(), "preserveResourcesOnDeletion keeps the objects of a deleted Application");
+    assert!(
+        cm.is_some(),
+        "preserveResourcesOnDeletion keeps the objects of a deleted Application"
+    );
     let set = env.set("keep").await?;
     assert!(
-        set.finalizers().iter().any(|f| f == capstan_appset::controller::PRESERVE_FINALIZER),
+        set.finalizers()
+            .iter()
+            .any(|f| f == capstan_appset::controller::PRESERVE_FINALIZER),
         "{:?}",
         set.finalizers()
     );
@@ -234,19 +336,31 @@ fn clusters_set(selector: Value) -> Value {
 async fn clusters_generator_follows_cluster_labels_within_seconds() -> anyhow::Result<()> {
     // Git is polled every 180 s: anything faster comes from the cluster Secret watch.
     let env = Env::start().await?;
-    env.cluster_secret("cluster-staging", "staging", "https://staging.example:6443", &[("env", "staging")])
-        .await?;
-    env.cluster_secret("cluster-prod", "production", "https://prod.example:6443", &[("env", "production")])
-        .await?;
+    env.cluster_secret(
+        "cluster-staging",
+        "staging",
+        "https://staging.example:6443",
+        &[("env", "staging")],
+    )
+    .await?;
+    env.cluster_secret(
+        "cluster-prod",
+        "production",
+        "https://prod.example:6443",
+        &[("env", "production")],
+    )
+    .await?;
     env.cluster_secret("cluster-dev", "dev", "https://dev.example:6443", &[("env", "dev")])
         .await?;
     env.apply_set(&clusters_set(json!({
         "matchExpressions": [{"key": "env", "operator": "In", "values": ["staging", "production"]}]
     })))
     .await?;
-    eventually("one Application per matching cluster", Duration::from_secs(30), || async {
-        Ok(env.app_names().await? == ["guestbook-production", "guestbook-staging"])
-    })
+    eventually(
+        "one Application per matching cluster",
+        Duration::from_secs(30),
+        || async { Ok(env.app_names().await? == ["guestbook-production", "guestbook-staging"]) },
+    )
     .await?;
     let prod = env.app("guestbook-production").await?.expect("app");
     assert_eq!(prod.spec.destination.server, "https://prod.example:6443");
@@ -266,8 +380,13 @@ async fn clusters_generator_follows_cluster_labels_within_seconds() -> anyhow::R
     assert_eq!(dev.labels().get("env").map(String::as_str), Some("staging"));
 
     // A cluster that stops matching loses its Application.
-    env.cluster_secret("cluster-staging", "staging", "https://staging.example:6443", &[("env", "retired")])
-        .await?;
+    env.cluster_secret(
+        "cluster-staging",
+        "staging",
+        "https://staging.example:6443",
+        &[("env", "retired")],
+    )
+    .await?;
     env.wait_gone("guestbook-staging", Duration::from_secs(10)).await?;
     assert_eq!(env.app_names().await?, ["guestbook-dev", "guestbook-production"]);
     Ok(())
@@ -318,7 +437,8 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
         env.wait_app(name, "compared", Duration::from_secs(60), |a| !sync_of(a).is_empty())
             .await?;
     }
-    env.wait_set("svc", "up to date", Duration::from_secs(20), up_to_date).await?;
+    env.wait_set("svc", "up to date", Duration::from_secs(20), up_to_date)
+        .await?;
     // The Applications settle (the Application controller wrote their status): their identity and
     // resourceVersion must not change from here on.
     let mut before = identities(&env).await?;
@@ -336,15 +456,27 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
 
     let check = async |what: &str, reason: &str, needle: &str| -> anyhow::Result<()> {
         let set = env
-            .wait_set("svc", &format!("ErrorOccurred {reason}"), Duration::from_secs(30), |s| error_with(s, reason))
+            .wait_set(
+                "svc",
+                &format!("ErrorOccurred {reason}"),
+                Duration::from_secs(30),
+                |s| error_with(s, reason),
+            )
             .await?;
         let (_, _, message) = condition(&set, "ErrorOccurred").expect("condition");
-        assert!(message.contains(needle), "{what}: the message names {needle:?}: {message}");
+        assert!(
+            message.contains(needle),
+            "{what}: the message names {needle:?}: {message}"
+        );
         let up = condition(&set, "ResourcesUpToDate").expect("ResourcesUpToDate");
         assert_eq!(up.0, "False", "{what}");
         // Give a wrong controller time to act, then check nothing was touched.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(identities(&env).await?, before, "{what}: existing Applications untouched");
+        assert_eq!(
+            identities(&env).await?,
+            before,
+            "{what}: existing Applications untouched"
+        );
         Ok(())
     };
     let restore = async |set: &Value| -> anyhow::Result<()> {
@@ -357,17 +489,24 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
     // 1. An invalid selector operator.
     let mut bad = git_files(&repo);
     bad["selector"] = json!({"matchExpressions": [{"key": "service", "operator": "Equals", "values": ["a"]}]});
-    env.apply_set(&services_set(&repo, json!([bad]), labels.clone())).await?;
+    env.apply_set(&services_set(&repo, json!([bad]), labels.clone()))
+        .await?;
     check("invalid selector", "InvalidSelector", "Equals").await?;
     restore(&good).await?;
 
     // 2. A git file that is not valid YAML.
-    env.git.commit("services", "main", &[("config/c.yaml", Some("service: [unclosed\n"))], "broken")?;
+    env.git.commit(
+        "services",
+        "main",
+        &[("config/c.yaml", Some("service: [unclosed\n"))],
+        "broken",
+    )?;
     env.refresh_set("svc").await?;
     check("invalid git file", "InvalidGitFile", "config/c.yaml").await?;
     env.git.commit("services", "main", &[("config/c.yaml", None)], "fix")?;
     env.refresh_set("svc").await?;
-    env.wait_set("svc", "up to date again", Duration::from_secs(30), up_to_date).await?;
+    env.wait_set("svc", "up to date again", Duration::from_secs(30), up_to_date)
+        .await?;
 
     // 3. A template naming a missing parameter.
     let missing = services_set(&repo, json!([git_files(&repo)]), json!({"owner": "{{owner}}"}));
@@ -404,7 +543,8 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
     env.apps
         .patch("svc-c", &PatchParams::apply("someone").force(), &Patch::Apply(other))
         .await?;
-    env.git.commit("services", "main", &[("config/c.yaml", Some("service: c\n"))], "c")?;
+    env.git
+        .commit("services", "main", &[("config/c.yaml", Some("service: c\n"))], "c")?;
     env.refresh_set("svc").await?;
     let set = env
         .wait_set("svc", "conflict reported", Duration::from_secs(30), |s| {
@@ -415,7 +555,11 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
     assert!(message.contains("svc-c") && message.contains("not owned"), "{message}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let c = env.app("svc-c").await?.expect("svc-c");
-    assert!(c.owner_references().is_empty(), "not taken over: {:?}", c.owner_references());
+    assert!(
+        c.owner_references().is_empty(),
+        "not taken over: {:?}",
+        c.owner_references()
+    );
     assert!(!c.labels().contains_key("capstan.dev/applicationset"));
     assert_eq!(c.spec.source.path, "apps/a");
     assert_eq!(c.spec.destination.namespace, "elsewhere");
@@ -482,7 +626,11 @@ fn rolling_set(repo: &str) -> Value {
 }
 
 fn op_times(app: &Application) -> (String, Option<Timestamp>, Option<Timestamp>, String) {
-    let op = app.status.as_ref().and_then(|s| s.operation_state.clone()).unwrap_or_default();
+    let op = app
+        .status
+        .as_ref()
+        .and_then(|s| s.operation_state.clone())
+        .unwrap_or_default();
     (
         op.revision.clone(),
         op.started_at.parse().ok(),
@@ -505,9 +653,12 @@ async fn assert_step_order(env: &Env, sha: &str) -> anyhow::Result<()> {
     let mut finished_one = None;
     for name in ["roll-one", "roll-two"] {
         let app = env
-            .wait_app(name, &format!("Synced and Healthy at {sha}"), Duration::from_secs(120), |a| {
-                synced_healthy(a) && revision_of(a) == sha && op_times(a).0 == sha
-            })
+            .wait_app(
+                name,
+                &format!("Synced and Healthy at {sha}"),
+                Duration::from_secs(120),
+                |a| synced_healthy(a) && revision_of(a) == sha && op_times(a).0 == sha,
+            )
             .await?;
         let (_, started, finished, by) = op_times(&app);
         assert_eq!(by, "applicationset-rollingsync", "{name} was synced by the rollout");
@@ -538,7 +689,11 @@ async fn rolling_sync_goes_step_by_step_and_stops_on_a_failure() -> anyhow::Resu
     let sha1 = env.git.commit(
         "roll",
         "main",
-        &[("one/app.yaml", Some(&v1)), ("two/app.yaml", Some(&v1)), ("extra/app.yaml", Some(&v1))],
+        &[
+            ("one/app.yaml", Some(&v1)),
+            ("two/app.yaml", Some(&v1)),
+            ("extra/app.yaml", Some(&v1)),
+        ],
         "v1",
     )?;
     let repo = env.git.git_url("roll");
@@ -565,16 +720,29 @@ async fn rolling_sync_goes_step_by_step_and_stops_on_a_failure() -> anyhow::Resu
             condition(s, "RolloutProgressing").is_some_and(|(st, r, _)| st == "False" && r == "RolloutComplete")
         })
         .await?;
-    assert_eq!(app_status_of(&set, "roll-one").map(|s| (s.0, s.1)), Some(("Healthy".into(), "1".into())));
-    assert_eq!(app_status_of(&set, "roll-two").map(|s| (s.0, s.1)), Some(("Healthy".into(), "2".into())));
-    assert_eq!(app_status_of(&set, "roll-extra").map(|s| (s.0, s.1)), Some(("Waiting".into(), "".into())));
+    assert_eq!(
+        app_status_of(&set, "roll-one").map(|s| (s.0, s.1)),
+        Some(("Healthy".into(), "1".into()))
+    );
+    assert_eq!(
+        app_status_of(&set, "roll-two").map(|s| (s.0, s.1)),
+        Some(("Healthy".into(), "2".into()))
+    );
+    assert_eq!(
+        app_status_of(&set, "roll-extra").map(|s| (s.0, s.1)),
+        Some(("Waiting".into(), "".into()))
+    );
 
     // A change in Git rolls out the same way.
     let v2 = rolling_app("2", "");
     let sha2 = env.git.commit(
         "roll",
         "main",
-        &[("one/app.yaml", Some(&v2)), ("two/app.yaml", Some(&v2)), ("extra/app.yaml", Some(&v2))],
+        &[
+            ("one/app.yaml", Some(&v2)),
+            ("two/app.yaml", Some(&v2)),
+            ("extra/app.yaml", Some(&v2)),
+        ],
         "v2",
     )?;
     assert_step_order(&env, &sha2).await?;

@@ -34,10 +34,12 @@ enum Command {
     Local(commands::local::LocalCommand),
     /// Install Capstan's CRDs, namespace and RBAC into a cluster.
     Install(commands::install::InstallArgs),
-    /// Run the Application controller.
+    /// Run the Application and ApplicationSet controllers.
     Controller(commands::controller::ControllerArgs),
     /// Inspect and operate Applications.
     App(commands::app::AppArgs),
+    /// Inspect ApplicationSets and preview what they generate.
+    Appset(commands::appset::AppsetArgs),
     /// Register destination clusters and inspect them.
     Cluster(commands::cluster::ClusterArgs),
     /// Write the CustomResourceDefinitions generated from the Rust types.
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
             Command::Install(args) => commands::install::run(args).await,
             Command::Controller(args) => commands::controller::run(args).await,
             Command::App(args) => commands::app::run(args).await,
+            Command::Appset(args) => commands::appset::run(args).await,
             Command::Cluster(args) => commands::cluster::run(args).await,
             Command::Crds(args) => commands::crds::run(args),
         }

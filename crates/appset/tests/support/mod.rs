@@ -114,7 +114,9 @@ impl Env {
     /// Annotate an ApplicationSet with `capstan.dev/refresh`.
     pub async fn refresh_set(&self, name: &str) -> anyhow::Result<()> {
         let patch = json!({"metadata": {"annotations": {"capstan.dev/refresh": "normal"}}});
-        self.sets.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        self.sets
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
         Ok(())
     }
 
@@ -202,7 +204,13 @@ impl Env {
     }
 
     /// Create or replace a cluster Secret.
-    pub async fn cluster_secret(&self, secret: &str, name: &str, server: &str, labels: &[(&str, &str)]) -> anyhow::Result<()> {
+    pub async fn cluster_secret(
+        &self,
+        secret: &str,
+        name: &str,
+        server: &str,
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
         let mut l = serde_json::Map::new();
         l.insert("capstan.dev/secret-type".into(), json!("cluster"));
         for (k, v) in labels {
@@ -228,7 +236,10 @@ impl Env {
     }
 
     pub async fn configmap(&self, ns: &str, name: &str) -> anyhow::Result<Option<Value>> {
-        let obj = self.api("v1", "ConfigMap", "configmaps", Some(ns)).get_opt(name).await?;
+        let obj = self
+            .api("v1", "ConfigMap", "configmaps", Some(ns))
+            .get_opt(name)
+            .await?;
         Ok(obj.map(|o| serde_json::to_value(o).unwrap_or_default()))
     }
 }

@@ -1,7 +1,9 @@
-//! `capstan controller`: run the Application controller in the foreground until SIGTERM or Ctrl-C.
+//! `capstan controller`: run the Application controller and the ApplicationSet controller in the
+//! foreground until SIGTERM or Ctrl-C (both stop on the same signal; if one cannot start, both stop).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -19,7 +21,7 @@ pub struct ControllerArgs {
     /// Directory for Git caches (default: $CAPSTAN_CACHE/controller or ~/.cache/capstan/controller).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// Seconds between Git polls per Application.
+    /// Seconds between Git polls per Application (and per ApplicationSet with Git generators).
     #[arg(long, default_value_t = 180)]
     poll_interval: u64,
     /// Seconds a sync wave may take to become healthy (and a hook to complete).
@@ -43,11 +45,44 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         render_timeout: Duration::from_secs(60),
         concurrency: args.concurrency.max(1),
     };
+    let appsets = capstan_appset::controller::AppSetConfig {
+        namespace: config.namespace.clone(),
+        // The ApplicationSet controller keeps its own subdirectory of the same root.
+        cache_dir: config.cache_dir.clone(),
+        poll_interval: config.poll_interval,
+        ..Default::default()
+    };
     eprintln!(
         "capstan controller serving namespace {} (Ctrl-C to stop)",
         config.namespace
     );
-    capstan_controller::run(client, config, crate::commands::local::shutdown_signal()).await?;
+    // One shutdown signal for both controllers; either failing to start stops the other.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let signal = {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            crate::commands::local::shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        })
+    };
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let applications = async {
+        let result = capstan_controller::run(client.clone(), config, stopped(stop_rx.clone())).await;
+        let _ = stop_tx.send(true);
+        result.context("Application controller")
+    };
+    let applicationsets = async {
+        let result = capstan_appset::controller::run(client.clone(), appsets, stopped(stop_rx.clone())).await;
+        let _ = stop_tx.send(true);
+        result.context("ApplicationSet controller")
+    };
+    let (applications, applicationsets) = tokio::join!(applications, applicationsets);
+    signal.abort();
+    applications?;
+    applicationsets?;
     Ok(ExitCode::SUCCESS)
 }
 

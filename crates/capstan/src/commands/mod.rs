@@ -1,6 +1,8 @@
 //! One module per top-level subcommand.
 
 pub mod app;
+pub mod appset;
+pub mod appset_generate;
 pub mod cluster;
 pub mod controller;
 pub mod crds;

@@ -1,0 +1,279 @@
+//! The fleet acceptance scenario through the binary, on four real control planes (a hub running
+//! `capstan controller` and three spokes): an ApplicationSet with a clusters generator deploys to
+//! every labelled cluster, a newly labelled cluster gets its Application within seconds, and a
+//! RollingSync rolls a change out to the `upgrade_testing` cluster first — and stops there when the
+//! change never becomes healthy.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use capstan_testkit::{GitServer, TestCluster};
+
+struct Controller(Child);
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn capstan(hub: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .env("KUBECONFIG", hub)
+        .output()
+        .expect("run capstan")
+}
+
+fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
+    let bin = capstan_playground::binaries::find("kubectl").expect("kubectl installed by scripts/setup.sh");
+    Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    started.elapsed()
+}
+
+/// `.data.color` of the ConfigMap on a spoke ("" when absent).
+fn color(kubeconfig: &str) -> String {
+    let out = kubectl(
+        kubeconfig,
+        &[
+            "-n",
+            "guestbook",
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.color}",
+        ],
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn manifests(color: &str, simulate: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{color: {color}}}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  replicas: 1\n  progressDeadlineSeconds: 10\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}, annotations: {{capstan.dev/simulate: '{simulate}', color: {color}}}}}\n    spec: {{containers: [{{name: web, image: nginx}}]}}\n"
+    )
+}
+
+fn appset_json(hub: &str) -> serde_json::Value {
+    let out = capstan(hub, &["appset", "get", "fleet", "-o", "json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clusters_generator_follows_labels_and_rolls_out_in_steps() -> anyhow::Result<()> {
+    let (hub, staging, production, late) = tokio::try_join!(
+        TestCluster::start(),
+        TestCluster::start(),
+        TestCluster::start(),
+        TestCluster::start()
+    )?;
+    let git = GitServer::start().await?;
+    let hub_kc = hub.kubeconfig().to_string_lossy().to_string();
+    let kc = |c: &TestCluster| c.kubeconfig().to_string_lossy().to_string();
+    let (staging_kc, production_kc, late_kc) = (kc(&staging), kc(&production), kc(&late));
+    let out = capstan(&hub_kc, &["install"]);
+    assert!(out.status.success(), "{}", text(&out));
+    for (name, kubeconfig, labels) in [
+        ("staging", &staging_kc, vec!["env=staging", "upgrade_testing=false"]),
+        (
+            "production",
+            &production_kc,
+            vec!["env=production", "upgrade_testing=true"],
+        ),
+        ("late", &late_kc, vec![]),
+    ] {
+        let mut args = vec!["cluster", "add", name, "--kubeconfig", kubeconfig.as_str()];
+        for l in &labels {
+            args.extend(["--label", l]);
+        }
+        let out = capstan(&hub_kc, &args);
+        assert!(out.status.success(), "cluster add {name}: {}", text(&out));
+    }
+
+    git.create_repo("platform")?;
+    git.commit(
+        "platform",
+        "main",
+        &[("guestbook/all.yaml", Some(&manifests("blue", "")))],
+        "v1",
+    )?;
+    let cache = tempfile::tempdir()?;
+    let _controller = Controller(
+        Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args([
+                "controller",
+                "--kubeconfig",
+                &hub_kc,
+                "--poll-interval",
+                "3",
+                "--wave-timeout",
+                "15",
+                "--cache-dir",
+            ])
+            .arg(cache.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let set = format!(
+        r#"apiVersion: capstan.dev/v1alpha1
+kind: ApplicationSet
+metadata: {{name: fleet, namespace: capstan}}
+spec:
+  generators:
+  - clusters:
+      selector:
+        matchExpressions: [{{key: env, operator: Exists}}]
+  template:
+    metadata:
+      name: 'guestbook-{{{{name}}}}'
+      labels: {{upgrade_testing: '{{{{metadata.labels.upgrade_testing}}}}', env: '{{{{metadata.labels.env}}}}'}}
+    spec:
+      source: {{repoURL: '{repo}', targetRevision: main, path: guestbook}}
+      destination: {{server: '{{{{server}}}}', namespace: guestbook}}
+      syncPolicy: {{automated: {{prune: true}}, syncOptions: [CreateNamespace=true]}}
+  strategy:
+    type: RollingSync
+    rollingSync:
+      steps:
+      - matchExpressions: [{{key: upgrade_testing, operator: In, values: ['true']}}]
+      - matchExpressions: [{{key: upgrade_testing, operator: In, values: ['false']}}]
+"#,
+        repo = git.git_url("platform")
+    );
+    let file = cache.path().join("fleet.yaml");
+    std::fs::write(&file, set)?;
+    let out = kubectl(&hub_kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // Both labelled clusters get the guestbook, the unlabelled one nothing.
+    until("staging and production deployed", Duration::from_secs(120), || {
+        color(&staging_kc) == "blue" && color(&production_kc) == "blue"
+    });
+    let list = text(&capstan(&hub_kc, &["app", "list"]));
+    assert!(
+        list.contains("guestbook-staging") && list.contains("guestbook-production") && !list.contains("guestbook-late"),
+        "{list}"
+    );
+    let apps = text(&capstan(&hub_kc, &["appset", "get", "fleet"]));
+    assert!(apps.contains("guestbook-production"), "{apps}");
+
+    // Labelling the third cluster deploys there within 10 s of the label.
+    let out = capstan(
+        &hub_kc,
+        &["cluster", "label", "late", "env=staging", "upgrade_testing=false"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let created = until("guestbook-late created", Duration::from_secs(30), || {
+        text(&capstan(&hub_kc, &["app", "list"])).contains("guestbook-late")
+    });
+    assert!(
+        created < Duration::from_secs(10),
+        "Application created {created:?} after the label"
+    );
+    until("late deployed", Duration::from_secs(120), || color(&late_kc) == "blue");
+
+    // A change reaches the upgrade_testing cluster first, the others only after it is healthy.
+    git.commit(
+        "platform",
+        "main",
+        &[("guestbook/all.yaml", Some(&manifests("green", "")))],
+        "v2",
+    )?;
+    let mut first_green: BTreeMap<&str, Instant> = BTreeMap::new();
+    let started = Instant::now();
+    while first_green.len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "rollout incomplete: {first_green:?}"
+        );
+        for (name, kubeconfig) in [
+            ("production", &production_kc),
+            ("staging", &staging_kc),
+            ("late", &late_kc),
+        ] {
+            if !first_green.contains_key(name) && color(kubeconfig) == "green" {
+                first_green.insert(name, Instant::now());
+                if name != "production" {
+                    let deployment = kubectl(
+                        &production_kc,
+                        &[
+                            "-n",
+                            "guestbook",
+                            "get",
+                            "deployment",
+                            "web",
+                            "-o",
+                            "jsonpath={.status.updatedReplicas}/{.status.availableReplicas}",
+                        ],
+                    );
+                    assert_eq!(
+                        String::from_utf8_lossy(&deployment.stdout),
+                        "1/1",
+                        "{name} changed before production's new version was healthy"
+                    );
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(first_green["production"] < first_green["staging"], "{first_green:?}");
+    assert!(first_green["production"] < first_green["late"], "{first_green:?}");
+
+    // A change that never becomes healthy on the upgrade_testing cluster stops the rollout there.
+    git.commit(
+        "platform",
+        "main",
+        &[("guestbook/all.yaml", Some(&manifests("red", "never-ready")))],
+        "v3",
+    )?;
+    until("production gets the bad change", Duration::from_secs(60), || {
+        color(&production_kc) == "red"
+    });
+    let mut last = serde_json::Value::Null;
+    let reported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        until("the rollout reports the failure", Duration::from_secs(120), || {
+            let set = appset_json(&hub_kc);
+            last = set.clone();
+            let statuses = set["status"]["applicationStatus"].to_string();
+            let conditions = set["status"]["conditions"].to_string();
+            statuses.contains("guestbook-production")
+                && statuses.contains("Failed")
+                && conditions.contains("guestbook-production")
+        })
+    }));
+    assert!(
+        reported.is_ok(),
+        "the rollout did not report the failure: {}",
+        serde_json::to_string_pretty(&last["status"])?
+    );
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(color(&staging_kc), "green", "the rollout stopped before staging");
+    assert_eq!(color(&late_kc), "green", "the rollout stopped before late");
+    Ok(())
+}
