@@ -336,6 +336,13 @@ async fn service_files_deploy_the_shared_chart_to_the_cluster_they_name() -> any
         hub: hub_client.clone(),
         spoke: spoke_client.clone(),
     };
+    // The example's project first: it keeps developers' files out of the system namespaces.
+    let project_file = examples().join("appsets/services-project.yaml");
+    let project: Value = serde_saphyr::from_str(&std::fs::read_to_string(&project_file)?)?;
+    let projects: Api<capstan_api::AppProject> = Api::namespaced(hub_client.clone(), "capstan");
+    projects
+        .patch("services", &PatchParams::apply("test").force(), &Patch::Apply(&project))
+        .await?;
     let set = example_set("services", &repo)?;
     let set = fleet
         .sets

@@ -310,8 +310,16 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
     });
 
     // Removing a registration leaves the spoke's objects alone and says so on the Application.
-    let out = capstan(&hub_kc, &["cluster", "rm", "spoke-a"]);
+    let out = capstan(&hub_kc, &["cluster", "rm", "spoke-a", "--revoke-with", &a_kc]);
     assert!(out.status.success(), "{}", text(&out));
+    let sa = kubectl(
+        &a_kc,
+        &["-n", "kube-system", "get", "serviceaccount", "capstan-manager"],
+    );
+    assert!(
+        !sa.status.success(),
+        "--revoke-with deletes Capstan's service account on the cluster"
+    );
     until("on-a reports its cluster is gone", Duration::from_secs(30), || {
         app_json(&hub_kc, "on-a")["status"]["conditions"]
             .to_string()

@@ -205,7 +205,7 @@ pub async fn create_manager(admin: &kube::Client, timeout: Duration) -> Result<S
     }
 }
 
-/// Remove what [`create_manager`] created (best effort; used by `capstan cluster rm`).
+/// Remove what [`create_manager`] created, which revokes its token (`capstan cluster rm --revoke-with`).
 pub async fn remove_manager(admin: &kube::Client) -> Result<(), ClusterError> {
     let dp = kube::api::DeleteParams::default();
     let ignore_missing = |r: Result<(), kube::Error>, what: &str| match r {

@@ -64,6 +64,16 @@ impl ClusterSecret {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| server.clone());
+        if name == IN_CLUSTER_NAME && server != IN_CLUSTER_SERVER {
+            return Err(invalid(format!(
+                "the name {IN_CLUSTER_NAME:?} is reserved for the cluster Capstan runs in (server {IN_CLUSTER_SERVER}), not {server}"
+            )));
+        }
+        let name = if server == IN_CLUSTER_SERVER {
+            IN_CLUSTER_NAME.to_string()
+        } else {
+            name
+        };
         let config = match field("config")? {
             Some(text) if !text.trim().is_empty() => serde_json::from_str::<ClusterConfig>(&text)
                 .map_err(|e| invalid(format!("key \"config\" is not valid cluster config JSON: {e}")))?,
@@ -127,8 +137,9 @@ impl ClusterSecret {
     }
 
     /// Whether this Secret describes the cluster Capstan runs in (it only adds metadata to it).
+    /// Recognised by its server alone: the name `in-cluster` with another server is refused when read.
     pub fn is_in_cluster(&self) -> bool {
-        self.server == IN_CLUSTER_SERVER || self.name == IN_CLUSTER_NAME
+        self.server == IN_CLUSTER_SERVER
     }
 
     /// Whether objects in `namespace` (`None`: cluster-scoped) may be managed on this cluster.
@@ -218,6 +229,17 @@ mod tests {
             err.to_string().contains("cluster-a") && err.to_string().contains("config"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn in_cluster_is_recognised_by_server_only() {
+        let err = ClusterSecret::from_secret(&secret(&[("name", "in-cluster"), ("server", "https://spoke:1")], &[]))
+            .unwrap_err();
+        assert!(err.to_string().contains("reserved"), "{err}");
+        let c =
+            ClusterSecret::from_secret(&secret(&[("name", "hub"), ("server", IN_CLUSTER_SERVER)], &[])).expect("valid");
+        assert!(c.is_in_cluster());
+        assert_eq!(c.name, IN_CLUSTER_NAME, "the local cluster keeps its well-known name");
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct Clusters {
     /// to that cluster re-reconciles them.
     users: Mutex<HashMap<String, HashSet<ObjectRef<Application>>>>,
     trigger: Trigger,
+    /// Set once the first listing of cluster Secrets has been applied (the controller's watch);
+    /// before that, an unknown cluster may just not be read yet.
+    ready: tokio::sync::watch::Sender<bool>,
 }
 
 impl Clusters {
@@ -123,7 +126,17 @@ impl Clusters {
             remote: RwLock::new(BTreeMap::new()),
             users: Mutex::new(HashMap::new()),
             trigger,
+            ready: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// Wait (up to 30 s) until the cluster Secrets have been read once, when a watch runs.
+    pub async fn wait_ready(&self) {
+        if self.trigger.get().is_none() {
+            return; // not a controller: `load` reads them on demand
+        }
+        let mut rx = self.ready.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|r| *r)).await;
     }
 
     /// The cluster Capstan runs in.
@@ -161,20 +174,31 @@ impl Clusters {
             ));
         }
         let remote = read(&self.remote);
-        let found = if server.is_empty() {
+        let matching: Vec<&Arc<Destination>> = if server.is_empty() {
             let name = if name.is_empty() { IN_CLUSTER_NAME } else { name };
-            remote
-                .values()
-                .find(|c| c.name == name)
-                .cloned()
-                .or_else(|| (name == IN_CLUSTER_NAME).then(|| self.local.clone()))
+            remote.values().filter(|c| c.name == name).collect()
         } else {
-            remote
-                .values()
-                .find(|c| c.server == server)
-                .cloned()
-                .or_else(|| (server == IN_CLUSTER_SERVER).then(|| self.local.clone()))
+            remote.values().filter(|c| c.server == server).collect()
         };
+        if matching.len() > 1 {
+            let secrets: Vec<String> = matching
+                .iter()
+                .filter_map(|c| c.secret.as_ref().map(|s| s.secret_name.clone()))
+                .collect();
+            return Err(PipelineError::InvalidSpec(format!(
+                "the destination is ambiguous: cluster Secrets {} describe the same cluster {}; remove all but one",
+                secrets.join(" and "),
+                if server.is_empty() { name } else { server }
+            )));
+        }
+        let found = matching.first().map(|c| (*c).clone()).or_else(|| {
+            let local = if server.is_empty() {
+                name.is_empty() || name == IN_CLUSTER_NAME
+            } else {
+                server == IN_CLUSTER_SERVER
+            };
+            local.then(|| self.local.clone())
+        });
         found.ok_or_else(|| {
             let which = if server.is_empty() {
                 format!("name {name:?}")
@@ -190,6 +214,14 @@ impl Clusters {
         })
     }
 
+    /// `app` is gone: stop re-reconciling it when its cluster changes.
+    pub fn forget(&self, app: &ObjectRef<Application>) {
+        lock(&self.users).retain(|_, apps| {
+            apps.remove(app);
+            !apps.is_empty()
+        });
+    }
+
     /// Every destination, `in-cluster` first.
     pub fn all(&self) -> Vec<Arc<Destination>> {
         let mut out = vec![self.local.clone()];
@@ -198,7 +230,7 @@ impl Clusters {
     }
 
     /// Read the cluster Secrets once (what the CLI does; the controller keeps watching instead).
-    pub async fn load(&self) -> Result<(), PipelineError> {
+    pub async fn load(self: &Arc<Self>) -> Result<(), PipelineError> {
         let secrets: Api<Secret> = Api::namespaced(self.hub.clone(), &self.namespace);
         let list = secrets
             .list(&ListParams::default().labels(&format!("{SECRET_TYPE_LABEL}={CLUSTER_SECRET_TYPE}")))
@@ -244,6 +276,7 @@ impl Clusters {
                     self.upsert(&s).await;
                 }
                 Ok(watcher::Event::InitDone) => {
+                    self.ready.send_replace(true);
                     // Secrets deleted while the watch was down.
                     if let Some(now) = relisted.take() {
                         for gone in seen.difference(&now).cloned().collect::<Vec<_>>() {
@@ -259,7 +292,7 @@ impl Clusters {
 
     /// Add or replace the destination of `secret` (a Secret whose content did not change keeps its
     /// client, caches and watches).
-    async fn upsert(&self, secret: &Secret) {
+    async fn upsert(self: &Arc<Self>, secret: &Secret) {
         let parsed = match ClusterSecret::from_secret(secret) {
             Ok(p) => p,
             Err(err) => {
@@ -308,15 +341,20 @@ impl Clusters {
             }
         };
         let dest = Arc::new(dest);
-        let failed = dest.state().status == "Failed";
         write(&self.remote).insert(parsed.secret_name.clone(), dest.clone());
         tracing::info!(cluster = %parsed.name, server = %parsed.server, "cluster registered");
-        if failed {
-            self.record(&dest).await;
-        } else {
-            self.probe(&dest).await;
-        }
         self.retrigger(&dest);
+        if self.trigger.get().is_some() {
+            // Probed in the background: a slow cluster must not hold up the Secret watch.
+            let this = self.clone();
+            tokio::spawn(async move {
+                if dest.usable {
+                    this.probe(&dest).await;
+                } else {
+                    this.record(&dest).await;
+                }
+            });
+        }
     }
 
     fn remove(&self, secret: &str) {
@@ -343,13 +381,18 @@ impl Clusters {
         self.probe(&self.local).await;
         loop {
             tokio::time::sleep(PROBE_INTERVAL).await;
-            for dest in self.all() {
-                let before = dest.state().status;
-                self.probe(&dest).await;
-                if dest.state().status != before {
-                    self.retrigger(&dest);
+            // Concurrently: one slow or dead cluster must not delay noticing the others.
+            let probes = self.all().into_iter().map(|dest| {
+                let this = self.clone();
+                async move {
+                    let before = dest.state().status;
+                    this.probe(&dest).await;
+                    if dest.state().status != before {
+                        this.retrigger(&dest);
+                    }
                 }
-            }
+            });
+            futures::future::join_all(probes).await;
         }
     }
 

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::Application;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
@@ -102,8 +102,17 @@ pub async fn run(
     let ctx = Arc::new(reconcile::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 
     let (reader, writer) = reflector::store();
+    let forget = ctx.clone();
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))
         .default_backoff()
+        // A deleted Application is not reconciled again: release its poller and cluster interest here.
+        .inspect_ok(move |event| {
+            if let watcher::Event::Delete(app) = event {
+                let app_ref = kube::runtime::reflector::ObjectRef::from_obj(app);
+                forget.pollers.forget(&app_ref);
+                forget.pipeline.clusters.forget(&app_ref);
+            }
+        })
         .applied_objects()
         .predicate_filter(reconcile::relevant_change, Default::default());
     tracing::info!(namespace = %config.namespace, "Application controller started");

@@ -199,6 +199,12 @@ pub async fn run(
                 }
             }
         }
+        if prune && !work_state.prune_violations.is_empty() {
+            return Err(format!(
+                "the sync would prune objects the project does not permit: {}",
+                work_state.prune_violations.join("; ")
+            ));
+        }
         if !work_state.project_violations.is_empty() {
             // Refused before anything is applied.
             return Err(format!(
@@ -326,21 +332,8 @@ pub async fn run(
             }
         }
     };
-    let client = match ctx.pipeline.destination(app) {
-        Ok(dest) => dest.client.clone(),
-        Err(err) => {
-            // Never fall back to another cluster: fail the operation with the reason.
-            let mut failed = op_state.clone();
-            failed.phase = "Failed".into();
-            failed.message = format!("the destination is not available: {err}");
-            failed.finished_at = Some(now());
-            status.operation_state = Some(failed.clone());
-            ctx.event(app, EventType::Warning, "OperationFailed", failed.message)
-                .await;
-            write_status(ctx, app, status, Some(&work_state), None).await?;
-            return Ok(None);
-        }
-    };
+    // The cluster the comparison was made against, never one looked up again.
+    let client = work_state.destination.client.clone();
     let execution = async {
         let outcome = capstan_sync::execute(&client, &work_state.comparison, &sync_opts, Some(&tx)).await;
         drop(tx);
@@ -448,8 +441,21 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
     kinds.dedup();
     let mut pending: Vec<(Api<DynamicObject>, String)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
-    let dest = match ctx.pipeline.destination(app) {
+    let dest = match ctx.pipeline.destination(app).await {
         Ok(dest) => dest,
+        Err(err @ crate::PipelineError::InvalidSpec(_)) => {
+            // The cluster is no longer registered: its objects cannot be reached, and deleting them
+            // later, should a cluster of that name be registered again, would surprise everyone.
+            // Leave them in place (as Argo CD does) and let the Application go.
+            ctx.event(
+                app,
+                EventType::Warning,
+                "ResourcesLeftInPlace",
+                format!("the Application's objects were not deleted: {err}"),
+            )
+            .await;
+            return remove_finalizer(app, ctx).await;
+        }
         Err(err) => {
             // The objects cannot be reached: keep the finalizer and say why (removing it by hand
             // leaves them in place).
@@ -514,6 +520,11 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+    remove_finalizer(app, ctx).await
+}
+
+/// Remove the resources finalizer, keeping any other.
+async fn remove_finalizer(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError> {
     let remaining: Vec<String> = app
         .finalizers()
         .iter()

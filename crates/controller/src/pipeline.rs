@@ -86,6 +86,10 @@ pub struct AppState {
     /// Desired objects the Application's project does not permit, each message naming the object
     /// and the rule; a sync is refused while there is any.
     pub project_violations: Vec<String>,
+    /// Tracked objects a pruning sync would delete although the project does not permit their kind.
+    pub prune_violations: Vec<String>,
+    /// The destination the comparison was made against; a sync of this state goes there.
+    pub destination: Arc<Destination>,
 }
 
 impl Pipeline {
@@ -111,7 +115,8 @@ impl Pipeline {
     }
 
     /// The destination of `app`.
-    pub fn destination(&self, app: &Application) -> Result<Arc<Destination>, PipelineError> {
+    pub async fn destination(&self, app: &Application) -> Result<Arc<Destination>, PipelineError> {
+        self.clusters.wait_ready().await;
         self.clusters.lookup(app)
     }
 
@@ -130,7 +135,7 @@ impl Pipeline {
         let local_path = url
             .strip_prefix("file://")
             .or(if url.starts_with('/') { Some(url) } else { None });
-        if local_path.is_some_and(|p| std::path::Path::new(p).starts_with(&self.cache_dir)) {
+        if local_path.is_some_and(|p| is_within(std::path::Path::new(p), &self.cache_dir)) {
             return Err(PipelineError::InvalidSpec(format!(
                 "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
             )));
@@ -153,7 +158,7 @@ impl Pipeline {
 
     /// Render `app` at `resolved` and compare it with its destination.
     pub async fn compare(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
-        let dest = self.destination(app)?;
+        let dest = self.destination(app).await?;
         let (client, discovery) = (&dest.client, &dest.discovery);
         let (project, rules) = self.projects.get(&app.spec.project).await?;
         let namespace = app.spec.destination.namespace.clone();
@@ -195,46 +200,75 @@ impl Pipeline {
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
         check_namespaces(&dest, &desired)?;
-        let project_violations = project_violations(&project, &rules, &desired);
         let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
         let live = live_objects(client, discovery, &desired, &previous, &tracking).await?;
         let comparison = capstan_compare::compare(client, desired, live, &tracking, &app.spec.ignore_differences)
             .await
             .map_err(|e| PipelineError::Comparison(e.to_string()))?;
         let (resources, health) = summarize(&comparison);
+        let (project_violations, prune_violations) = project_violations(&project, &rules, &dest, app, &comparison);
         Ok(AppState {
             revision: resolved,
             comparison,
             resources,
             health,
             project_violations,
+            prune_violations,
+            destination: dest.clone(),
         })
     }
 }
 
-/// The desired objects `rules` do not permit, one message each.
-fn project_violations(project: &str, rules: &AppProjectSpec, desired: &[Desired]) -> Vec<String> {
-    desired
-        .iter()
-        .filter_map(|d| {
-            let r = &d.info.resource;
-            let name = d
-                .object
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("?");
-            capstan_project::check_resource(
-                project,
-                rules,
-                &r.group,
-                &r.kind,
-                d.info.namespaced,
-                &format!("{}/{name}", r.kind),
-            )
-            .err()
-            .map(|v| v.to_string())
-        })
-        .collect()
+/// What `rules` and the destination's registration do not permit: `(for any sync, for a sync that
+/// prunes)`, one message each naming the object and the rule.
+fn project_violations(
+    project: &str,
+    rules: &AppProjectSpec,
+    dest: &Destination,
+    app: &Application,
+    comparison: &Comparison,
+) -> (Vec<String>, Vec<String>) {
+    let app_namespace = app.spec.destination.namespace.as_str();
+    let check = |group: &str, kind: &str, namespaced: bool, namespace: &str, name: &str| -> Option<String> {
+        let object = format!("{kind}/{name}");
+        if let Err(v) = capstan_project::check_resource(project, rules, group, kind, namespaced, &object) {
+            return Some(v.to_string());
+        }
+        // Objects that name their own namespace must stay within the project's destinations too.
+        if namespaced && !namespace.is_empty() && namespace != app_namespace {
+            return capstan_project::check_destination(project, rules, &dest.server, &dest.name, namespace)
+                .err()
+                .map(|v| format!("{object}: {v}"));
+        }
+        None
+    };
+    let mut always = Vec::new();
+    let mut pruning = Vec::new();
+    for r in comparison.resources.iter().filter(|r| r.owned_by_other.is_none()) {
+        let k = &r.key;
+        let found = check(&k.group, &k.kind, r.info.namespaced, &k.namespace, &k.name);
+        match (found, r.desired.is_some()) {
+            (Some(message), true) => always.push(message),
+            (Some(message), false) if r.requires_pruning => pruning.push(format!("{message} (it would be pruned)")),
+            _ => {}
+        }
+    }
+    let create_namespace = app.spec.sync_policy.as_ref().is_some_and(|p| {
+        p.sync_options
+            .iter()
+            .any(|o| o.replace(' ', "") == "CreateNamespace=true")
+    });
+    if create_namespace && !app_namespace.is_empty() {
+        if let Some(message) = check("", "Namespace", false, "", app_namespace) {
+            always.push(format!("{message} (CreateNamespace=true)"));
+        } else if !dest.permits(None) {
+            always.push(format!(
+                "Namespace/{app_namespace}: {} is registered for some namespaces only and may not create namespaces (CreateNamespace=true)",
+                dest.describe()
+            ));
+        }
+    }
+    (always, pruning)
 }
 
 /// A cluster registered for some namespaces only may not receive objects outside them.
@@ -269,6 +303,27 @@ fn check_namespaces(dest: &Destination, desired: &[Desired]) -> Result<(), Pipel
         dest.describe(),
         refused.join(", ")
     )))
+}
+
+/// Whether `path` lies inside `dir`, comparing canonical paths (so `..` and symlinks cannot hide it),
+/// or lexically normalised ones for paths that do not exist.
+pub fn is_within(path: &std::path::Path, dir: &std::path::Path) -> bool {
+    fn normal(p: &std::path::Path) -> PathBuf {
+        std::fs::canonicalize(p).unwrap_or_else(|_| {
+            let mut out = PathBuf::new();
+            for c in p.components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    other => out.push(other),
+                }
+            }
+            out
+        })
+    }
+    normal(path).starts_with(normal(dir))
 }
 
 fn display_path(path: &str) -> String {

@@ -146,10 +146,8 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
         sync = state.comparison.sync().as_str(),
         "compared"
     );
-    if let Ok(dest) = ctx.pipeline.destination(&app) {
-        for r in &state.comparison.resources {
-            dest.watches.ensure(&r.info);
-        }
+    for r in &state.comparison.resources {
+        state.destination.watches.ensure(&r.info);
     }
 
     let op = match requested {

@@ -20,6 +20,9 @@ metadata: {name: team-a-extra}
 rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
 "#;
 
+const ESCAPE: &str =
+    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: sneaky, namespace: kube-system}\ndata: {a: b}\n";
+
 const PLAIN: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\ndata: {a: b}\n";
 
 fn in_project(mut app: serde_json::Value, project: &str) -> serde_json::Value {
@@ -35,7 +38,11 @@ async fn project_rules_are_enforced_before_anything_is_applied() -> anyhow::Resu
     env.git.commit(
         "team",
         "main",
-        &[("mixed/all.yaml", Some(MIXED)), ("plain/all.yaml", Some(PLAIN))],
+        &[
+            ("mixed/all.yaml", Some(MIXED)),
+            ("plain/all.yaml", Some(PLAIN)),
+            ("escape/all.yaml", Some(ESCAPE)),
+        ],
         "v1",
     )?;
     env.git
@@ -47,6 +54,7 @@ async fn project_rules_are_enforced_before_anything_is_applied() -> anyhow::Resu
         "spec": {
             "sourceRepos": [env.git.git_url("team")],
             "destinations": [{"server": "https://kubernetes.default.svc", "namespace": "team-a-*"}],
+            "clusterResourceWhitelist": [{"group": "", "kind": "Namespace"}],
             "namespaceResourceBlacklist": [{"group": "", "kind": "Secret"}],
         },
     });
@@ -102,6 +110,30 @@ async fn project_rules_are_enforced_before_anything_is_applied() -> anyhow::Resu
     .await?;
     env.wait_app("plain", "Synced and Healthy", Duration::from_secs(60), synced_healthy)
         .await?;
+
+    // An object naming a namespace outside the project's destinations is refused like the
+    // destination itself would be.
+    env.create_app(in_project(
+        app("escape", &env.git.git_url("team"), "escape", "team-a-five", true),
+        "team-a",
+    ))
+    .await?;
+    let a = env
+        .wait_app("escape", "the violation reported", Duration::from_secs(60), |a| {
+            condition(a, "ProjectViolation").is_some()
+        })
+        .await?;
+    let violation = condition(&a, "ProjectViolation").unwrap_or_default();
+    assert!(
+        violation.contains("ConfigMap/sneaky") && violation.contains("kube-system"),
+        "{violation}"
+    );
+    assert!(
+        env.get("v1", "ConfigMap", "configmaps", "kube-system", "sneaky")
+            .await?
+            .is_none(),
+        "nothing is applied outside the project's namespaces"
+    );
 
     // A destination namespace outside the project's destinations.
     env.create_app(in_project(

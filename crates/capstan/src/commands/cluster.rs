@@ -71,9 +71,14 @@ enum ClusterCommand {
         hub: KubeArgs,
     },
     /// Unregister a cluster (its Applications report it as unknown; nothing on it is deleted).
+    /// With `--revoke-with K`, also delete the `capstan-manager` service account (and so its token)
+    /// from the cluster, using the admin kubeconfig K.
     Rm {
         /// Cluster name or server URL.
         name: String,
+        /// Admin kubeconfig of the cluster, to revoke Capstan's access there too.
+        #[arg(long)]
+        revoke_with: Option<PathBuf>,
         #[command(flatten)]
         hub: KubeArgs,
     },
@@ -128,7 +133,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<ExitCode> {
         ClusterCommand::List { hub, output } => list(&hub.client().await?, &ns, output).await,
         ClusterCommand::Get { name, hub, output } => get(&hub.client().await?, &ns, &name, output).await,
         ClusterCommand::Label { name, labels, hub } => label(&hub.client().await?, &ns, &name, &labels).await,
-        ClusterCommand::Rm { name, hub } => rm(&hub.client().await?, &ns, &name).await,
+        ClusterCommand::Rm { name, revoke_with, hub } => rm(&hub.client().await?, &ns, &name, revoke_with).await,
     }
 }
 
@@ -146,6 +151,31 @@ async fn add(args: AddArgs, ns: &str) -> anyhow::Result<ExitCode> {
     .client()
     .await
     .context("connecting to the hub")?;
+
+    // Refuse conflicts before anything is created on the cluster being added.
+    let secret_name = secret_name_for(&args.name);
+    let server = args
+        .server
+        .clone()
+        .unwrap_or(target.server.clone())
+        .trim_end_matches('/')
+        .to_string();
+    for other in registered(&hub, ns).await? {
+        if other.secret_name != secret_name && (other.server == server || other.name == args.name) {
+            bail!(
+                "cluster {:?} ({}) is already registered in Secret {}; remove it first",
+                other.name,
+                other.server,
+                other.secret_name
+            );
+        }
+        if other.secret_name == secret_name && !args.upsert {
+            bail!(
+                "cluster {:?} is already registered (Secret {ns}/{secret_name}); pass --upsert to replace it",
+                args.name
+            );
+        }
+    }
 
     let mut config = target.config.clone();
     if !args.use_kubeconfig_credentials {
@@ -172,14 +202,9 @@ async fn add(args: AddArgs, ns: &str) -> anyhow::Result<ExitCode> {
         config.tls_client_config.key_data.clear();
     }
     let cluster = ClusterSecret {
-        secret_name: secret_name_for(&args.name),
+        secret_name,
         name: args.name.clone(),
-        server: args
-            .server
-            .clone()
-            .unwrap_or(target.server.clone())
-            .trim_end_matches('/')
-            .to_string(),
+        server,
         config,
         namespaces: args.namespaces.clone(),
         cluster_resources: args.cluster_resources,
@@ -195,16 +220,6 @@ async fn add(args: AddArgs, ns: &str) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("the stored credentials cannot reach {}", cluster.server))?;
 
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns);
-    for other in registered(&hub, ns).await? {
-        if other.secret_name != cluster.secret_name && (other.server == cluster.server || other.name == cluster.name) {
-            bail!(
-                "cluster {:?} ({}) is already registered in Secret {}; remove it first",
-                other.name,
-                other.server,
-                other.secret_name
-            );
-        }
-    }
     let secret = cluster.to_secret(ns);
     match secrets.create(&PostParams::default(), &secret).await {
         Ok(_) => {}
@@ -391,11 +406,32 @@ async fn label(hub: &kube::Client, ns: &str, name: &str, changes: &[String]) -> 
     Ok(ExitCode::SUCCESS)
 }
 
-async fn rm(hub: &kube::Client, ns: &str, name: &str) -> anyhow::Result<ExitCode> {
+async fn rm(hub: &kube::Client, ns: &str, name: &str, revoke_with: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     if name == IN_CLUSTER_NAME {
         bail!("in-cluster is the cluster Capstan runs in and cannot be removed");
     }
     let cluster = find(hub, ns, name).await?;
+    if let Some(kubeconfig) = revoke_with {
+        let admin = KubeArgs {
+            kubeconfig: Some(kubeconfig.clone()),
+            context: None,
+        }
+        .client()
+        .await
+        .with_context(|| format!("connecting to cluster {name:?} with {}", kubeconfig.display()))?;
+        register::remove_manager(&admin).await?;
+        println!(
+            "revoked: kube-system/capstan-manager deleted from cluster {:?}",
+            cluster.name
+        );
+    } else if cluster.config.bearer_token.is_empty() {
+        // Kubeconfig credentials: nothing of Capstan's lives on the cluster.
+    } else {
+        eprintln!(
+            "note: the capstan-manager service account on {} keeps working; pass --revoke-with KUBECONFIG to delete it",
+            cluster.server
+        );
+    }
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), ns);
     secrets
         .delete(&cluster.secret_name, &DeleteParams::default())
