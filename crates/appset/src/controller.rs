@@ -5,18 +5,24 @@
 //! - a change to the set's spec, finalizers or `capstan.dev/refresh` annotation (not its status);
 //! - a change to an Application it owns (spec, labels, annotations, sync, health or operation) —
 //!   this is how a rollout advances;
-//! - any change to a cluster Secret, for every set with a clusters generator (so a newly labelled
-//!   cluster gets its Applications within seconds, without polling);
+//! - any change to a cluster Secret (labels, annotations or any of its data), for every set with a
+//!   clusters generator (so a newly labelled cluster gets its Applications within seconds, without
+//!   polling, and fixing a Secret that could not be read lets generation resume);
 //! - every poll interval, when Git generators are re-evaluated.
 //!
 //! What one reconcile does ([`reconcile`]): gather inputs ([`inputs`]), [`crate::generate`], then
 //! create, update and delete the owned Applications as `syncPolicy.applicationsSync` allows. Generated
 //! Applications carry an owner reference to the set (so Kubernetes garbage-collects them with it) and
-//! the label [`APPLICATIONSET_LABEL`]; they are written with server-side apply under the field manager
+//! the label [`APPLICATIONSET_LABEL`]; they are updated with server-side apply under the field manager
 //! [`FIELD_MANAGER`], so only what the template says is managed — status, and the operation and
-//! refresh annotations others set, are never clobbered. Any generation error leaves every existing
-//! Application exactly as it is and is reported as the `ErrorOccurred` condition. An existing
-//! Application of the same name that the set does not own is never taken over.
+//! refresh annotations others set, are never clobbered. Any generation error — including a cluster
+//! Secret that cannot be read, or two describing one cluster, for a set with a clusters generator —
+//! leaves every existing Application exactly as it is and is reported as the `ErrorOccurred`
+//! condition. An existing Application of the same name that the set does not own is never taken
+//! over: Applications are created with a plain create (which fails if the name was taken meanwhile),
+//! and updated only after their owner reference was checked on the stored object, with its uid and
+//! resourceVersion as preconditions. Credentials in repository URLs are redacted from every condition
+//! and log line.
 //!
 //! With `strategy.type: RollingSync`, generated Applications lose `syncPolicy.automated` and the
 //! [`crate::rollout`] plan decides which ones to sync (by operation request, `initiatedBy:
@@ -43,7 +49,8 @@ use capstan_compare::describe_kube_error;
 use capstan_source::RepoCache;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::reflector;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -282,15 +289,20 @@ fn app_fingerprint(app: &Application) -> u64 {
     h.finish()
 }
 
-/// What of a cluster Secret matters to generators: its labels, annotations, name and server.
+/// What of a cluster Secret matters to generators: its labels, annotations and all of its data — not
+/// only the name and server, since a Secret that cannot be read stops generation, and fixing any
+/// key of it must let generation resume.
 fn secret_fingerprint(secret: &Secret) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     secret.metadata.labels.hash(&mut h);
     secret.metadata.annotations.hash(&mut h);
-    for key in ["name", "server"] {
-        secret.data.as_ref().and_then(|d| d.get(key)).map(|b| &b.0).hash(&mut h);
-        secret.string_data.as_ref().and_then(|d| d.get(key)).hash(&mut h);
+    secret.type_.hash(&mut h);
+    for (key, value) in secret.data.iter().flatten() {
+        (key, &value.0).hash(&mut h);
     }
+    // Separates `data` from `stringData`.
+    0xff_u8.hash(&mut h);
+    secret.string_data.hash(&mut h);
     h.finish()
 }
 
@@ -342,7 +354,7 @@ async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result<Action, Re
     let api: Api<ApplicationSet> = Api::namespaced(ctx.client.clone(), &namespace);
     let fail = |message: String| ReconcileError {
         set: format!("{namespace}/{name}"),
-        message,
+        message: redact(&message),
     };
     // Decide on the stored object, not the watch cache.
     let Some(mut set) = api.get_opt(&name).await.map_err(|e| fail(describe_kube_error(&e)))? else {
@@ -360,7 +372,7 @@ async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result<Action, Re
     let mut status = set.status.clone().unwrap_or_default();
     let action = match generated {
         Err(problem) => {
-            tracing::info!(set = %name, reason = problem.reason, message = %problem.message, "generation failed; Applications left as they are");
+            tracing::info!(set = %name, reason = problem.reason, message = %redact(&problem.message), "generation failed; Applications left as they are");
             set_condition(
                 &mut status.conditions,
                 "ErrorOccurred",
@@ -440,10 +452,13 @@ async fn generate_all(
                 reason: "ClustersUnavailable",
                 message: "the cluster Secret watch stopped".into(),
             })?;
-        inputs.clusters = inputs::clusters(&ctx.clusters.state());
+        inputs.clusters = inputs::clusters(&ctx.clusters.state()).map_err(|e| Problem {
+            reason: e.reason(),
+            message: e.to_string(),
+        })?;
     }
     let checkout = async |source: &crate::GitSource| -> Result<PathBuf, Problem> {
-        inputs::checkout(&ctx.client, namespace, &ctx.repos, source, force)
+        inputs::checkout(&ctx.client, namespace, &ctx.repos, &ctx.config.cache_dir, source, force)
             .await
             .map_err(|message| Problem {
                 reason: "RepositoryError",
@@ -690,8 +705,9 @@ enum Change {
 }
 
 /// Bring one generated Application in line with the template, as `policy` allows. `cached` is the
-/// owned Application from the watch cache; without it, the name is looked up (it may exist
-/// unlabelled, or belong to someone else).
+/// owned Application from the watch cache: when it is as the template says (or may not be updated),
+/// nothing is written. Every write is decided on the object just read from the API server, since the
+/// cache may lag: the name may be free, or belong to someone else by now.
 async fn change(
     api: &Api<Application>,
     uid: &str,
@@ -700,23 +716,177 @@ async fn change(
     desired: &Desired,
     cached: Option<Application>,
 ) -> Change {
-    let live = match cached {
-        Some(live) => Some(live),
-        None => match api.get_opt(name).await {
-            Ok(Some(existing)) if is_owned(&existing, uid) => Some(existing),
-            Ok(Some(_)) => return Change::Conflict,
-            Ok(None) => None,
-            Err(e) => return Change::Failed(format!("reading Application {name}: {}", describe_kube_error(&e))),
-        },
+    if let Some(live) = cached {
+        if live.metadata.deletion_timestamp.is_some() || !desired.differs(&live) {
+            return Change::None(live);
+        }
+        if !policy.allows_update() {
+            return Change::Kept(live);
+        }
+    }
+    match api.get_opt(name).await {
+        Ok(Some(stored)) => update(api, uid, policy, name, desired, stored).await,
+        Ok(None) => create(api, uid, policy, name, desired).await,
+        Err(e) => Change::Failed(format!("reading Application {name}: {}", describe_kube_error(&e))),
+    }
+}
+
+/// Create the Application with a plain create: if someone else created the name since it was found
+/// free, the create fails (409) and their Application is left alone ([`Change::Conflict`]).
+async fn create(
+    api: &Api<Application>,
+    uid: &str,
+    policy: ApplicationsSyncPolicy,
+    name: &str,
+    desired: &Desired,
+) -> Change {
+    let app: Application = match serde_json::from_value(desired.body.clone()) {
+        Ok(app) => app,
+        Err(e) => return Change::Failed(format!("creating Application {name}: {e}")),
     };
-    match live {
-        Some(live) if live.metadata.deletion_timestamp.is_some() || !desired.differs(&live) => Change::None(live),
-        Some(live) if !policy.allows_update() => Change::Kept(live),
-        existing => match server_side_apply(api, name, &desired.body).await {
-            Ok(applied) if existing.is_some() => Change::Updated(applied),
-            Ok(applied) => Change::Created(applied),
-            Err(e) => Change::Failed(format!("applying Application {name}: {e}")),
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, &app).await {
+        Ok(created) => match adopt_fields(api, created.clone()).await {
+            Ok(adopted) => Change::Created(adopted),
+            Err(e) => {
+                // Created all the same; the next update takes the fields over (see `update`).
+                let err = redact(&describe_kube_error(&e));
+                tracing::warn!(app = %name, %err, "created an Application; its fields stay with the create for now");
+                Change::Created(created)
+            }
         },
+        Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(name).await {
+            // Ours after all (created by an earlier attempt): an update at most. Someone else's: a conflict.
+            Ok(Some(stored)) => update(api, uid, policy, name, desired, stored).await,
+            Ok(None) => Change::Failed(format!(
+                "creating Application {name}: it was created and deleted meanwhile; will retry"
+            )),
+            Err(e) => Change::Failed(format!("reading Application {name}: {}", describe_kube_error(&e))),
+        },
+        Err(e) => Change::Failed(format!("creating Application {name}: {}", describe_kube_error(&e))),
+    }
+}
+
+/// Update `stored` (just read from the API server) to the template, if the set owns it: a forced
+/// server-side apply whose body carries `stored`'s uid and resourceVersion as preconditions, so an
+/// Application changed meanwhile (re-created by someone else, or disowned) is read again and checked
+/// again rather than written.
+async fn update(
+    api: &Api<Application>,
+    uid: &str,
+    policy: ApplicationsSyncPolicy,
+    name: &str,
+    desired: &Desired,
+    mut stored: Application,
+) -> Change {
+    for _ in 0..3 {
+        if !is_owned(&stored, uid) {
+            return Change::Conflict;
+        }
+        if stored.metadata.deletion_timestamp.is_some() || !desired.differs(&stored) {
+            return Change::None(stored);
+        }
+        if !policy.allows_update() {
+            return Change::Kept(stored);
+        }
+        let result = match adopt_fields(api, stored).await {
+            Ok(adopted) => {
+                let mut body = desired.body.clone();
+                body["metadata"]["uid"] = json!(adopted.uid());
+                body["metadata"]["resourceVersion"] = json!(adopted.resource_version());
+                api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(applied) => return Change::Updated(applied),
+            // Changed since it was read: read it again.
+            Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(name).await {
+                Ok(Some(again)) => stored = again,
+                Ok(None) => {
+                    return Change::Failed(format!(
+                        "updating Application {name}: it was deleted meanwhile; will retry"
+                    ));
+                }
+                Err(e) => {
+                    return Change::Failed(format!("reading Application {name}: {}", describe_kube_error(&e)));
+                }
+            },
+            Err(e) => return Change::Failed(format!("updating Application {name}: {}", describe_kube_error(&e))),
+        }
+    }
+    Change::Failed(format!("updating Application {name}: it kept changing; will retry"))
+}
+
+/// Give the fields a create recorded for [`FIELD_MANAGER`] (an `Update` entry in `managedFields`) to
+/// its server-side apply entry, as `kubectl` does when moving to server-side apply: otherwise both
+/// entries would own them, and a later apply could not remove what the template no longer has. The
+/// patch carries `app`'s uid and resourceVersion: a 409 means it changed since it was read.
+async fn adopt_fields(api: &Api<Application>, app: Application) -> Result<Application, kube::Error> {
+    let Some(entries) = adopted_entries(&app) else {
+        return Ok(app);
+    };
+    let patch = json!({"metadata": {
+        "uid": app.uid(),
+        "resourceVersion": app.resource_version(),
+        "managedFields": entries,
+    }});
+    api.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
+/// `app`'s managedFields with [`FIELD_MANAGER`]'s `Update` entries merged into its `Apply` entry, or
+/// `None` when it has no such `Update` entry.
+fn adopted_entries(app: &Application) -> Option<Vec<ManagedFieldsEntry>> {
+    let entries = app.metadata.managed_fields.as_ref()?;
+    let ours_updated = |e: &ManagedFieldsEntry| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.operation.as_deref() == Some("Update")
+            && e.subresource.is_none()
+    };
+    if !entries.iter().any(ours_updated) {
+        return None;
+    }
+    let mut out: Vec<ManagedFieldsEntry> = Vec::with_capacity(entries.len());
+    let mut fields = Value::Object(Default::default());
+    let mut apply: Option<ManagedFieldsEntry> = None;
+    for e in entries {
+        let ours_applied = e.manager.as_deref() == Some(FIELD_MANAGER) && e.operation.as_deref() == Some("Apply");
+        if ours_updated(e) || ours_applied {
+            if let Some(f) = &e.fields_v1 {
+                merge_fields(&mut fields, &f.0);
+            }
+            if ours_applied || apply.is_none() {
+                apply = Some(e.clone());
+            }
+        } else {
+            out.push(e.clone());
+        }
+    }
+    let mut apply = apply?;
+    apply.operation = Some("Apply".into());
+    apply.fields_type = Some("FieldsV1".into());
+    apply.fields_v1 = Some(FieldsV1(fields));
+    out.push(apply);
+    Some(out)
+}
+
+/// The union of two managedFields field sets (`{"f:metadata": {"f:labels": {...}}, ...}`).
+fn merge_fields(into: &mut Value, from: &Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge_fields(
+                    a.entry(k.clone()).or_insert_with(|| Value::Object(Default::default())),
+                    v,
+                );
+            }
+        }
+        (into, from) => *into = from.clone(),
     }
 }
 
@@ -816,7 +986,12 @@ fn managed_keys(app: &Application, section: &str) -> Vec<String> {
     };
     entries
         .iter()
-        .filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER) && e.operation.as_deref() == Some("Apply"))
+        // The `Update` entry of a create not yet adopted (see `adopt_fields`) counts too.
+        .filter(|e| {
+            e.manager.as_deref() == Some(FIELD_MANAGER)
+                && (e.operation.as_deref() == Some("Apply")
+                    || (e.operation.as_deref() == Some("Update") && e.subresource.is_none()))
+        })
         .filter_map(|e| e.fields_v1.as_ref())
         .filter_map(|f| {
             f.0.get("f:metadata")
@@ -846,12 +1021,6 @@ fn label_value(name: &str) -> String {
 
 fn is_owned(app: &Application, uid: &str) -> bool {
     !uid.is_empty() && app.owner_references().iter().any(|o| o.uid == uid)
-}
-
-async fn server_side_apply(api: &Api<Application>, name: &str, body: &Value) -> Result<Application, String> {
-    api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
-        .await
-        .map_err(|e| describe_kube_error(&e))
 }
 
 /// Delete an owned Application; with `preserve`, first remove its resources finalizer so its objects
@@ -1040,7 +1209,14 @@ fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, out: &Outcome
                 Summary::Stopped(_) => (false, "RolloutStopped"),
             };
             set_condition(conds, "RolloutProgressing", progressing, reason, summary.message());
-            status.application_status = out.application_status.clone();
+            status.application_status = out
+                .application_status
+                .iter()
+                .map(|s| ApplicationSetApplicationStatus {
+                    message: redact(&s.message),
+                    ..s.clone()
+                })
+                .collect();
         }
         None => {
             conds.retain(|c| c.type_ != "RolloutProgressing");
@@ -1049,9 +1225,18 @@ fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, out: &Outcome
     }
 }
 
-/// Set a condition; its transition time changes only when its status does.
+/// Remove credentials from repository (and any other) URLs in `text`: `https://user:token@host`
+/// becomes `https://user:***@host`, `https://token@host` becomes `https://***@host`.
+fn redact(text: &str) -> String {
+    capstan_source::redact(text, &[])
+}
+
+/// Set a condition (its message with credentials redacted); its transition time changes only when its
+/// status does.
 fn set_condition(conds: &mut Vec<ApplicationSetCondition>, type_: &str, status: bool, reason: &str, message: &str) {
     let status = if status { "True" } else { "False" };
+    let message = redact(message);
+    let message = message.as_str();
     if let Some(c) = conds.iter_mut().find(|c| c.type_ == type_) {
         if c.status != status {
             c.last_transition_time = rollout::format_time(k8s_openapi::jiff::Timestamp::now());
@@ -1243,6 +1428,263 @@ spec:
             },
         ]);
         assert!(d.differs(&stale), "ours and no longer in the template: removed");
+    }
+
+    #[test]
+    fn any_change_to_a_cluster_secret_changes_its_fingerprint() {
+        use k8s_openapi::ByteString;
+        let mut secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some("cluster-prod".into()),
+                labels: Some(BTreeMap::from([(
+                    SECRET_TYPE_LABEL.to_string(),
+                    CLUSTER_SECRET_TYPE.to_string(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([
+                ("name".to_string(), ByteString(b"prod".to_vec())),
+                ("server".to_string(), ByteString(b"https://prod.example:6443".to_vec())),
+                ("config".to_string(), ByteString(b"{not json".to_vec())),
+            ])),
+            ..Default::default()
+        };
+        let broken = secret_fingerprint(&secret);
+        assert_eq!(broken, secret_fingerprint(&secret.clone()), "stable");
+        // Fixing the config (name, server, labels unchanged) must re-trigger the sets.
+        secret
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("config".into(), ByteString(b"{}".to_vec()));
+        let fixed = secret_fingerprint(&secret);
+        assert_ne!(broken, fixed);
+        secret
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("namespaces".into(), ByteString(b"web".to_vec()));
+        assert_ne!(fixed, secret_fingerprint(&secret));
+        let before = secret_fingerprint(&secret);
+        secret.string_data = Some(BTreeMap::from([("config".to_string(), "{}".to_string())]));
+        assert_ne!(before, secret_fingerprint(&secret));
+    }
+
+    #[test]
+    fn conditions_never_show_repository_credentials() {
+        let mut conds = Vec::new();
+        set_condition(
+            &mut conds,
+            "ErrorOccurred",
+            true,
+            "RepositoryError",
+            "repository https://bot:s3cr3t@git.example/r.git at revision main: fatal: unable to access \
+             'https://ghp_T0KEN@git.example/r.git/': 403",
+        );
+        assert_eq!(
+            conds[0].message,
+            "repository https://bot:***@git.example/r.git at revision main: fatal: unable to access \
+             'https://***@git.example/r.git/': 403"
+        );
+        let mut status = ApplicationSetStatus::default();
+        let out = Outcome {
+            errors: vec![
+                "applying Application a: spec.source.repoURL \"https://u:p4ssw0rd@h/r.git\" is invalid".into(),
+            ],
+            rollout: Some(Summary::Progressing("syncing".into())),
+            application_status: vec![ApplicationSetApplicationStatus {
+                application: "a".into(),
+                message: "sync of https://u:p4ssw0rd@h/r.git failed".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        record(&mut status, &set(BASE), &out);
+        let text = serde_json::to_string(&status).unwrap();
+        assert!(!text.contains("p4ssw0rd"), "{text}");
+        assert!(text.contains("https://u:***@h/r.git"), "{text}");
+        assert_eq!(
+            redact("ssh://git@host/r.git"),
+            "ssh://git@host/r.git",
+            "a user name is kept"
+        );
+    }
+
+    #[test]
+    fn a_creates_fields_are_handed_to_the_apply_entry() {
+        let entry = |manager: &str, operation: &str, subresource: Option<&str>, fields: Value| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            subresource: subresource.map(String::from),
+            api_version: Some("capstan.dev/v1alpha1".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        };
+        let mut app = Application::new("a", Default::default());
+        app.metadata.managed_fields = Some(vec![
+            entry(
+                FIELD_MANAGER,
+                "Apply",
+                None,
+                json!({"f:metadata": {"f:labels": {"f:team": {}}}}),
+            ),
+            entry(
+                "capstan-controller",
+                "Update",
+                Some("status"),
+                json!({"f:status": {"f:sync": {}}}),
+            ),
+        ]);
+        assert!(adopted_entries(&app).is_none(), "nothing to adopt");
+        app.metadata.managed_fields.as_mut().unwrap().push(entry(
+            FIELD_MANAGER,
+            "Update",
+            None,
+            json!({"f:metadata": {"f:labels": {"f:old": {}}}, "f:spec": {"f:project": {}}}),
+        ));
+        assert_eq!(
+            managed_keys(&app, "f:labels"),
+            ["team", "old"],
+            "a create's labels count as ours"
+        );
+        let adopted = adopted_entries(&app).expect("adopted");
+        assert_eq!(adopted.len(), 2, "{adopted:?}");
+        assert_eq!(
+            adopted[0].manager.as_deref(),
+            Some("capstan-controller"),
+            "others untouched"
+        );
+        let ours = &adopted[1];
+        assert_eq!(
+            (ours.manager.as_deref(), ours.operation.as_deref()),
+            (Some(FIELD_MANAGER), Some("Apply"))
+        );
+        assert_eq!(
+            ours.fields_v1.as_ref().unwrap().0,
+            json!({"f:metadata": {"f:labels": {"f:team": {}, "f:old": {}}}, "f:spec": {"f:project": {}}})
+        );
+    }
+
+    /// Against a real API server: creating never takes over an Application someone else created, and an
+    /// update decided on a stale cache never writes an Application that is no longer the set's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_never_take_over_someone_elses_application() -> anyhow::Result<()> {
+        capstan_testkit::init_logging();
+        let cluster = capstan_testkit::TestCluster::start().await?;
+        let client = cluster.client().await?;
+        install_crds(&client).await?;
+        let sets: Api<ApplicationSet> = Api::namespaced(client.clone(), "capstan");
+        let apps: Api<Application> = Api::namespaced(client.clone(), "capstan");
+        let mut owner = set(BASE);
+        owner.metadata.uid = None;
+        let owner = sets.create(&PostParams::default(), &owner).await?;
+        let uid = owner.uid().expect("uid");
+        let policy = ApplicationsSyncPolicy::Sync;
+        let desired_for = |labels: Value, name: &str| {
+            let mut s = owner.clone();
+            s.spec.template.metadata.labels = serde_json::from_value(labels).unwrap();
+            let mut app = generated(&s);
+            app.metadata.name = Some(name.into());
+            Desired::new(&app, &s, false)
+        };
+        let someone_elses = |name: &str| -> Application {
+            serde_json::from_value(json!({
+                "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+                "metadata": {"name": name, "namespace": "capstan"},
+                "spec": {"source": {"repoURL": "git://elsewhere/r", "path": "theirs"}, "destination": {"namespace": "theirs"}},
+            }))
+            .unwrap()
+        };
+        let theirs = |app: &Application| {
+            app.owner_references().is_empty()
+                && app.spec.source.path == "theirs"
+                && !app.labels().contains_key(APPLICATIONSET_LABEL)
+        };
+
+        // The name was free when looked up, and someone created it before the set did.
+        apps.create(&PostParams::default(), &someone_elses("a")).await?;
+        let d = desired_for(json!({"team": "x"}), "a");
+        assert!(matches!(create(&apps, &uid, policy, "a", &d).await, Change::Conflict));
+        assert!(theirs(&apps.get("a").await?), "not taken over");
+
+        // A created Application: its fields belong to the apply, so a label dropped from the template
+        // is removed by the next update.
+        let d = desired_for(json!({"team": "x", "tier": "web"}), "b");
+        let Change::Created(b) = create(&apps, &uid, policy, "b", &d).await else {
+            panic!("b not created");
+        };
+        assert!(is_owned(&b, &uid));
+        let ours: Vec<_> = b
+            .managed_fields()
+            .iter()
+            .filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER))
+            .map(|e| e.operation.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(ours, ["Apply"], "{:?}", b.managed_fields());
+        let d = desired_for(json!({"team": "x"}), "b");
+        let Change::Updated(b) = change(&apps, &uid, policy, "b", &d, Some(b)).await else {
+            panic!("b not updated");
+        };
+        assert_eq!(b.labels().get("tier"), None, "{:?}", b.labels());
+        assert_eq!(b.labels().get("team").map(String::as_str), Some("x"));
+
+        // The cache still shows the set's Application c, but it was deleted and someone else created c.
+        let d = desired_for(json!({"team": "x"}), "c");
+        let Change::Created(stale) = create(&apps, &uid, policy, "c", &d).await else {
+            panic!("c not created");
+        };
+        let no_finalizers = json!({"metadata": {"finalizers": null}});
+        apps.patch("c", &PatchParams::default(), &Patch::Merge(no_finalizers))
+            .await?;
+        apps.delete("c", &DeleteParams::default()).await?;
+        while apps.get_opt("c").await?.is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        apps.create(&PostParams::default(), &someone_elses("c")).await?;
+        let d = desired_for(json!({"team": "changed"}), "c");
+        assert!(matches!(
+            change(&apps, &uid, policy, "c", &d, Some(stale.clone())).await,
+            Change::Conflict
+        ));
+        assert!(theirs(&apps.get("c").await?), "not taken over");
+
+        // Even when handed the stale object as if just read, the preconditions refuse the write.
+        let outcome = update(&apps, &uid, policy, "c", &d, stale).await;
+        assert!(matches!(outcome, Change::Conflict), "re-read and refused");
+        assert!(theirs(&apps.get("c").await?), "not taken over");
+        Ok(())
+    }
+
+    async fn install_crds(client: &Client) -> anyhow::Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let pp = PatchParams::apply("test").force();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for (_, crd) in capstan_api::crd::all() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !crds
+                .get(&name)
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                anyhow::ensure!(Instant::now() < deadline, "CRD {name} not established");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        ns.patch(
+            "capstan",
+            &pp,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan"}})),
+        )
+        .await?;
+        Ok(())
     }
 
     #[test]

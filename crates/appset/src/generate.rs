@@ -54,8 +54,10 @@ impl GitSource {
 /// What generation reads from the outside world, gathered beforehand by the caller.
 #[derive(Clone, Debug, Default)]
 pub struct Inputs {
-    /// Registered clusters. `in-cluster` is added by the clusters generator unless present here
-    /// (by name or by server URL).
+    /// Registered clusters. `in-cluster` is added by the clusters generator unless present here,
+    /// which a cluster is by its server URL alone (`https://kubernetes.default.svc`; it is then named
+    /// `in-cluster`). The name `in-cluster` with another server, and two clusters with the same name
+    /// or server, are errors.
     pub clusters: Vec<ClusterInfo>,
     /// A read-only checkout directory per git source.
     pub checkouts: HashMap<GitSource, PathBuf>,
@@ -105,7 +107,12 @@ pub enum GenerateError {
         message: String,
     },
     /// A git generator's repository at its revision is not among the checkouts, or cannot be read.
-    #[error("{place}: repository {} at revision {}: {message}", git.repo_url, git.revision)]
+    /// The URL is shown without credentials.
+    #[error(
+        "{place}: repository {} at revision {}: {message}",
+        capstan_source::redact(&git.repo_url, &[]),
+        git.revision
+    )]
     GitSourceUnavailable {
         /// The generator.
         place: String,
@@ -148,6 +155,15 @@ pub enum GenerateError {
         /// The parameter set.
         origin: String,
     },
+    /// The registered clusters cannot be used: `in-cluster`'s name with another server, or two
+    /// clusters with the same name or server.
+    #[error("{place}: {message}")]
+    InvalidCluster {
+        /// The clusters generator (`generators[0].clusters`).
+        place: String,
+        /// What.
+        message: String,
+    },
     /// Two parameter sets render to the same Application name.
     #[error("generators produce two Applications named {name:?} (from {first} and from {second})")]
     DuplicateApplicationName {
@@ -182,6 +198,7 @@ impl GenerateError {
             Self::GitSourceUnavailable { .. } => "GitSourceUnavailable",
             Self::MissingParameter { .. } => "MissingParameter",
             Self::InvalidTemplate { .. } => "InvalidTemplate",
+            Self::InvalidCluster { .. } => "InvalidCluster",
             Self::InvalidApplicationName { .. } => "InvalidApplicationName",
             Self::DuplicateApplicationName { .. } => "DuplicateApplicationName",
         }
@@ -502,6 +519,27 @@ spec:
         std::fs::create_dir_all(dir.path().join("apps/web")).unwrap();
         inputs.checkouts.insert(missing, dir.path().to_path_buf());
         assert_eq!(names(&generate(&s, &inputs).unwrap()), ["web-release-1"]);
+    }
+
+    #[test]
+    fn repository_errors_never_show_credentials() {
+        let s = set(r#"
+apiVersion: capstan.dev/v1alpha1
+kind: ApplicationSet
+metadata: {name: s}
+spec:
+  generators:
+  - git: {repoURL: "https://bot:s3cr3t-token@git.example/r.git", directories: [{path: "*"}]}
+  template: {metadata: {name: "{{path.basename}}"}, spec: {source: {repoURL: r}, destination: {}}}
+"#);
+        let err = generate(&s, &Inputs::default()).unwrap_err();
+        assert_eq!(err.reason(), "GitSourceUnavailable");
+        assert_eq!(
+            err.to_string(),
+            "generators[0].git: repository https://bot:***@git.example/r.git at revision HEAD: not checked out"
+        );
+        // The source itself keeps the URL, to check it out.
+        assert!(err.missing_git_source().unwrap().repo_url.contains("s3cr3t-token"));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! - An Application is *Healthy* when it is Synced and Healthy with no operation pending or running.
 //!   The *active* step is the first step with an Application that is not Healthy; later steps wait.
 //! - In the active step, OutOfSync Applications are synced, at most `maxUpdate` at a time (a number or
-//!   a percentage of the step, rounded down but at least one; `0` or absent means all), counting those
+//!   a percentage of the step, rounded down but at least one; `0`, `"0%"` or absent means all), counting those
 //!   already Progressing. The others are *Pending*.
 //! - A sync the rollout requested that fails, or leaves the Application Degraded, marks it *Failed*;
 //!   a Failed Application in the active step stops the rollout (nothing more is synced) until it
@@ -197,15 +197,15 @@ pub fn step_of(steps: &[RollingSyncStep], labels: &BTreeMap<String, String>) -> 
     steps.iter().position(|s| matches(&s.match_expressions, labels))
 }
 
-/// How many Applications of a step of `total` may sync at once (`None`: no limit).
+/// How many Applications of a step of `total` may sync at once (`None`: no limit). As in Argo CD,
+/// `0` and `"0%"` mean no limit; any other percentage allows at least one.
 pub fn max_update(value: Option<&IntOrString>, total: usize) -> Option<usize> {
     match value {
         None | Some(IntOrString::Int(0)) => None,
         Some(IntOrString::Int(n)) => Some((*n).max(0) as usize),
         Some(IntOrString::String(s)) => match parse_percent(s) {
-            Some(0) => Some(0),
+            None | Some(0) => None,
             Some(p) => Some((total * p as usize / 100).max(1)),
-            None => None,
         },
     }
 }
@@ -595,7 +595,12 @@ mod tests {
             Some(1),
             "at least one"
         );
-        assert_eq!(max_update(Some(&IntOrString::String("0%".into())), 3), Some(0));
+        assert_eq!(
+            max_update(Some(&IntOrString::String("0%".into())), 3),
+            None,
+            "0% means no limit, like 0"
+        );
+        assert_eq!(max_update(Some(&IntOrString::String(" 0 %".into())), 3), None);
     }
 
     #[test]

@@ -392,6 +392,133 @@ async fn clusters_generator_follows_cluster_labels_within_seconds() -> anyhow::R
     Ok(())
 }
 
+/// Create or replace a cluster Secret with the given `config` text.
+async fn cluster_secret_with_config(
+    env: &Env,
+    secret: &str,
+    name: &str,
+    server: &str,
+    env_label: &str,
+    config: &str,
+) -> anyhow::Result<()> {
+    let body = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret, "namespace": "capstan",
+                     "labels": {"capstan.dev/secret-type": "cluster", "env": env_label}},
+        "stringData": {"name": name, "server": server, "config": config},
+    });
+    env.secrets
+        .patch(secret, &PatchParams::apply("test").force(), &Patch::Apply(body))
+        .await?;
+    Ok(())
+}
+
+/// What the ApplicationSet controller could change about the Applications of set `set`, by name: uid
+/// and resourceVersion.
+async fn owned_identities(env: &Env, set: &str) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+    let list = env
+        .apps
+        .list(&kube::api::ListParams::default().labels(&format!("capstan.dev/applicationset={set}")))
+        .await?;
+    Ok(list.items.iter().map(|a| (a.name_any(), identity(a))).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreadable_or_duplicate_cluster_secret_leaves_applications_alone() -> anyhow::Result<()> {
+    // Git is polled every 180 s: a reconcile within seconds comes from the cluster Secret watch.
+    let env = Env::start().await?;
+    let staging = "https://staging.example:6443";
+    cluster_secret_with_config(&env, "cluster-staging", "staging", staging, "staging", "{}").await?;
+    cluster_secret_with_config(
+        &env,
+        "cluster-prod",
+        "production",
+        "https://prod.example:6443",
+        "production",
+        "{}",
+    )
+    .await?;
+    env.apply_set(&clusters_set(json!({
+        "matchExpressions": [{"key": "env", "operator": "In", "values": ["staging", "production"]}]
+    })))
+    .await?;
+    env.wait_set("guestbook", "up to date", Duration::from_secs(30), |s| {
+        up_to_date(s) && s.status.as_ref().is_some_and(|st| st.resources.len() == 2)
+    })
+    .await?;
+    // The Applications settle (the Application controller wrote their status).
+    let mut before = owned_identities(&env, "guestbook").await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = owned_identities(&env, "guestbook").await?;
+        if now == before {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "Applications did not settle: {now:?}");
+        before = now;
+    }
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        ["guestbook-production", "guestbook-staging"]
+    );
+    let check = async |what: &str, reason: &str, needles: &[&str]| -> anyhow::Result<()> {
+        let set = env
+            .wait_set(
+                "guestbook",
+                &format!("ErrorOccurred {reason}"),
+                Duration::from_secs(15),
+                |s| error_with(s, reason),
+            )
+            .await?;
+        let (_, _, message) = condition(&set, "ErrorOccurred").expect("condition");
+        for needle in needles {
+            assert!(
+                message.contains(needle),
+                "{what}: the message names {needle:?}: {message}"
+            );
+        }
+        // Give a wrong controller time to act, then check nothing was touched.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            owned_identities(&env, "guestbook").await?,
+            before,
+            "{what}: existing Applications untouched"
+        );
+        Ok(())
+    };
+
+    // 1. staging's config is no longer JSON: its Application is not deleted.
+    cluster_secret_with_config(&env, "cluster-staging", "staging", staging, "staging", "{not json").await?;
+    check(
+        "unreadable Secret",
+        "InvalidClusterSecret",
+        &["\"cluster-staging\"", "config"],
+    )
+    .await?;
+    // Fixing only the config is enough to reconcile again (no poll, no other trigger).
+    cluster_secret_with_config(&env, "cluster-staging", "staging", staging, "staging", "{}").await?;
+    env.wait_set("guestbook", "up to date again", Duration::from_secs(15), up_to_date)
+        .await?;
+    assert_eq!(owned_identities(&env, "guestbook").await?, before);
+
+    // 2. A second Secret for staging's server (under another name, matching no selector).
+    cluster_secret_with_config(&env, "cluster-staging-2", "staging-2", staging, "dev", "{}").await?;
+    check(
+        "duplicate server",
+        "DuplicateCluster",
+        &["\"cluster-staging\"", "\"cluster-staging-2\"", staging],
+    )
+    .await?;
+    env.secrets
+        .delete("cluster-staging-2", &DeleteParams::default())
+        .await?;
+    env.wait_set("guestbook", "up to date again", Duration::from_secs(15), up_to_date)
+        .await?;
+    assert_eq!(owned_identities(&env, "guestbook").await?, before);
+    Ok(())
+}
+
 fn services_set(repo: &str, generators: Value, labels: Value) -> Value {
     json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",

@@ -1,5 +1,6 @@
 //! `clusters`: one parameter set per registered cluster whose labels match the selector, plus
-//! `in-cluster` when the selector is empty (and no registered cluster already describes it).
+//! `in-cluster` when the selector is empty (and no registered cluster already describes it, which one
+//! does by having `in-cluster`'s server, `https://kubernetes.default.svc`).
 
 use capstan_api::applicationset::ClusterGenerator;
 use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
@@ -16,22 +17,51 @@ pub(crate) fn generate(g: &ClusterGenerator, place: &str, inputs: &Inputs) -> Re
         place: format!("{place}.selector"),
         message,
     })?;
-    let mut clusters: Vec<&ClusterInfo> = inputs.clusters.iter().collect();
-    let local = ClusterInfo {
-        name: IN_CLUSTER_NAME.into(),
-        server: IN_CLUSTER_SERVER.into(),
-        ..Default::default()
-    };
-    let described = clusters
-        .iter()
-        .any(|c| c.name == IN_CLUSTER_NAME || c.server == IN_CLUSTER_SERVER);
+    // `in-cluster` is recognised by its server alone: a cluster with that server adds its labels and
+    // annotations to it and is named `in-cluster`; the name with another server is refused.
+    let mut clusters: Vec<ClusterInfo> = Vec::with_capacity(inputs.clusters.len() + 1);
+    for cluster in &inputs.clusters {
+        let mut cluster = cluster.clone();
+        if cluster.server == IN_CLUSTER_SERVER {
+            cluster.name = IN_CLUSTER_NAME.into();
+        } else if cluster.name == IN_CLUSTER_NAME {
+            return Err(GenerateError::InvalidCluster {
+                place: place.to_string(),
+                message: format!(
+                    "cluster {IN_CLUSTER_NAME:?} has server {:?}: the name is reserved for the cluster Capstan \
+                     runs in ({IN_CLUSTER_SERVER})",
+                    cluster.server
+                ),
+            });
+        }
+        let same = |o: &&ClusterInfo| o.name == cluster.name || (!o.server.is_empty() && o.server == cluster.server);
+        if let Some(other) = clusters.iter().find(same) {
+            return Err(GenerateError::InvalidCluster {
+                place: place.to_string(),
+                message: if other.name == cluster.name {
+                    format!("two clusters are named {:?}", cluster.name)
+                } else {
+                    format!(
+                        "clusters {:?} and {:?} have the same server {}",
+                        other.name, cluster.name, cluster.server
+                    )
+                },
+            });
+        }
+        clusters.push(cluster);
+    }
+    let described = clusters.iter().any(|c| c.server == IN_CLUSTER_SERVER);
     if !described && selector.is_empty() {
-        clusters.push(&local);
+        clusters.push(ClusterInfo {
+            name: IN_CLUSTER_NAME.into(),
+            server: IN_CLUSTER_SERVER.into(),
+            ..Default::default()
+        });
     }
     clusters.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.server.cmp(&b.server)));
 
     let mut sets = Vec::new();
-    for cluster in clusters.into_iter().filter(|c| selector.matches(&c.labels)) {
+    for cluster in clusters.iter().filter(|c| selector.matches(&c.labels)) {
         let origin = format!("cluster {:?}", cluster.name);
         let mut params = Params::new();
         params.insert("name".into(), cluster.name.clone());
@@ -142,6 +172,72 @@ mod tests {
             names(&all),
             ["Spoke_B", "in-cluster", "spoke-a"],
             "in-cluster listed once"
+        );
+    }
+
+    #[test]
+    fn in_cluster_is_recognised_by_its_server_only() {
+        // Another name with in-cluster's server describes in-cluster, under its usual name.
+        let mut with_hub = inputs();
+        with_hub.clusters.push(ClusterInfo {
+            name: "hub".into(),
+            server: IN_CLUSTER_SERVER.into(),
+            labels: BTreeMap::from([("env".to_string(), "hub".to_string())]),
+            ..Default::default()
+        });
+        let all = generate(&ClusterGenerator::default(), "x", &with_hub).unwrap();
+        assert_eq!(
+            names(&all),
+            ["Spoke_B", "in-cluster", "spoke-a"],
+            "listed once, as in-cluster"
+        );
+        assert_eq!(all[1].params["server"], IN_CLUSTER_SERVER);
+        assert_eq!(all[1].params["metadata.labels.env"], "hub");
+
+        // The name in-cluster with another server is an error, not the local cluster.
+        let mut impostor = inputs();
+        impostor.clusters.push(ClusterInfo {
+            name: IN_CLUSTER_NAME.into(),
+            server: "https://spoke.example:6443".into(),
+            ..Default::default()
+        });
+        let err = generate(&ClusterGenerator::default(), "generators[0].clusters", &impostor).unwrap_err();
+        assert_eq!(err.reason(), "InvalidCluster");
+        assert!(
+            err.to_string().starts_with(
+                "generators[0].clusters: cluster \"in-cluster\" has server \"https://spoke.example:6443\""
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn two_clusters_with_one_name_or_server_are_an_error() {
+        let mut same_server = inputs();
+        same_server.clusters.push(ClusterInfo {
+            name: "spoke-a-again".into(),
+            server: "https://spoke-a.example:6443".into(),
+            ..Default::default()
+        });
+        let err = generate(&ClusterGenerator::default(), "x", &same_server).unwrap_err();
+        assert_eq!(err.reason(), "InvalidCluster");
+        assert!(
+            err.to_string().contains("same server https://spoke-a.example:6443"),
+            "{err}"
+        );
+
+        let mut two_locals = inputs();
+        for name in ["hub-a", "hub-b"] {
+            two_locals.clusters.push(ClusterInfo {
+                name: name.into(),
+                server: IN_CLUSTER_SERVER.into(),
+                ..Default::default()
+            });
+        }
+        let err = generate(&ClusterGenerator::default(), "x", &two_locals).unwrap_err();
+        assert!(
+            err.to_string().contains("two clusters are named \"in-cluster\""),
+            "{err}"
         );
     }
 
