@@ -273,7 +273,26 @@ pub async fn run(
         HashSet::new()
     };
     status.operation_state = Some(op_state.clone());
-    write_status(ctx, app, status, Some(&work_state), None).await?;
+    // A sync with nothing to do (everything Synced, no hooks, nothing to prune, no re-apply asked)
+    // needs no `Running` record to resume from: it is recorded once, when it has succeeded. On a
+    // large Application this saves a status write of the whole resource list.
+    let nothing_to_do = !resuming
+        && op.rollback.is_none()
+        && work_state.comparison.sync() == capstan_compare::SyncCode::Synced
+        && !work_state.comparison.resources.iter().any(|r| r.hook || r.requires_pruning)
+        && !op.sync.as_ref().is_some_and(|s| {
+            s.sync_options
+                .iter()
+                .any(|o| annotations::has_option(o, "ApplyOutOfSyncOnly=false"))
+        })
+        && !app.spec.sync_policy.as_ref().is_some_and(|p| {
+            p.sync_options
+                .iter()
+                .any(|o| annotations::has_option(o, "ApplyOutOfSyncOnly=false"))
+        });
+    if !nothing_to_do {
+        write_status(ctx, app, status, Some(&work_state), None).await?;
+    }
     let what = if op.rollback.is_some() { "rollback" } else { "sync" };
     ctx.event(
         app,
