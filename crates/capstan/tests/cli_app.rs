@@ -2,44 +2,16 @@
 //! diff (exit codes), sync --wait, history, rollback, wait and delete, against a real control plane
 //! and a real git server.
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use capstan_testkit::{GitServer, TestCluster};
 
+use common::{Controller, capstan, text, until};
+
 const V1: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
-
-struct Controller(Child);
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn capstan(kubeconfig: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .expect("run capstan")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {

@@ -1,42 +1,14 @@
 //! `capstan controller` (which runs the ApplicationSet controller too) and `capstan appset list|get`
 //! driven through the binary, against a real control plane and a real git server.
 
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_testkit::{GitServer, TestCluster};
 
-struct Controller(Child);
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn capstan(kubeconfig: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .output()
-        .expect("run capstan")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
+use common::{Controller, capstan, text, until};
 
 fn appset(name: &str, repo: &str, label: &str) -> String {
     format!(

@@ -3,54 +3,16 @@
 //! or by server; `cluster list` shows connection state; a spoke that goes away marks its
 //! Applications Unknown without slowing down the others.
 
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_testkit::{GitServer, TestCluster};
 
+use common::{Controller, capstan, kubectl, text, until};
+
 const MANIFESTS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
-
-struct Controller(Child);
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn capstan(hub: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(args)
-        .env("KUBECONFIG", hub)
-        .output()
-        .expect("run capstan")
-}
-
-fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
-    let bin = capstan_playground::binaries::find("kubectl").expect("kubectl installed by scripts/setup.sh");
-    Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
 
 fn app_json(hub: &str, name: &str) -> serde_json::Value {
     let out = capstan(hub, &["app", "get", name, "-o", "json"]);

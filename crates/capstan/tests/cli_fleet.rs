@@ -4,57 +4,15 @@
 //! RollingSync rolls a change out to the `upgrade_testing` cluster first — and stops there when the
 //! change never becomes healthy.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_testkit::{GitServer, TestCluster};
 
-struct Controller(Child);
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn capstan(hub: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(args)
-        .env("KUBECONFIG", hub)
-        .output()
-        .expect("run capstan")
-}
-
-fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
-    let bin = capstan_playground::binaries::find("kubectl").expect("kubectl installed by scripts/setup.sh");
-    Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !check() {
-        assert!(
-            started.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    started.elapsed()
-}
+use common::{Controller, capstan, kubectl, text, until};
 
 /// `.data.color` of the ConfigMap on a spoke ("" when absent).
 fn color(kubeconfig: &str) -> String {

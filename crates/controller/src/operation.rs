@@ -279,7 +279,11 @@ pub async fn run(
     let nothing_to_do = !resuming
         && op.rollback.is_none()
         && work_state.comparison.sync() == capstan_compare::SyncCode::Synced
-        && !work_state.comparison.resources.iter().any(|r| r.hook || r.requires_pruning)
+        && !work_state
+            .comparison
+            .resources
+            .iter()
+            .any(|r| r.hook || r.requires_pruning)
         && !op.sync.as_ref().is_some_and(|s| {
             s.sync_options
                 .iter()

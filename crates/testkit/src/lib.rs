@@ -8,8 +8,11 @@
 //! - [`SshGitServer`]: OpenSSH's `sshd` on a free loopback port serving bare repositories to one
 //!   client key, with its own host key, stopped when dropped.
 //!
+//! - [`capstan`]: installing Capstan's CRDs on such a cluster and reading Application status.
+//!
 //! Everything here starts real programs; nothing is mocked.
 
+pub mod capstan;
 pub mod cluster;
 pub mod git;
 pub mod ssh;

@@ -3,13 +3,13 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use capstan_api::{Application, ApplicationSet};
+#[allow(unused_imports)]
+pub use capstan_testkit::capstan::{eventually, health_of, install, sync_of, synced_healthy};
 use capstan_testkit::{GitServer, TestCluster};
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -252,76 +252,12 @@ impl Drop for Env {
     }
 }
 
-/// Install the CRDs and the `capstan` namespace, as `capstan install` does.
-pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
-    let pp = PatchParams::apply("test").force();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in capstan_api::crd::all() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
-        eventually("CRD established", Duration::from_secs(30), || async {
-            let c = crds.get(&name).await?;
-            Ok(c.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True"))
-        })
-        .await?;
-    }
-    let ns: Api<Namespace> = Api::all(client.clone());
-    ns.patch(
-        "capstan",
-        &pp,
-        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan"}})),
-    )
-    .await?;
-    Ok(())
-}
-
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-pub fn sync_of(app: &Application) -> String {
-    app.status
-        .as_ref()
-        .and_then(|s| s.sync.as_ref())
-        .map(|s| s.status.clone())
-        .unwrap_or_default()
-}
-
 pub fn revision_of(app: &Application) -> String {
     app.status
         .as_ref()
         .and_then(|s| s.sync.as_ref())
         .map(|s| s.revision.clone())
         .unwrap_or_default()
-}
-
-pub fn health_of(app: &Application) -> String {
-    app.status
-        .as_ref()
-        .and_then(|s| s.health.as_ref())
-        .map(|h| h.status.clone())
-        .unwrap_or_default()
-}
-
-pub fn synced_healthy(app: &Application) -> bool {
-    sync_of(app) == "Synced" && health_of(app) == "Healthy"
 }
 
 /// The set's condition of `type_`: (status, reason, message).

@@ -3,13 +3,12 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
+#[allow(unused_imports)]
+pub use capstan_testkit::capstan::{eventually, health_of, install, sync_of, synced_healthy};
 use capstan_testkit::{GitServer, TestCluster};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -166,50 +165,6 @@ impl Drop for Env {
     }
 }
 
-/// Install the CRDs and the `capstan` namespace, as `capstan install` does.
-pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
-    let pp = PatchParams::apply("test").force();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for (_, crd) in capstan_api::crd::all() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
-        eventually("CRD established", Duration::from_secs(30), || async {
-            let c = crds.get(&name).await?;
-            Ok(c.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True"))
-        })
-        .await?;
-    }
-    let ns: Api<Namespace> = Api::all(client.clone());
-    ns.patch(
-        "capstan",
-        &pp,
-        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan"}})),
-    )
-    .await?;
-    Ok(())
-}
-
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// An Application manifest.
 pub fn app(name: &str, repo: &str, path: &str, namespace: &str, automated: bool) -> Value {
     let mut spec = json!({
@@ -221,22 +176,6 @@ pub fn app(name: &str, repo: &str, path: &str, namespace: &str, automated: bool)
         spec["syncPolicy"]["automated"] = json!({"prune": true, "selfHeal": true});
     }
     json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application", "metadata": {"name": name, "namespace": "capstan"}, "spec": spec})
-}
-
-pub fn sync_of(app: &Application) -> String {
-    app.status
-        .as_ref()
-        .and_then(|s| s.sync.as_ref())
-        .map(|s| s.status.clone())
-        .unwrap_or_default()
-}
-
-pub fn health_of(app: &Application) -> String {
-    app.status
-        .as_ref()
-        .and_then(|s| s.health.as_ref())
-        .map(|h| h.status.clone())
-        .unwrap_or_default()
 }
 
 pub fn op_phase(app: &Application) -> String {
@@ -262,10 +201,6 @@ pub fn condition(app: &Application, type_: &str) -> Option<String> {
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| c.message.clone())
-}
-
-pub fn synced_healthy(app: &Application) -> bool {
-    sync_of(app) == "Synced" && health_of(app) == "Healthy"
 }
 
 pub const CM_API: (&str, &str, &str) = ("v1", "ConfigMap", "configmaps");

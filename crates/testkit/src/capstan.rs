@@ -1,0 +1,80 @@
+//! Capstan on a test cluster: installing its CRDs and namespace, waiting for conditions, and reading
+//! an Application's status in one call.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use capstan_api::Application;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+/// Install the CRDs and the `capstan` namespace, as `capstan install` does, and wait until the CRDs
+/// are established.
+pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
+    let pp = PatchParams::apply("test").force();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (_, crd) in capstan_api::crd::all() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(&name, &pp, &Patch::Apply(&crd)).await?;
+        eventually("CRD established", Duration::from_secs(30), || async {
+            let c = crds.get(&name).await?;
+            Ok(c.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True"))
+        })
+        .await?;
+    }
+    let ns: Api<Namespace> = Api::all(client.clone());
+    ns.patch(
+        capstan_api::NAMESPACE,
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": capstan_api::NAMESPACE}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Poll `check` every 200 ms until it returns true, failing after `timeout`.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `status.sync.status` (empty before the first comparison).
+pub fn sync_of(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.sync.as_ref())
+        .map(|s| s.status.clone())
+        .unwrap_or_default()
+}
+
+/// `status.health.status`.
+pub fn health_of(app: &Application) -> String {
+    app.status
+        .as_ref()
+        .and_then(|s| s.health.as_ref())
+        .map(|h| h.status.clone())
+        .unwrap_or_default()
+}
+
+/// Synced and Healthy.
+pub fn synced_healthy(app: &Application) -> bool {
+    sync_of(app) == "Synced" && health_of(app) == "Healthy"
+}
