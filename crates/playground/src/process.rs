@@ -107,6 +107,18 @@ fn remove(pid_file: &Path) -> Result<()> {
     }
 }
 
+/// The calling process, as a pid file would record it.
+pub fn current() -> Option<Started> {
+    let pid = std::process::id() as i32;
+    start_ticks(pid).map(|start_ticks| Started { pid, start_ticks })
+}
+
+/// Record `started` in `pid_file` (the format [`read_pid_file`] reads).
+pub fn write_pid_file(pid_file: &Path, started: &Started) -> Result<()> {
+    std::fs::write(pid_file, format!("{} {}\n", started.pid, started.start_ticks))
+        .map_err(Error::io(format!("writing {}", pid_file.display())))
+}
+
 fn start_ticks(pid: i32) -> Option<u64> {
     stat_fields(pid).map(|(_, ticks)| ticks)
 }
