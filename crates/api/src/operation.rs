@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 /// Annotation holding a requested [`Operation`] as JSON.
 pub const OPERATION_ANNOTATION: &str = "capstan.dev/operation";
 
+/// Annotation asking the controller to stop the running operation (its value names who asked).
+/// Waves not yet started are not applied; the operation ends `Failed` with "terminated".
+pub const TERMINATE_ANNOTATION: &str = "capstan.dev/terminate";
+
 /// A requested operation.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -37,7 +37,7 @@ impl KubeArgs {
             )?,
         };
         let server = config.cluster_url.to_string();
-        let client = kube::Client::try_from(config).context("cannot create a Kubernetes client")?;
+        let client = capstan_metrics::counted_client(config).context("cannot create a Kubernetes client")?;
         client
             .apiserver_version()
             .await

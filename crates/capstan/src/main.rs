@@ -34,8 +34,12 @@ enum Command {
     Local(commands::local::LocalCommand),
     /// Install Capstan's CRDs, namespace and RBAC into a cluster.
     Install(commands::install::InstallArgs),
-    /// Run the Application and ApplicationSet controllers.
+    /// Run the Application and ApplicationSet controllers (with --listen, also the HTTP server).
     Controller(commands::controller::ControllerArgs),
+    /// Serve the HTTP API, web UI, Git webhooks and metrics.
+    Server(commands::server::ServerArgs),
+    /// Local accounts and API tokens of the HTTP server.
+    Account(commands::account::AccountArgs),
     /// Inspect and operate Applications.
     App(commands::app::AppArgs),
     /// Inspect ApplicationSets and preview what they generate.
@@ -62,6 +66,8 @@ fn main() -> ExitCode {
             Command::Local(cmd) => commands::local::run(cmd).await,
             Command::Install(args) => commands::install::run(args).await,
             Command::Controller(args) => commands::controller::run(args).await,
+            Command::Server(args) => commands::server::run(args).await,
+            Command::Account(args) => commands::account::run(args).await,
             Command::App(args) => commands::app::run(args).await,
             Command::Appset(args) => commands::appset::run(args).await,
             Command::Cluster(args) => commands::cluster::run(args).await,

@@ -61,7 +61,7 @@ pub async fn config(cluster: &ClusterSecret) -> Result<kube::Config, ClusterErro
 /// A client for `cluster` (not yet checked to be reachable).
 pub async fn client(cluster: &ClusterSecret) -> Result<kube::Client, ClusterError> {
     let config = config(cluster).await?;
-    kube::Client::try_from(config).map_err(|e| invalid(cluster, e))
+    capstan_metrics::counted_client(config).map_err(|e| invalid(cluster, e))
 }
 
 fn invalid(cluster: &ClusterSecret, e: impl std::fmt::Display) -> ClusterError {

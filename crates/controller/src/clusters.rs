@@ -252,6 +252,13 @@ impl Clusters {
         tokio::spawn(async move { this.probe_forever().await });
     }
 
+    /// Watch cluster Secrets only: no probes, no reconcile triggers (what a server process that reads
+    /// destinations, without running the controller, needs).
+    pub fn spawn_watch(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move { this.watch_secrets().await });
+    }
+
     async fn watch_secrets(self: Arc<Self>) {
         let secrets: Api<Secret> = Api::namespaced(self.hub.clone(), &self.namespace);
         let config = watcher::Config::default().labels(&format!("{SECRET_TYPE_LABEL}={CLUSTER_SECRET_TYPE}"));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use capstan_api::Application;
 use capstan_api::application::{ApplicationStatus, OperationState, RevisionHistory};
 use capstan_api::labels::RESOURCES_FINALIZER;
-use capstan_api::operation::{Operation, SyncOperation};
+use capstan_api::operation::{Operation, SyncOperation, TERMINATE_ANNOTATION};
 use capstan_compare::annotations;
 use capstan_compare::normalize::Tracking;
 use capstan_compare::{ObjectKey, SyncCode, describe_kube_error};
@@ -330,6 +330,7 @@ pub async fn run(
     };
 
     let (tx, mut rx) = tokio::sync::watch::channel(Progress::default());
+    let so_far = tx.subscribe();
     let progress_app = app.clone();
     // Progress is a small merge patch: the message, and the hook results a resumed operation needs.
     // The full status is written once at the end (rewriting thousands of resources every half
@@ -363,7 +364,20 @@ pub async fn run(
         outcome
     };
     let sync_started = Instant::now();
-    let (outcome, ()) = tokio::join!(execution, reporter);
+    let terminated = terminate_requested(ctx, app);
+    let outcome = tokio::select! {
+        (outcome, ()) = async { tokio::join!(execution, reporter) } => outcome,
+        who = terminated => {
+            // Dropping the execution stops it between requests: waves not started are not applied.
+            let results = so_far.borrow().results.clone();
+            capstan_sync::SyncOutcome {
+                succeeded: false,
+                message: format!("terminated by {who}"),
+                results,
+            }
+        }
+    };
+    clear_terminate(ctx, app).await;
     tracing::info!(
         app = %app.name_any(),
         objects = outcome.results.len(),
@@ -372,6 +386,14 @@ pub async fn run(
         "sync executed"
     );
 
+    if !dry_run {
+        capstan_metrics::global().sync(
+            &app.namespace().unwrap_or_default(),
+            &app.name_any(),
+            outcome.succeeded,
+            sync_started.elapsed(),
+        );
+    }
     op_state.phase = if outcome.succeeded {
         "Succeeded".into()
     } else {
@@ -427,6 +449,37 @@ pub async fn run(
         None => work_state,
     };
     Ok(Some(after))
+}
+
+/// Resolves with who asked once the Application carries the terminate annotation (checked twice a
+/// second: the Application's own reconciles are serialised, so a watch event could not reach this
+/// running operation).
+async fn terminate_requested(ctx: &Ctx, app: &Application) -> String {
+    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Ok(Some(fresh)) = apps.get_metadata_opt(&app.name_any()).await
+            && let Some(who) = fresh
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(TERMINATE_ANNOTATION))
+        {
+            return if who.is_empty() { "a user".into() } else { who.clone() };
+        }
+    }
+}
+
+/// Remove the terminate annotation (a request for an operation that has ended means nothing).
+pub async fn clear_terminate(ctx: &Ctx, app: &Application) {
+    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {"annotations": {TERMINATE_ANNOTATION: null}}});
+    if let Err(err) = apps
+        .patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        tracing::debug!(err = %describe_kube_error(&err), "clearing the terminate annotation");
+    }
 }
 
 /// Whether the recorded operation applied, pruned or ran anything (objects left as they were are not

@@ -69,7 +69,7 @@ pub struct Pipeline {
     pub projects: Projects,
     /// Namespace holding repository Secrets.
     pub namespace: String,
-    /// Where the Git cache lives (no Application may read from it directly).
+    /// Where the Git caches live (no Application may read from there directly).
     pub cache_dir: PathBuf,
 }
 
@@ -103,10 +103,24 @@ impl Pipeline {
         render_timeout: Duration,
         refs_ttl: Duration,
     ) -> Arc<Self> {
+        let guard = cache_dir.clone();
+        Self::guarding(client, cache_dir, guard, namespace, render_timeout, refs_ttl)
+    }
+
+    /// Like [`Pipeline::new`], refusing repositories anywhere under `guard` (a directory holding
+    /// `cache_dir` and other Git caches, e.g. the controller's when a server runs beside it).
+    pub fn guarding(
+        client: Client,
+        cache_dir: PathBuf,
+        guard: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            repos: RepoCache::new(cache_dir.clone(), Duration::from_secs(120), refs_ttl),
+            repos: RepoCache::new(cache_dir, Duration::from_secs(120), refs_ttl),
             renderer: Renderer::new(render_timeout),
-            cache_dir,
+            cache_dir: guard,
             clusters: Clusters::new(client.clone(), namespace),
             projects: Projects::new(client.clone(), namespace),
             client,
@@ -116,7 +130,13 @@ impl Pipeline {
 
     /// The destination of `app`.
     pub async fn destination(&self, app: &Application) -> Result<Arc<Destination>, PipelineError> {
-        self.clusters.wait_ready().await;
+        let d = &app.spec.destination;
+        let (server, name) = (d.server.trim().trim_end_matches('/'), d.name.trim());
+        let local = server == IN_CLUSTER_SERVER || (server.is_empty() && (name.is_empty() || name == IN_CLUSTER_NAME));
+        if !local {
+            // A registered cluster may just not have been read yet (right after a restart).
+            self.clusters.wait_ready().await;
+        }
         self.clusters.lookup(app)
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use capstan_api::Application;
 use capstan_api::application::{ApplicationCondition, ApplicationStatus, HealthStatus, SyncStatus};
 use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
-use capstan_api::operation::{OPERATION_ANNOTATION, Operation};
+use capstan_api::operation::{OPERATION_ANNOTATION, Operation, TERMINATE_ANNOTATION};
 use capstan_source::Resolved;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -79,6 +79,7 @@ pub fn relevant_change(app: &Application) -> Option<u64> {
     let ann = app.metadata.annotations.as_ref();
     ann.and_then(|a| a.get(OPERATION_ANNOTATION)).hash(&mut h);
     ann.and_then(|a| a.get(REFRESH_ANNOTATION)).hash(&mut h);
+    ann.and_then(|a| a.get(TERMINATE_ANNOTATION)).hash(&mut h);
     app.metadata.deletion_timestamp.is_some().hash(&mut h);
     app.metadata.finalizers.hash(&mut h);
     Some(h.finish())
@@ -92,6 +93,15 @@ pub fn error_policy(_app: Arc<Application>, err: &ReconcileError, _ctx: Arc<Ctx>
 
 /// Reconcile one Application.
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let result = reconcile_inner(app, ctx).await;
+    capstan_metrics::global()
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let name = app.name_any();
     let namespace = app.namespace().unwrap_or_default();
     // Decide on the stored object, not the watch cache: a reconcile queued during a sync may run
@@ -120,6 +130,11 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
         clear_annotations(&ctx, &app, refresh.is_some(), requested.is_some()).await?;
     }
     let mut status = app.status.clone().unwrap_or_default();
+    let op_running = status.operation_state.as_ref().is_some_and(|o| o.phase == "Running");
+    if annotations.contains_key(TERMINATE_ANNOTATION) && !op_running && requested.is_none() {
+        // Nothing runs: the request is stale.
+        operation::clear_terminate(&ctx, &app).await;
+    }
     let running = status
         .operation_state
         .as_ref()

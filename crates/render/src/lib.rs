@@ -227,7 +227,9 @@ impl Renderer {
             tool_identity: &tool_identity,
         };
         let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
-        if let Some(hit) = self.cache.get(&key) {
+        let hit = self.cache.get(&key);
+        capstan_metrics::global().render_cache_lookup(hit.is_some());
+        if let Some(hit) = hit {
             tracing::debug!(path = %app_rel, revision = cache_key_revision, %tool, "render cache hit");
             return Ok(hit);
         }
@@ -263,6 +265,7 @@ impl Renderer {
             }
         };
         objects.retain_mut(hooks::map_helm_hooks);
+        capstan_metrics::global().render(tool.as_str(), started.elapsed());
         tracing::debug!(
             path = %app_rel,
             revision = cache_key_revision,

@@ -217,6 +217,7 @@ impl RepoCache {
     async fn ls_remote(&self, repo: &Repo, creds: &Credentials) -> Result<Vec<(String, String)>> {
         repo.ls_remotes.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(url = %redact(&repo.url, &creds.secrets()), "git ls-remote");
+        let started = std::time::Instant::now();
         let out = GitCommand {
             url: &repo.url,
             credentials: creds,
@@ -224,7 +225,9 @@ impl RepoCache {
             operation: "listing refs of",
         }
         .run(Some(&repo.dir), &["ls-remote", &repo.url])
-        .await?;
+        .await;
+        capstan_metrics::global().git_request("ls-remote", out.is_ok(), started.elapsed());
+        let out = out?;
         Ok(String::from_utf8_lossy(&out)
             .lines()
             .filter_map(|l| l.split_once('\t'))
@@ -235,7 +238,8 @@ impl RepoCache {
     async fn fetch(&self, repo: &Repo, creds: &Credentials) -> Result<()> {
         repo.fetches.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(url = %redact(&repo.url, &creds.secrets()), "git fetch");
-        GitCommand {
+        let started = std::time::Instant::now();
+        let result = GitCommand {
             url: &repo.url,
             credentials: creds,
             timeout: self.timeout,
@@ -254,7 +258,9 @@ impl RepoCache {
                 "+refs/tags/*:refs/tags/*",
             ],
         )
-        .await?;
+        .await;
+        capstan_metrics::global().git_request("fetch", result.is_ok(), started.elapsed());
+        result?;
         Ok(())
     }
 

@@ -30,6 +30,11 @@ pub struct ControllerArgs {
     /// Applications reconciled at once.
     #[arg(long, default_value_t = 32)]
     concurrency: u16,
+    /// Also serve the HTTP API, web UI, webhooks and metrics on this address (e.g. 127.0.0.1:8080).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    serve: crate::commands::server::ServeArgs,
 }
 
 /// Run the controller.
@@ -37,6 +42,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     let client = args.kube.client().await?;
     let cache_dir = args.cache_dir.unwrap_or_else(|| default_cache().join("controller"));
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
+    let namespace = args.namespace.clone();
+    let server_cache = cache_dir.clone();
     let config = capstan_controller::Config {
         namespace: args.namespace,
         cache_dir,
@@ -79,10 +86,26 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let _ = stop_tx.send(true);
         result.context("ApplicationSet controller")
     };
-    let (applications, applicationsets) = tokio::join!(applications, applicationsets);
+    let server = async {
+        let Some(listen) = args.listen else {
+            return Ok(());
+        };
+        let config = crate::commands::server::config(&namespace, server_cache, &args.serve);
+        let result = match crate::commands::server::bind(client.clone(), config, listen).await {
+            Ok(server) => server
+                .serve(stopped(stop_rx.clone()))
+                .await
+                .map_err(anyhow::Error::from),
+            Err(e) => Err(e),
+        };
+        let _ = stop_tx.send(true);
+        result.context("HTTP server")
+    };
+    let (applications, applicationsets, server) = tokio::join!(applications, applicationsets, server);
     signal.abort();
     applications?;
     applicationsets?;
+    server?;
     Ok(ExitCode::SUCCESS)
 }
 

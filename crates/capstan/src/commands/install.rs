@@ -71,6 +71,7 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
     for name in &names {
         wait_established(&crds, name, Duration::from_secs(60)).await?;
     }
+    server_secret(&client).await?;
     println!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", names.len());
     Ok(ExitCode::SUCCESS)
 }
@@ -110,4 +111,55 @@ async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str, time
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Create the HTTP server's Secret with a random admin password and session key, unless it exists;
+/// a missing session key is added. The password is printed once: only its hash is stored.
+async fn server_secret(client: &kube::Client) -> anyhow::Result<()> {
+    use base64::Engine;
+    use capstan_server::auth::{self, password};
+    use capstan_server::state::SECRET;
+    use k8s_openapi::api::core::v1::Secret;
+    let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let existing = secrets
+        .get_opt(SECRET)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
+        .with_context(|| format!("reading Secret {SECRET}"))?;
+    match existing {
+        Some(secret) => {
+            let data = secret.data.unwrap_or_default();
+            if !data.contains_key(auth::SESSION_KEY) {
+                let patch = json!({"data": {auth::SESSION_KEY: b64(&password::random_secret(32))}});
+                secrets
+                    .patch(SECRET, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
+                    .with_context(|| format!("updating Secret {SECRET}"))?;
+            }
+            println!("Secret {SECRET} kept (admin password unchanged)");
+        }
+        None => {
+            let admin_password = password::random_secret(12);
+            let secret: Secret = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": SECRET, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "capstan"}},
+                "data": {
+                    auth::ADMIN_PASSWORD: b64(&password::hash(&admin_password)),
+                    auth::SESSION_KEY: b64(&password::random_secret(32)),
+                },
+            }))?;
+            secrets
+                .create(&Default::default(), &secret)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
+                .with_context(|| format!("creating Secret {SECRET}"))?;
+            println!("Secret {SECRET} created");
+            println!(
+                "admin password (shown only now; change it with `capstan account set-password admin`): {admin_password}"
+            );
+        }
+    }
+    Ok(())
 }

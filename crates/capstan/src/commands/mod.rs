@@ -1,5 +1,6 @@
 //! One module per top-level subcommand.
 
+pub mod account;
 pub mod app;
 pub mod appset;
 pub mod appset_generate;
@@ -8,3 +9,4 @@ pub mod controller;
 pub mod crds;
 pub mod install;
 pub mod local;
+pub mod server;

@@ -1,0 +1,73 @@
+//! `capstan server`: the HTTP server alone (API, web UI, webhooks, metrics) until SIGTERM or Ctrl-C.
+//! `capstan controller --listen ADDR` runs the same server inside the controller process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::kube_client::KubeArgs;
+
+/// Flags of the HTTP server, shared by `capstan server` and `capstan controller`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Don't mark the session cookie `Secure` (for plain-HTTP set-ups other than localhost).
+    #[arg(long)]
+    pub insecure_cookies: bool,
+}
+
+/// Arguments of `capstan server`.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    kube: KubeArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Namespace of the Applications and of the server's Secret and RBAC ConfigMap.
+    #[arg(long, default_value = capstan_api::NAMESPACE)]
+    namespace: String,
+    /// Directory for Capstan's Git caches; diffs use its `server` subdirectory, and no Application may
+    /// read a repository from anywhere in it (default: $CAPSTAN_CACHE or ~/.cache/capstan).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// The server's settings.
+pub fn config(namespace: &str, cache_root: PathBuf, serve: &ServeArgs) -> capstan_server::ServerConfig {
+    capstan_server::ServerConfig {
+        namespace: namespace.to_string(),
+        secure_cookies: !serve.insecure_cookies,
+        cache_dir: cache_root.join("server"),
+        cache_root,
+    }
+}
+
+/// Bind and announce the server (the address goes to stderr, so that tests and people see the port
+/// actually picked for `:0`).
+pub async fn bind(
+    client: kube::Client,
+    config: capstan_server::ServerConfig,
+    listen: SocketAddr,
+) -> anyhow::Result<capstan_server::Server> {
+    std::fs::create_dir_all(&config.cache_dir).with_context(|| format!("creating {}", config.cache_dir.display()))?;
+    let server = capstan_server::Server::bind(client, config, listen).await?;
+    let addr = server.local_addr().unwrap_or(listen);
+    eprintln!("capstan server listening on http://{addr}");
+    Ok(server)
+}
+
+/// Run `capstan server`.
+pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
+    let client = args.kube.client().await?;
+    let cache_root = args
+        .cache_dir
+        .unwrap_or_else(crate::commands::controller::default_cache);
+    let config = config(&args.namespace, cache_root, &args.serve);
+    let server = bind(client, config, args.listen).await?;
+    server.serve(crate::commands::local::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,588 @@
+//! The HTTP server end to end, through the binary: `capstan install` (admin password printed once),
+//! `capstan controller --listen`, then the API as a browser or a script would use it — log in, list,
+//! live updates, tree, diff, manifests, live objects, sync, rollback, terminate, webhooks, metrics —
+//! and the security checks: 401 without credentials, 403 without the role or the CSRF token, forged
+//! webhook signatures refused, Secret values never answered, names in URLs validated.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use capstan_testkit::{GitServer, TestCluster};
+use serde_json::{Value, json};
+
+use common::{Controller, capstan, kubectl, text, until};
+
+const SECRET_VALUE: &str = "hunter2-do-not-leak";
+
+/// The Application's objects; not `ready`, the Deployment never becomes ready and a later wave
+/// waits for it (so the sync keeps running).
+fn manifests(color: &str, ready: bool) -> String {
+    let simulate = if ready {
+        ""
+    } else {
+        ", annotations: {capstan.dev/simulate: never-ready}"
+    };
+    let later = if ready {
+        ""
+    } else {
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: later, annotations: {capstan.dev/sync-wave: '1'}}\n"
+    };
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{color: {color}}}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {{name: creds}}\nstringData: {{password: {SECRET_VALUE}}}\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}{simulate}}}\n    spec: {{containers: [{{name: web, image: nginx}}]}}\n{later}"
+    )
+}
+
+/// A small HTTP client for the test (ureq, with 4xx/5xx answered rather than raised).
+struct Http {
+    base: String,
+    agent: ureq::Agent,
+    cookie: Option<String>,
+    csrf: Option<String>,
+    bearer: Option<String>,
+}
+
+struct Answer {
+    status: u16,
+    body: String,
+    set_cookie: Option<String>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+impl Http {
+    fn new(base: &str) -> Http {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .new_agent();
+        Http {
+            base: base.to_string(),
+            agent,
+            cookie: None,
+            csrf: None,
+            bearer: None,
+        }
+    }
+
+    fn request(&self, method: &str, path: &str, body: Option<&Value>, headers: &[(&str, &str)], csrf: bool) -> Answer {
+        let url = format!("{}{path}", self.base);
+        let mut req = ureq::http::Request::builder().method(method).uri(&url);
+        if let Some(c) = &self.cookie {
+            req = req.header("Cookie", c.as_str());
+        }
+        if let Some(t) = &self.bearer {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        if csrf && let Some(t) = &self.csrf {
+            req = req.header("X-CSRF-Token", t.as_str());
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let payload = body.map(|b| b.to_string()).unwrap_or_default();
+        if body.is_some() {
+            req = req.header("Content-Type", "application/json");
+        }
+        let response = self
+            .agent
+            .run(req.body(payload).expect("request"))
+            .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let status = response.status().as_u16();
+        let set_cookie = response
+            .headers()
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = response.into_body().read_to_string().unwrap_or_default();
+        Answer {
+            status,
+            body,
+            set_cookie,
+        }
+    }
+
+    fn get(&self, path: &str) -> Answer {
+        self.request("GET", path, None, &[], false)
+    }
+
+    fn post(&self, path: &str, body: Value) -> Answer {
+        self.request("POST", path, Some(&body), &[], true)
+    }
+
+    fn login(&mut self, user: &str, password: &str) -> Answer {
+        let a = self.request(
+            "POST",
+            "/api/session",
+            Some(&json!({"username": user, "password": password})),
+            &[],
+            false,
+        );
+        if a.status == 200 {
+            let cookie = a.set_cookie.clone().expect("a session cookie");
+            assert!(
+                cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Secure"),
+                "{cookie}"
+            );
+            self.cookie = Some(cookie.split(';').next().unwrap_or_default().to_string());
+            self.csrf = a.json()["csrfToken"].as_str().map(str::to_string);
+        }
+        a
+    }
+}
+
+fn hmac_hex(secret: &str, body: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+    ring::hmac::sign(&key, body)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn app_manifest(name: &str, repo: &str, revision: &str) -> String {
+    format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: {revision}, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n"
+    )
+}
+
+fn summary<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
+    list["items"].as_array()?.iter().find(|i| i["name"] == name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
+    let cluster = TestCluster::start().await?;
+    let git = GitServer::start().await?;
+    let kc = cluster.kubeconfig().to_string_lossy().to_string();
+    let out = capstan(&kc, &["install"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let install = text(&out);
+    let password = install
+        .lines()
+        .find(|l| l.starts_with("admin password"))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("install prints the admin password once: {install}"))
+        .to_string();
+    // A second install keeps the password (and does not print one).
+    let again = text(&capstan(&kc, &["install"]));
+    assert!(!again.contains("shown only now") && again.contains("kept"), "{again}");
+
+    let cache = tempfile::tempdir()?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args([
+            "controller",
+            "--kubeconfig",
+            &kc,
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-dir",
+        ])
+        .arg(cache.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().expect("stderr");
+    let _controller = Controller(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let base = loop {
+        let line = lines.next().expect("the controller prints where it listens")?;
+        if let Some(url) = line.strip_prefix("capstan server listening on ") {
+            break url.trim().to_string();
+        }
+    };
+    // Keep draining stderr so the controller never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+
+    let mut http = Http::new(&base);
+    assert_eq!(http.get("/healthz").status, 200);
+    until("the server to be ready", Duration::from_secs(30), || {
+        http.get("/readyz").status == 200
+    });
+    let doc = http.get("/api/openapi.json");
+    assert_eq!(doc.status, 200);
+    assert!(doc.json()["paths"]["/api/applications/{name}/sync"]["post"].is_object());
+    let index = http.get("/applications/anything");
+    assert!(
+        index.status == 200 && index.body.contains("<html"),
+        "the UI answers client-side routes"
+    );
+
+    // Without credentials: 401 everywhere in the API.
+    for path in [
+        "/api/applications",
+        "/api/applications/web",
+        "/api/userinfo",
+        "/api/clusters",
+        "/api/stream/applications",
+    ] {
+        assert_eq!(http.get(path).status, 401, "{path}");
+    }
+    assert_eq!(http.post("/api/applications/web/sync", json!({})).status, 401);
+    http.bearer = Some("cst_forged.token".into());
+    assert_eq!(http.get("/api/applications").status, 401, "a forged token");
+    http.bearer = None;
+    assert_eq!(http.login("admin", "wrong-password").status, 401);
+    assert_eq!(http.login("nobody", &password).status, 401);
+    let me = http.login("admin", &password);
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(http.get("/api/userinfo").json()["username"], "admin");
+
+    // Two Applications of one repository: `web` follows main, `other` a branch.
+    git.create_repo("site")?;
+    let v1 = git.commit(
+        "site",
+        "main",
+        &[("app/all.yaml", Some(&manifests("blue", true)))],
+        "v1",
+    )?;
+    git.commit(
+        "site",
+        "other",
+        &[("app/all.yaml", Some(&manifests("red", true)))],
+        "other",
+    )?;
+    let file = cache.path().join("apps.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "{}---\n{}",
+            app_manifest("web", &git.git_url("site"), "main"),
+            app_manifest("other", &git.git_url("site"), "other")
+        ),
+    )?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+    until("both Applications compared", Duration::from_secs(60), || {
+        let list = http.get("/api/applications").json();
+        summary(&list, "web").is_some_and(|s| s["sync"] == "OutOfSync")
+            && summary(&list, "other").is_some_and(|s| s["sync"] == "OutOfSync")
+    });
+    let list = http.get("/api/applications?search=we").json();
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list["items"][0]["revision"], v1);
+    assert_eq!(list["items"][0]["permissions"]["sync"], true);
+    assert_eq!(http.get("/api/applications?health=Healthy").json()["items"], json!([]));
+
+    // The diff of a missing Secret never shows its value; neither do the manifests.
+    let diff = http.get("/api/applications/web/diff");
+    assert_eq!(diff.status, 200, "{}", diff.body);
+    assert!(
+        diff.body.contains("color: blue") && diff.body.contains("<redacted"),
+        "{}",
+        diff.body
+    );
+    let rendered = http.get("/api/applications/web/manifests");
+    assert_eq!(rendered.status, 200);
+    assert!(rendered.json()["objects"].as_array().is_some_and(|o| o.len() == 3));
+    for body in [&diff.body, &rendered.body] {
+        assert!(!body.contains(SECRET_VALUE), "a Secret value was answered: {body}");
+    }
+
+    // Live updates: the stream starts with every Application.
+    let stream_url = format!("{base}/api/stream/applications");
+    let cookie = http.cookie.clone().unwrap_or_default();
+    let first_events = std::thread::spawn(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+        let mut r = agent.get(&stream_url).header("Cookie", &cookie).call().expect("stream");
+        let mut reader = r.body_mut().as_reader();
+        let mut buf = vec![0u8; 8192];
+        let mut got = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && !(got.contains("\"name\":\"web\"") && got.contains("\"name\":\"other\"")) {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+        got
+    });
+
+    // Sync: refused without the CSRF token, accepted with it; then Synced and Healthy.
+    let no_csrf = http.request("POST", "/api/applications/web/sync", Some(&json!({})), &[], false);
+    assert_eq!(no_csrf.status, 403, "{}", no_csrf.body);
+    let sync = http.post("/api/applications/web/sync", json!({"prune": true}));
+    assert_eq!(sync.status, 202, "{}", sync.body);
+    let events = first_events.join().expect("stream thread");
+    assert!(
+        events.contains("event: application") && events.contains("\"name\":\"other\""),
+        "{events}"
+    );
+    until("web Synced and Healthy", Duration::from_secs(120), || {
+        let list = http.get("/api/applications").json();
+        summary(&list, "web").is_some_and(|s| s["sync"] == "Synced" && s["health"] == "Healthy")
+    });
+
+    // The tree: the Deployment's ReplicaSet and Pod hang below it.
+    let tree = http.get("/api/applications/web/tree").json();
+    let nodes = tree["nodes"].as_array().cloned().unwrap_or_default();
+    let find = |kind: &str| nodes.iter().find(|n| n["kind"] == kind).cloned().unwrap_or_default();
+    let (deploy, rs, pod) = (find("Deployment"), find("ReplicaSet"), find("Pod"));
+    assert_eq!(rs["parentId"], deploy["id"], "{tree}");
+    assert_eq!(pod["parentId"], rs["id"], "{tree}");
+    assert_eq!(pod["health"], "Healthy", "{tree}");
+
+    // Live objects: in the tree only, Secrets redacted.
+    let secret = http.get("/api/applications/web/resource?version=v1&kind=Secret&namespace=web&name=creds");
+    assert_eq!(secret.status, 200, "{}", secret.body);
+    assert_eq!(secret.json()["data"]["password"], "<redacted>");
+    assert!(
+        !secret.body.contains(SECRET_VALUE) && !secret.body.contains("aHVudGVy"),
+        "{}",
+        secret.body
+    );
+    let pod_path = format!(
+        "/api/applications/web/resource?version=v1&kind=Pod&namespace=web&name={}",
+        pod["name"].as_str().unwrap_or_default()
+    );
+    assert_eq!(http.get(&pod_path).json()["kind"], "Pod");
+    let outside =
+        http.get("/api/applications/web/resource?version=v1&kind=Secret&namespace=capstan&name=capstan-secret");
+    assert_eq!(
+        outside.status, 404,
+        "objects outside the tree are not served: {}",
+        outside.body
+    );
+    for path in [
+        "/api/applications/web",
+        "/api/applications/web/events",
+        "/api/applications/web/history",
+    ] {
+        let a = http.get(path);
+        assert_eq!(a.status, 200, "{path}: {}", a.body);
+        assert!(!a.body.contains(SECRET_VALUE), "{path}");
+    }
+    let events = http.get("/api/applications/web/events").json();
+    assert!(
+        events["items"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["reason"] == "OperationSucceeded")),
+        "{events}"
+    );
+    // Names in URLs are validated.
+    assert_eq!(http.get("/api/applications/Web").status, 400);
+    assert_eq!(http.get("/api/applications/..%2Fsecrets").status, 400);
+    assert_eq!(http.get("/api/applications/missing").status, 404);
+    assert_eq!(http.get("/api/nothing-here").status, 404);
+
+    // Webhooks: with a secret configured, a forged signature changes nothing; a signed push to main
+    // refreshes `web` only.
+    let out = kubectl(
+        &kc,
+        &[
+            "-n",
+            "capstan",
+            "patch",
+            "secret",
+            "capstan-secret",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"stringData":{"webhook.github.secret":"s3cr3t"}}"#,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let v2 = git.commit(
+        "site",
+        "main",
+        &[("app/all.yaml", Some(&manifests("green", true)))],
+        "v2",
+    )?;
+    let push = json!({
+        "ref": "refs/heads/main",
+        "repository": {"clone_url": git.git_url("site"), "html_url": "http://example.invalid/site", "default_branch": "main"},
+        "commits": [{"modified": ["app/all.yaml"]}],
+    })
+    .to_string();
+    let hook = |signature: &str| {
+        let h = Http::new(&base);
+        let headers = [("X-GitHub-Event", "push"), ("X-Hub-Signature-256", signature)];
+        let body: Value = serde_json::from_str(&push).unwrap_or_default();
+        h.request("POST", "/api/webhook", Some(&body), &headers, false)
+    };
+    // The body as sent is the re-serialised JSON: sign exactly that.
+    let sent = serde_json::from_str::<Value>(&push)?.to_string();
+    until("the webhook secret to be read", Duration::from_secs(10), || {
+        hook("sha256=00").status == 401
+    });
+    let forged = hook(&format!("sha256={}", hmac_hex("not-the-secret", sent.as_bytes())));
+    assert_eq!(forged.status, 401, "{}", forged.body);
+    let malformed = Http::new(&base).request(
+        "POST",
+        "/api/webhook",
+        None,
+        &[
+            ("X-GitHub-Event", "push"),
+            ("X-Hub-Signature-256", &format!("sha256={}", hmac_hex("s3cr3t", b""))),
+        ],
+        false,
+    );
+    assert_eq!(malformed.status, 400, "{}", malformed.body);
+    let started = Instant::now();
+    let accepted = hook(&format!("sha256={}", hmac_hex("s3cr3t", sent.as_bytes())));
+    assert_eq!(accepted.status, 200, "{}", accepted.body);
+    assert_eq!(
+        accepted.json()["refreshed"]["applications"],
+        json!(["web"]),
+        "{}",
+        accepted.body
+    );
+    until("web to see the pushed revision", Duration::from_secs(30), || {
+        summary(&http.get("/api/applications").json(), "web").is_some_and(|s| s["revision"] == v2)
+    });
+    eprintln!("webhook → new revision in status: {:?}", started.elapsed());
+
+    // History and rollback to the first sync.
+    let sync = http.post("/api/applications/web/sync", json!({}));
+    assert_eq!(sync.status, 202);
+    until("the second sync recorded", Duration::from_secs(120), || {
+        http.get("/api/applications/web/history").json()["items"]
+            .as_array()
+            .map(Vec::len)
+            == Some(2)
+    });
+    let history = http.get("/api/applications/web/history").json();
+    assert_eq!(history["items"][0]["revision"], v2, "newest first: {history}");
+    assert_eq!(
+        http.post("/api/applications/web/rollback", json!({"id": 42})).status,
+        400
+    );
+    let rollback = http.post(
+        "/api/applications/web/rollback",
+        json!({"id": history["items"][1]["id"]}),
+    );
+    assert_eq!(rollback.status, 202, "{}", rollback.body);
+    until("the ConfigMap back at blue", Duration::from_secs(120), || {
+        text(&kubectl(
+            &kc,
+            &[
+                "-n",
+                "web",
+                "get",
+                "configmap",
+                "settings",
+                "-o",
+                "jsonpath={.data.color}",
+            ],
+        )) == "blue"
+    });
+
+    // Terminate: a sync whose wave never becomes healthy is stopped on request.
+    git.commit(
+        "site",
+        "main",
+        &[("app/all.yaml", Some(&manifests("yellow", false)))],
+        "stuck",
+    )?;
+    assert_eq!(http.post("/api/applications/web/sync", json!({})).status, 202);
+    until("the stuck sync running", Duration::from_secs(60), || {
+        summary(&http.get("/api/applications").json(), "web").is_some_and(|s| s["operation"]["phase"] == "Running")
+    });
+    let no_csrf = http.request("DELETE", "/api/applications/web/operation", None, &[], false);
+    assert_eq!(no_csrf.status, 403);
+    let terminate = http.request("DELETE", "/api/applications/web/operation", None, &[], true);
+    assert_eq!(terminate.status, 202, "{}", terminate.body);
+    until("the operation terminated", Duration::from_secs(30), || {
+        summary(&http.get("/api/applications").json(), "web").is_some_and(|s| {
+            s["operation"]["phase"] == "Failed"
+                && s["operation"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("terminated by admin"))
+        })
+    });
+
+    // Metrics.
+    let metrics = http.get("/metrics");
+    assert_eq!(metrics.status, 200);
+    for needle in [
+        "capstan_app_info{namespace=\"capstan\",name=\"web\"",
+        "capstan_webhook_requests_total{provider=\"github\",result=\"unauthorized\"}",
+        "capstan_webhook_requests_total{provider=\"github\",result=\"accepted\"} 1",
+        "capstan_app_reconcile_duration_seconds_count",
+        "capstan_app_syncs_total{namespace=\"capstan\",name=\"web\",phase=\"Succeeded\"}",
+        "capstan_git_requests_total{request=\"ls-remote\",result=\"ok\"}",
+        "capstan_render_cache_lookups_total{result=\"hit\"}",
+        "capstan_kube_requests_total{method=\"PATCH\"}",
+    ] {
+        assert!(
+            metrics.body.contains(needle),
+            "{needle} missing from /metrics:\n{}",
+            metrics.body
+        );
+    }
+    assert!(!metrics.body.contains(SECRET_VALUE));
+
+    // Roles: a local account without a grant sees nothing; read-only may read but not sync; an API
+    // token acts as its account.
+    let out = capstan(&kc, &["account", "set-password", "dev", "--password", "dev-password-1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = capstan(&kc, &["account", "generate-token", "dev"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(token.starts_with("cst_"), "{token}");
+    let listed = text(&capstan(&kc, &["account", "list"]));
+    assert!(listed.contains("dev\ttoken") && !listed.contains(&token), "{listed}");
+    let mut dev = Http::new(&base);
+    assert_eq!(dev.login("dev", "dev-password-1").status, 200);
+    until("dev's empty list", Duration::from_secs(10), || {
+        dev.get("/api/applications").json()["items"] == json!([])
+    });
+    assert_eq!(
+        dev.get("/api/applications/web").status,
+        404,
+        "no role: not even the name"
+    );
+    assert_eq!(dev.post("/api/applications/web/sync", json!({})).status, 404);
+    let policy = "default: none\ngrants:\n  - {role: read-only, projects: ['*'], users: [dev]}\n";
+    let out = kubectl(
+        &kc,
+        &[
+            "-n",
+            "capstan",
+            "create",
+            "configmap",
+            "capstan-rbac",
+            &format!("--from-literal=policy.yaml={policy}"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    until("dev may read", Duration::from_secs(10), || {
+        dev.get("/api/applications/web").status == 200
+    });
+    let refused = dev.post("/api/applications/web/sync", json!({}));
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(dev.post("/api/applications/web/refresh", json!({})).status, 403);
+    assert_eq!(
+        summary(&dev.get("/api/applications").json(), "web").map(|s| s["permissions"]["sync"].clone()),
+        Some(json!(false))
+    );
+    let mut bot = Http::new(&base);
+    bot.bearer = Some(token.clone());
+    assert_eq!(bot.get("/api/userinfo").json()["username"], "dev");
+    assert_eq!(bot.post("/api/applications/web/sync", json!({})).status, 403);
+    let id = token
+        .trim_start_matches("cst_")
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(capstan(&kc, &["account", "delete-token", &id]).status.success());
+    until("the revoked token refused", Duration::from_secs(10), || {
+        bot.get("/api/userinfo").status == 401
+    });
+
+    // Logging out clears the cookie.
+    let out = http.request("DELETE", "/api/session", None, &[], true);
+    assert_eq!(out.status, 204);
+    assert!(out.set_cookie.is_some_and(|c| c.contains("Max-Age=0")));
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! ApplicationSets and clusters, read-only. Cluster credentials never leave the server: only the
+//! name, server, labels and the connection state the controller records are answered.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State as AxState};
+use capstan_api::ApplicationSet;
+use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
+use capstan_cluster::status::{ConnectionState, STATUS_CONFIGMAP, key_for};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use super::valid_name;
+use crate::auth::Auth;
+use crate::auth::rbac::Role;
+use crate::error::ApiError;
+use crate::state::State;
+
+fn appset_project(set: &ApplicationSet) -> String {
+    serde_json::to_value(&set.spec.template)
+        .ok()
+        .and_then(|t| t.pointer("/spec/project").and_then(Value::as_str).map(str::to_string))
+        .filter(|p| !p.is_empty() && !p.contains("{{"))
+        .unwrap_or_else(|| "default".into())
+}
+
+fn appset_summary(set: &ApplicationSet) -> Value {
+    let status = set.status.clone().unwrap_or_default();
+    json!({
+        "name": set.name_any(),
+        "project": appset_project(set),
+        "generators": set.spec.generators.len(),
+        "applications": status.resources.len(),
+        "conditions": status.conditions,
+        "rollingSync": serde_json::to_value(&set.spec).ok().and_then(|s| s.pointer("/strategy/rollingSync").cloned()),
+    })
+}
+
+/// `GET /api/applicationsets`: the sets whose (templated) project the caller may read.
+pub async fn list(auth: Auth, AxState(state): AxState<Arc<State>>) -> Json<Value> {
+    let policy = state.policy();
+    let mut items: Vec<Value> = state
+        .appsets
+        .state()
+        .iter()
+        .filter(|s| policy.role(&auth.principal, &appset_project(s)) >= Role::ReadOnly)
+        .map(|s| appset_summary(s))
+        .collect();
+    items.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    Json(json!({"items": items}))
+}
+
+/// `GET /api/applicationsets/{name}`.
+pub async fn get(
+    auth: Auth,
+    AxState(state): AxState<Arc<State>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    valid_name(&name)?;
+    let set = state
+        .appsets
+        .state()
+        .into_iter()
+        .find(|s| s.name_any() == name)
+        .filter(|s| auth.role(&state, &appset_project(s)) >= Role::ReadOnly)
+        .ok_or_else(|| ApiError::not_found(format!("ApplicationSet {name:?}")))?;
+    Ok(Json(serde_json::to_value(&*set).unwrap_or_default()))
+}
+
+/// `GET /api/clusters`: every destination with its labels and last known connection state.
+pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result<Json<Value>, ApiError> {
+    // Cluster metadata is visible to anyone who may read some project.
+    let policy = state.policy();
+    let any = policy.default >= Role::ReadOnly
+        || policy.role(&auth.principal, "*") >= Role::ReadOnly
+        || state
+            .apps
+            .state()
+            .iter()
+            .any(|a| policy.role(&auth.principal, super::apps::project_of(a)) >= Role::ReadOnly);
+    if !any {
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            format!("{} may not read any project", auth.principal.name),
+        ));
+    }
+    let maps: Api<ConfigMap> = Api::namespaced(state.client.clone(), &state.config.namespace);
+    let recorded = maps
+        .get_opt(STATUS_CONFIGMAP)
+        .await
+        .map_err(|e| ApiError::kube("reading the cluster status", &e))?
+        .and_then(|m| m.data)
+        .unwrap_or_default();
+    let connection = |name: &str| {
+        recorded
+            .get(&key_for(name))
+            .map(|t| ConnectionState::from_json(t))
+            .unwrap_or_else(|| ConnectionState::from_json(""))
+    };
+    let items: Vec<Value> = state
+        .pipeline
+        .clusters
+        .all()
+        .iter()
+        .map(|d| {
+            let c = connection(&d.name);
+            let labels = d.secret.as_ref().map(|s| s.labels.clone()).unwrap_or_default();
+            let server = if d.name == IN_CLUSTER_NAME {
+                IN_CLUSTER_SERVER.to_string()
+            } else {
+                d.server.clone()
+            };
+            json!({"name": d.name, "server": server, "labels": labels, "state": c.status,
+                   "version": c.server_version, "message": c.message, "checkedAt": c.checked_at})
+        })
+        .collect();
+    Ok(Json(json!({"items": items})))
+}

@@ -1,0 +1,38 @@
+//! The JSON API: Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
+//! clusters ([`fleet`]).
+
+pub mod apps;
+pub mod fleet;
+pub mod tree;
+
+use crate::error::ApiError;
+
+/// Refuse a name that cannot be a Kubernetes object name (path parameters are validated before any
+/// lookup).
+pub fn valid_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && !name.starts_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!("invalid name {name:?}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated() {
+        assert!(valid_name("guestbook").is_ok());
+        assert!(valid_name("a.b-c1").is_ok());
+        for bad in ["", "..", "../etc", "A", "a/b", "a%2fb", ".x", &"a".repeat(254)] {
+            assert!(valid_name(bad).is_err(), "{bad}");
+        }
+    }
+}

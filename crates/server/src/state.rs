@@ -1,0 +1,220 @@
+//! What every request handler shares: the Kubernetes client, watch-fed caches of Applications,
+//! ApplicationSets, the server's Secret and the RBAC ConfigMap, the change feed behind the live
+//! updates, and a read-only pipeline for diffs, manifests and resource trees.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use capstan_api::{Application, ApplicationSet};
+use capstan_controller::Pipeline;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::broadcast;
+
+use crate::auth::rbac::{self, Policy};
+
+/// Name of the Secret holding the admin password hash, local accounts, API tokens, the session
+/// signing key and webhook secrets.
+pub const SECRET: &str = "capstan-secret";
+
+/// A change to an Application, as the live-update streams see it.
+#[derive(Debug, Clone)]
+pub enum AppEvent {
+    /// Created or changed.
+    Applied(Arc<Application>),
+    /// Deleted.
+    Deleted(String),
+}
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Namespace of the Applications and of the server's own Secret and ConfigMap.
+    pub namespace: String,
+    /// Whether the session cookie carries `Secure`.
+    pub secure_cookies: bool,
+    /// Where the read-only pipeline keeps its Git cache.
+    pub cache_dir: std::path::PathBuf,
+    /// A directory holding `cache_dir` and every other Git cache of Capstan on this machine; no
+    /// Application may read a repository from there.
+    pub cache_root: std::path::PathBuf,
+}
+
+/// Shared state of the server.
+pub struct State {
+    /// Client of the cluster the Applications live in.
+    pub client: Client,
+    /// Settings.
+    pub config: ServerConfig,
+    /// Applications.
+    pub apps: Store<Application>,
+    /// ApplicationSets.
+    pub appsets: Store<ApplicationSet>,
+    secret: Store<Secret>,
+    rbac: Store<ConfigMap>,
+    /// Application changes for live updates.
+    pub events: broadcast::Sender<AppEvent>,
+    ready: AtomicUsize,
+    /// The read-only pipeline (diffs, manifests, destinations).
+    pub pipeline: Arc<Pipeline>,
+}
+
+/// How many watches must have listed once before the server is ready.
+const WATCHES: usize = 4;
+
+impl State {
+    /// Start the watches and return the state (not ready until each has listed once).
+    pub fn start(client: Client, config: ServerConfig) -> Arc<State> {
+        let ns = config.namespace.clone();
+        let pipeline = Pipeline::guarding(
+            client.clone(),
+            config.cache_dir.clone(),
+            config.cache_root.clone(),
+            &ns,
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(30),
+        );
+        pipeline.clusters.spawn_watch();
+        let (apps, apps_w) = reflector::store();
+        let (appsets, appsets_w) = reflector::store();
+        let (secret, secret_w) = reflector::store();
+        let (rbac_store, rbac_w) = reflector::store();
+        let (events, _) = broadcast::channel(4096);
+        let state = Arc::new(State {
+            client: client.clone(),
+            config,
+            apps,
+            appsets,
+            secret,
+            rbac: rbac_store,
+            events,
+            ready: AtomicUsize::new(0),
+            pipeline,
+        });
+
+        let s = state.clone();
+        let api: Api<Application> = Api::namespaced(client.clone(), &ns);
+        tokio::spawn(async move {
+            let stream = reflector::reflector(apps_w, watcher(api, watcher::Config::default())).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            let mut listed = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(app)) | Ok(watcher::Event::InitApply(app)) => {
+                        let _ = s.events.send(AppEvent::Applied(Arc::new(app)));
+                    }
+                    Ok(watcher::Event::Delete(app)) => {
+                        let _ = s.events.send(AppEvent::Deleted(app.name_any()));
+                    }
+                    Ok(watcher::Event::InitDone) if !listed => {
+                        listed = true;
+                        s.ready.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::debug!(%err, "Application watch error"),
+                }
+            }
+        });
+        let api: Api<ApplicationSet> = Api::namespaced(client.clone(), &ns);
+        state.spawn_store(appsets_w, api, watcher::Config::default());
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        state.spawn_store(
+            secret_w,
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={SECRET}")),
+        );
+        let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+        state.spawn_store(
+            rbac_w,
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={}", rbac::CONFIGMAP)),
+        );
+        state
+    }
+
+    fn spawn_store<K>(self: &Arc<Self>, writer: reflector::store::Writer<K>, api: Api<K>, config: watcher::Config)
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        let s = self.clone();
+        tokio::spawn(async move {
+            let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            let mut listed = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) if !listed => {
+                        listed = true;
+                        s.ready.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::debug!(%err, kind = %K::kind(&()), "watch error"),
+                }
+            }
+        });
+    }
+
+    /// Whether every watch has listed once.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) >= WATCHES
+    }
+
+    /// A value of the server's Secret.
+    pub fn secret_value(&self, key: &str) -> Option<Vec<u8>> {
+        let secret = self.secret.state().into_iter().next()?;
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.clone())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Every key of the server's Secret starting with `prefix`, with its value.
+    pub fn secret_values(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let Some(secret) = self.secret.state().into_iter().next() else {
+            return Vec::new();
+        };
+        secret
+            .data
+            .as_ref()
+            .map(|d| {
+                d.iter()
+                    .filter(|(k, _)| k.starts_with(prefix))
+                    .map(|(k, v)| (k.clone(), v.0.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The RBAC policy; an unreadable policy grants nothing beyond the admin account (and says why
+    /// in the log).
+    pub fn policy(&self) -> Policy {
+        let text = self
+            .rbac
+            .state()
+            .into_iter()
+            .next()
+            .and_then(|cm| cm.data.as_ref().and_then(|d| d.get(rbac::KEY).cloned()))
+            .unwrap_or_default();
+        Policy::parse(&text).unwrap_or_else(|err| {
+            tracing::warn!(%err, "invalid RBAC policy: only the admin account has access");
+            Policy::default()
+        })
+    }
+
+    /// The Application `name` from the cache.
+    pub fn app(&self, name: &str) -> Option<Arc<Application>> {
+        self.apps
+            .get(&reflector::ObjectRef::new(name).within(&self.config.namespace))
+    }
+}
