@@ -52,8 +52,14 @@ mkdir -p "$DIR"
 # --- 1. control plane --------------------------------------------------------------------------------
 step "Starting the control plane in $DIR"
 "$CAPSTAN" local up --dir "$DIR"
-step "Installing Capstan's CRDs, namespace and RBAC"
-"$CAPSTAN" install --kubeconfig "$KUBECONFIG_FILE"
+step "Installing Capstan's CRDs, namespace, RBAC and the server's Secret"
+INSTALL_OUT=$("$CAPSTAN" install --kubeconfig "$KUBECONFIG_FILE")
+printf '%s\n' "$INSTALL_OUT" | grep -v '^admin password'
+# The admin password is printed once, by the first install: keep it beside the kubeconfig.
+NEW_PASSWORD=$(printf '%s\n' "$INSTALL_OUT" | sed -n 's/^admin password.*: //p')
+if [ -n "$NEW_PASSWORD" ]; then
+  (umask 077 && printf '%s\n' "$NEW_PASSWORD" > "$DIR/admin-password")
+fi
 mkdir -p "$GIT_BASE" "$DIR/run" "$DIR/logs"
 
 # --- 2. examples/ as a git repository ----------------------------------------------------------------
@@ -204,10 +210,12 @@ for f in examples/appsets/*.yaml; do
 done | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 
 # --- 4. the controller -------------------------------------------------------------------------------
-CONTROLLER=("$CAPSTAN" controller --kubeconfig "$KUBECONFIG_FILE" --log info)
+LISTEN="${PLAYGROUND_LISTEN:-127.0.0.1:8080}"
+CONTROLLER=("$CAPSTAN" controller --kubeconfig "$KUBECONFIG_FILE" --log info --listen "$LISTEN")
 cat <<EOF
 
-Playground ready. In another terminal, try:
+Playground ready. Web UI: http://localhost:${LISTEN##*:}/ (user admin, password in $DIR/admin-password)
+In another terminal, try:
   export KUBECONFIG=$KUBECONFIG_FILE
   export PATH="$(dirname "$CAPSTAN"):$CACHE/bin:\$PATH"
   capstan app list

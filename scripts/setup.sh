@@ -14,6 +14,8 @@
 #                                       transport tests: never installed as a service, never started
 #                                       here). Its privilege-separation user `sshd` and /run/sshd are
 #                                       created as openssh-server's own postinst would.
+#   chromium, chromedriver              Debian bookworm chromium + chromium-driver (system packages; the
+#                                       web UI's end-to-end tests drive headless Chromium through them)
 #
 # The system's apt sources are never edited: extra suites (deb-src, trixie) are read through a private
 # apt configuration under "$CAPSTAN_CACHE/apt" whose mirror is taken from the system's own sources.
@@ -247,6 +249,16 @@ step_sshd() {
   log "sshd: $("$BIN/sshd" -V 2>&1 | head -n1)"
 }
 
+# --- chromium + chromedriver: the web UI's end-to-end tests drive a real headless browser ------------
+step_chromium() {
+  if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
+    log "chromium: installed ($(chromium --version 2>/dev/null | head -n1))"
+    return
+  fi
+  apt_install chromium chromium-driver
+  log "chromium: $(chromium --version 2>/dev/null | head -n1)"
+}
+
 main() {
   log "cache: $CACHE"
   step_system
@@ -256,6 +268,7 @@ main() {
   step_helm
   step_kube
   step_sshd
+  step_chromium
   log "done in $(($(date +%s) - START)) s; binaries in $BIN"
 }
 
