@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// The W3C element reference key.
-const ELEMENT: &str = "element-6066-11e4-a52f-4a5cb0fb4a4c";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// A chromedriver process and one browser session; both end when dropped.
 pub struct Browser {
@@ -81,6 +81,7 @@ impl Browser {
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {"binary": binary, "args": args},
+            "goog:loggingPrefs": {"browser": "ALL"},
         }}});
         let answer = browser.call("POST", "/session", Some(caps))?;
         browser.session = answer["sessionId"]
@@ -159,7 +160,11 @@ impl Browser {
                     .next()
                     .and_then(|b| b.text().ok())
                     .unwrap_or_default();
-                anyhow::bail!("no element {css:?} after {timeout:?}; page text: {body}");
+                anyhow::bail!(
+                    "no element {css:?} after {timeout:?} at {}; page text: {body}; browser log: {}",
+                    self.url().unwrap_or_default(),
+                    self.console()
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -184,6 +189,13 @@ impl Browser {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The browser's console messages so far (for failure reports).
+    pub fn console(&self) -> String {
+        self.session_call("POST", "/se/log", Some(json!({"type": "browser"})))
+            .map(|v| v.to_string())
+            .unwrap_or_default()
     }
 
     /// Run `script` in the page (an async function body receiving `done` as its last argument).

@@ -1,0 +1,262 @@
+//! The web UI end to end in real headless Chromium (through chromedriver), against
+//! `capstan controller --listen` on a real control plane: log in, open an application, see its
+//! resource tree, sync it and watch it become Healthy, see a diff, roll back from the history — and a
+//! read-only user sees no Sync button and gets 403 from the API when trying anyway.
+//!
+//! With `CAPSTAN_SCREENSHOTS=DIR` the main pages are saved there as PNG (that is how
+//! `docs/images/` is made).
+
+mod common;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use capstan_testkit::{GitServer, TestCluster};
+use serde_json::json;
+
+use common::{Controller, capstan, kubectl, text, until};
+use webdriver::Browser;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn manifests(color: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: guestbook-settings}}\ndata: {{color: {color}}}\n---\n\
+         apiVersion: v1\nkind: Service\nmetadata: {{name: guestbook-ui}}\nspec:\n  selector: {{app: guestbook-ui}}\n  ports: [{{port: 80}}]\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: guestbook-ui}}\nspec:\n  replicas: 2\n  selector: {{matchLabels: {{app: guestbook-ui}}}}\n  template:\n    metadata: {{labels: {{app: guestbook-ui}}}}\n    spec: {{containers: [{{name: ui, image: guestbook:v1}}]}}\n"
+    )
+}
+
+fn testid(id: &str) -> String {
+    format!("[data-testid={id:?}]")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Result<()> {
+    let shots: Option<PathBuf> = std::env::var_os("CAPSTAN_SCREENSHOTS").map(PathBuf::from);
+    let scratch = tempfile::tempdir()?;
+    let shot_dir = shots.clone().unwrap_or_else(|| scratch.path().to_path_buf());
+    std::fs::create_dir_all(&shot_dir)?;
+
+    let cluster = TestCluster::start().await?;
+    let git = GitServer::start().await?;
+    let kc = cluster.kubeconfig().to_string_lossy().to_string();
+    let out = capstan(&kc, &["install"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let install = text(&out);
+    let password = install
+        .lines()
+        .find(|l| l.starts_with("admin password"))
+        .and_then(|l| l.rsplit(' ').next())
+        .expect("install prints the admin password")
+        .to_string();
+    assert!(
+        capstan(
+            &kc,
+            &["account", "set-password", "viewer", "--password", "viewer-password"]
+        )
+        .status
+        .success()
+    );
+    let policy = "grants:\n  - {role: read-only, projects: ['*'], users: [viewer]}\n";
+    let out = kubectl(
+        &kc,
+        &[
+            "-n",
+            "capstan",
+            "create",
+            "configmap",
+            "capstan-rbac",
+            &format!("--from-literal=policy.yaml={policy}"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+
+    git.create_repo("examples")?;
+    let v1 = git.commit(
+        "examples",
+        "main",
+        &[("guestbook/all.yaml", Some(&manifests("blue")))],
+        "v1",
+    )?;
+    let apps = scratch.path().join("apps.yaml");
+    std::fs::write(
+        &apps,
+        format!(
+            "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: guestbook, namespace: capstan, labels: {{team: web}}}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: guestbook}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: guestbook}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
+            git.git_url("examples")
+        ),
+    )?;
+    let out = kubectl(&kc, &["apply", "-f", &apps.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let cache = tempfile::tempdir()?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args([
+            "controller",
+            "--kubeconfig",
+            &kc,
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-dir",
+        ])
+        .arg(cache.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().expect("stderr");
+    let _controller = Controller(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("the controller prints where it listens")?;
+        if let Some(url) = line.strip_prefix("capstan server listening on http://") {
+            break url.trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
+    let port = addr.rsplit(':').next().unwrap_or_default();
+    let base = format!("http://localhost:{port}");
+
+    let browser = Browser::start()?;
+    browser.goto(&format!("{base}/applications"))?;
+    // Not logged in: the UI sends us to the login page.
+    browser.wait_for(&testid("login-username"), WAIT)?.send_keys("admin")?;
+    browser
+        .wait_for(&testid("login-password"), WAIT)?
+        .send_keys("not-the-password")?;
+    browser.wait_for(&testid("login-submit"), WAIT)?.click()?;
+    browser.wait_text(&testid("login-error"), WAIT, |t| !t.trim().is_empty())?;
+    browser.screenshot(&shot_dir.join("login.png"))?;
+    browser.goto(&format!("{base}/login"))?;
+    browser.wait_for(&testid("login-username"), WAIT)?.send_keys("admin")?;
+    browser
+        .wait_for(&testid("login-password"), WAIT)?
+        .send_keys(&password)?;
+    browser.wait_for(&testid("login-submit"), WAIT)?.click()?;
+
+    // The list, live: OutOfSync before the first sync.
+    let row = format!("{}[data-app=\"guestbook\"]", testid("app-row"));
+    browser.wait_for(&row, WAIT)?;
+    browser.wait_text(&format!("{row} {}", testid("app-sync-badge")), WAIT, |t| {
+        t.contains("OutOfSync")
+    })?;
+    browser.screenshot(&shot_dir.join("applications.png"))?;
+
+    // The application page: its tree, then a sync until Synced and Healthy.
+    browser
+        .wait_for(&format!("{row} {}", testid("app-link")), WAIT)?
+        .click()?;
+    browser.wait_text(&testid("app-title"), WAIT, |t| t.contains("guestbook"))?;
+    browser.wait_for(&testid("tab-tree"), WAIT)?.click()?;
+    browser.wait_for(&format!("{}[data-kind=\"Deployment\"]", testid("tree-node")), WAIT)?;
+    browser.wait_for(&testid("sync-button"), WAIT)?.click()?;
+    browser.wait_for(&testid("sync-submit"), WAIT)?.click()?;
+    browser.wait_text(&testid("app-health-badge"), WAIT, |t| t.contains("Healthy"))?;
+    browser.wait_text(&testid("app-sync-badge"), WAIT, |t| {
+        t.contains("Synced") && !t.contains("OutOfSync")
+    })?;
+    // Live: the Deployment's Pods appear in the tree without reloading.
+    browser.wait_for(&format!("{}[data-kind=\"Pod\"]", testid("tree-node")), WAIT)?;
+    browser.screenshot(&shot_dir.join("application-tree.png"))?;
+    browser
+        .wait_for(&format!("{}[data-kind=\"Deployment\"]", testid("tree-node")), WAIT)?
+        .click()?;
+    browser.wait_text(&testid("resource-panel"), WAIT, |t| {
+        t.contains("guestbook-ui") && t.contains("replicas")
+    })?;
+
+    // A new commit: refresh shows the diff; sync it.
+    let v2 = git.commit(
+        "examples",
+        "main",
+        &[("guestbook/all.yaml", Some(&manifests("green")))],
+        "v2",
+    )?;
+    browser.goto(&format!("{base}/applications/guestbook"))?;
+    browser.wait_for(&testid("refresh-button"), WAIT)?.click()?;
+    browser.wait_text(&testid("app-sync-badge"), WAIT, |t| t.contains("OutOfSync"))?;
+    browser.wait_for(&testid("tab-diff"), WAIT)?.click()?;
+    browser.wait_text(&testid("diff-object"), WAIT, |t| t.contains("color: green"))?;
+    browser.screenshot(&shot_dir.join("application-diff.png"))?;
+    browser.wait_for(&testid("sync-button"), WAIT)?.click()?;
+    browser.wait_for(&testid("sync-submit"), WAIT)?.click()?;
+    until("the ConfigMap at green", WAIT, || {
+        text(&kubectl(
+            &kc,
+            &[
+                "-n",
+                "guestbook",
+                "get",
+                "configmap",
+                "guestbook-settings",
+                "-o",
+                "jsonpath={.data.color}",
+            ],
+        )) == "green"
+    });
+
+    // History: roll back to the first sync.
+    browser.wait_for(&testid("tab-history"), WAIT)?.click()?;
+    let first = format!("{}[data-id=\"0\"]", testid("history-row"));
+    browser.wait_for(&format!("{}[data-id=\"1\"]", testid("history-row")), WAIT)?;
+    let first_text = browser.wait_for(&first, WAIT)?.text()?;
+    assert!(first_text.contains(&v1[..7]), "{first_text}");
+    browser.screenshot(&shot_dir.join("application-history.png"))?;
+    browser
+        .wait_for(&format!("{first} {}", testid("rollback-button")), WAIT)?
+        .click()?;
+    browser.wait_for(&testid("rollback-confirm"), WAIT)?.click()?;
+    until("the ConfigMap back at blue", WAIT, || {
+        text(&kubectl(
+            &kc,
+            &[
+                "-n",
+                "guestbook",
+                "get",
+                "configmap",
+                "guestbook-settings",
+                "-o",
+                "jsonpath={.data.color}",
+            ],
+        )) == "blue"
+    });
+    assert!(!v2.is_empty());
+
+    // Clusters page.
+    browser.wait_for(&testid("nav-clusters"), WAIT)?.click()?;
+    browser.wait_text(&testid("cluster-row"), WAIT, |t| t.contains("in-cluster"))?;
+
+    // A read-only user: no Sync button, and the API refuses a sync with 403.
+    browser.wait_for(&testid("logout"), WAIT)?.click()?;
+    browser.wait_for(&testid("login-username"), WAIT)?.send_keys("viewer")?;
+    browser
+        .wait_for(&testid("login-password"), WAIT)?
+        .send_keys("viewer-password")?;
+    browser.wait_for(&testid("login-submit"), WAIT)?.click()?;
+    browser.wait_for(&row, WAIT)?;
+    browser.goto(&format!("{base}/applications/guestbook"))?;
+    browser.wait_text(&testid("app-title"), WAIT, |t| t.contains("guestbook"))?;
+    browser.wait_for(&testid("tab-tree"), WAIT)?;
+    assert!(
+        browser
+            .find_all(&testid("sync-button"))?
+            .iter()
+            .all(|b| !b.displayed().unwrap_or(false)),
+        "a read-only user sees no Sync button"
+    );
+    let status = browser.execute_async(
+        "const done = arguments[arguments.length - 1];
+         fetch('/api/userinfo').then(r => r.json()).then(me =>
+           fetch('/api/applications/guestbook/sync', {method: 'POST', credentials: 'same-origin',
+             headers: {'Content-Type': 'application/json', 'X-CSRF-Token': me.csrfToken}, body: '{}'}))
+         .then(r => done(r.status), e => done(String(e)));",
+        vec![],
+    )?;
+    assert_eq!(status, json!(403), "the API refuses a read-only user's sync");
+    Ok(())
+}
