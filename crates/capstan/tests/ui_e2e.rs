@@ -129,7 +129,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     browser
         .wait_for(&testid("login-password"), WAIT)?
         .send_keys("not-the-password")?;
-    browser.wait_for(&testid("login-submit"), WAIT)?.click()?;
+    browser.click(&testid("login-submit"), WAIT)?;
     browser.wait_text(&testid("login-error"), WAIT, |t| !t.trim().is_empty())?;
     browser.screenshot(&shot_dir.join("login.png"))?;
     browser.goto(&format!("{base}/login"))?;
@@ -137,7 +137,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     browser
         .wait_for(&testid("login-password"), WAIT)?
         .send_keys(&password)?;
-    browser.wait_for(&testid("login-submit"), WAIT)?.click()?;
+    browser.click(&testid("login-submit"), WAIT)?;
 
     // The list, live: OutOfSync before the first sync.
     let row = format!("{}[data-app=\"guestbook\"]", testid("app-row"));
@@ -148,14 +148,12 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     browser.screenshot(&shot_dir.join("applications.png"))?;
 
     // The application page: its tree, then a sync until Synced and Healthy.
-    browser
-        .wait_for(&format!("{row} {}", testid("app-link")), WAIT)?
-        .click()?;
+    browser.click(&format!("{row} {}", testid("app-link")), WAIT)?;
     browser.wait_text(&testid("app-title"), WAIT, |t| t.contains("guestbook"))?;
-    browser.wait_for(&testid("tab-tree"), WAIT)?.click()?;
+    browser.click(&testid("tab-tree"), WAIT)?;
     browser.wait_for(&format!("{}[data-kind=\"Deployment\"]", testid("tree-node")), WAIT)?;
-    browser.wait_for(&testid("sync-button"), WAIT)?.click()?;
-    browser.wait_for(&testid("sync-submit"), WAIT)?.click()?;
+    browser.click(&testid("sync-button"), WAIT)?;
+    browser.click(&testid("sync-submit"), WAIT)?;
     browser.wait_text(&testid("app-health-badge"), WAIT, |t| t.contains("Healthy"))?;
     browser.wait_text(&testid("app-sync-badge"), WAIT, |t| {
         t.contains("Synced") && !t.contains("OutOfSync")
@@ -163,9 +161,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     // Live: the Deployment's Pods appear in the tree without reloading.
     browser.wait_for(&format!("{}[data-kind=\"Pod\"]", testid("tree-node")), WAIT)?;
     browser.screenshot(&shot_dir.join("application-tree.png"))?;
-    browser
-        .wait_for(&format!("{}[data-kind=\"Deployment\"]", testid("tree-node")), WAIT)?
-        .click()?;
+    browser.click(&format!("{}[data-kind=\"Deployment\"]", testid("tree-node")), WAIT)?;
     browser.wait_text(&testid("resource-panel"), WAIT, |t| {
         t.contains("guestbook-ui") && t.contains("replicas")
     })?;
@@ -178,13 +174,13 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
         "v2",
     )?;
     browser.goto(&format!("{base}/applications/guestbook"))?;
-    browser.wait_for(&testid("refresh-button"), WAIT)?.click()?;
+    browser.click(&testid("refresh-button"), WAIT)?;
     browser.wait_text(&testid("app-sync-badge"), WAIT, |t| t.contains("OutOfSync"))?;
-    browser.wait_for(&testid("tab-diff"), WAIT)?.click()?;
+    browser.click(&testid("tab-diff"), WAIT)?;
     browser.wait_text(&testid("diff-object"), WAIT, |t| t.contains("color: green"))?;
     browser.screenshot(&shot_dir.join("application-diff.png"))?;
-    browser.wait_for(&testid("sync-button"), WAIT)?.click()?;
-    browser.wait_for(&testid("sync-submit"), WAIT)?.click()?;
+    browser.click(&testid("sync-button"), WAIT)?;
+    browser.click(&testid("sync-submit"), WAIT)?;
     until("the ConfigMap at green", WAIT, || {
         text(&kubectl(
             &kc,
@@ -201,16 +197,14 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     });
 
     // History: roll back to the first sync.
-    browser.wait_for(&testid("tab-history"), WAIT)?.click()?;
+    browser.click(&testid("tab-history"), WAIT)?;
     let first = format!("{}[data-id=\"0\"]", testid("history-row"));
     browser.wait_for(&format!("{}[data-id=\"1\"]", testid("history-row")), WAIT)?;
     let first_text = browser.wait_for(&first, WAIT)?.text()?;
     assert!(first_text.contains(&v1[..7]), "{first_text}");
     browser.screenshot(&shot_dir.join("application-history.png"))?;
-    browser
-        .wait_for(&format!("{first} {}", testid("rollback-button")), WAIT)?
-        .click()?;
-    browser.wait_for(&testid("rollback-confirm"), WAIT)?.click()?;
+    browser.click(&format!("{first} {}", testid("rollback-button")), WAIT)?;
+    browser.click(&testid("rollback-confirm"), WAIT)?;
     until("the ConfigMap back at blue", WAIT, || {
         text(&kubectl(
             &kc,
@@ -228,16 +222,16 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     assert!(!v2.is_empty());
 
     // Clusters page.
-    browser.wait_for(&testid("nav-clusters"), WAIT)?.click()?;
+    browser.click(&testid("nav-clusters"), WAIT)?;
     browser.wait_text(&testid("cluster-row"), WAIT, |t| t.contains("in-cluster"))?;
 
     // A read-only user: no Sync button, and the API refuses a sync with 403.
-    browser.wait_for(&testid("logout"), WAIT)?.click()?;
+    browser.click(&testid("logout"), WAIT)?;
     browser.wait_for(&testid("login-username"), WAIT)?.send_keys("viewer")?;
     browser
         .wait_for(&testid("login-password"), WAIT)?
         .send_keys("viewer-password")?;
-    browser.wait_for(&testid("login-submit"), WAIT)?.click()?;
+    browser.click(&testid("login-submit"), WAIT)?;
     browser.wait_for(&row, WAIT)?;
     browser.goto(&format!("{base}/applications/guestbook"))?;
     browser.wait_text(&testid("app-title"), WAIT, |t| t.contains("guestbook"))?;

@@ -106,12 +106,19 @@ pub async fn run(
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))
         .default_backoff()
         // A deleted Application is not reconciled again: release its poller and cluster interest here.
-        .inspect_ok(move |event| {
-            if let watcher::Event::Delete(app) = event {
+        .inspect_ok(move |event| match event {
+            watcher::Event::Delete(app) => {
                 let app_ref = kube::runtime::reflector::ObjectRef::from_obj(app);
                 forget.pollers.forget(&app_ref);
                 forget.pipeline.clusters.forget(&app_ref);
+                forget.forget(&format!(
+                    "{}/{}",
+                    app_ref.namespace.clone().unwrap_or_default(),
+                    app_ref.name
+                ));
             }
+            watcher::Event::Apply(app) | watcher::Event::InitApply(app) => forget.observe(app),
+            _ => {}
         })
         .applied_objects()
         .predicate_filter(reconcile::relevant_change, Default::default());

@@ -364,7 +364,8 @@ pub async fn run(
         outcome
     };
     let sync_started = Instant::now();
-    let terminated = terminate_requested(ctx, app);
+    let op_key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+    let terminated = terminate_requested(app, ctx.watch_terminate(&op_key));
     let outcome = tokio::select! {
         (outcome, ()) = async { tokio::join!(execution, reporter) } => outcome,
         who = terminated => {
@@ -377,6 +378,7 @@ pub async fn run(
             }
         }
     };
+    ctx.unwatch_terminate(&op_key);
     clear_terminate(ctx, app).await;
     tracing::info!(
         app = %app.name_any(),
@@ -451,22 +453,20 @@ pub async fn run(
     Ok(Some(after))
 }
 
-/// Resolves with who asked once the Application carries the terminate annotation (checked twice a
-/// second: the Application's own reconciles are serialised, so a watch event could not reach this
-/// running operation).
-async fn terminate_requested(ctx: &Ctx, app: &Application) -> String {
-    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
-    loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if let Ok(Some(fresh)) = apps.get_metadata_opt(&app.name_any()).await
-            && let Some(who) = fresh
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(TERMINATE_ANNOTATION))
-        {
-            return if who.is_empty() { "a user".into() } else { who.clone() };
-        }
+/// Resolves with who asked once the Application carries the terminate annotation (seen by the
+/// controller's Application watch, see [`Ctx::observe`], or already there when the operation starts).
+async fn terminate_requested(app: &Application, mut rx: tokio::sync::watch::Receiver<Option<String>>) -> String {
+    if let Some(who) = app.annotations().get(TERMINATE_ANNOTATION) {
+        return if who.is_empty() { "a user".into() } else { who.clone() };
+    }
+    let asked = rx
+        .wait_for(Option::is_some)
+        .await
+        .map(|who| who.clone().unwrap_or_default());
+    match asked {
+        Ok(who) => who,
+        // The sender is only dropped when the operation ends: never terminate then.
+        Err(_) => std::future::pending().await,
     }
 }
 

@@ -30,6 +30,11 @@ pub struct Ctx {
     pub config: Config,
     /// Kubernetes Events.
     pub recorder: Recorder,
+    /// The resourceVersion of each Application's last status write by this controller: a cached
+    /// object at that version is as fresh as a read (so the reconcile needs no GET).
+    written: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Running operations' terminate signals, fed by the Application watch.
+    terminations: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<Option<String>>>>,
 }
 
 impl Ctx {
@@ -45,6 +50,48 @@ impl Ctx {
             pipeline,
             pollers,
             config,
+            written: Default::default(),
+            terminations: Default::default(),
+        }
+    }
+
+    fn written_version(&self, key: &str) -> Option<String> {
+        lock(&self.written).get(key).cloned()
+    }
+
+    fn record_written(&self, app: &Application) {
+        let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+        match app.resource_version() {
+            Some(rv) => lock(&self.written).insert(key, rv),
+            None => lock(&self.written).remove(&key),
+        };
+    }
+
+    /// Forget what is kept per Application (it was deleted).
+    pub fn forget(&self, key: &str) {
+        lock(&self.written).remove(key);
+    }
+
+    /// A receiver that turns `Some(who)` when a terminate of `key`'s running operation is asked.
+    pub fn watch_terminate(&self, key: &str) -> tokio::sync::watch::Receiver<Option<String>> {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        lock(&self.terminations).insert(key.to_string(), tx);
+        rx
+    }
+
+    /// The operation of `key` ended: no terminate signal for it any more.
+    pub fn unwatch_terminate(&self, key: &str) {
+        lock(&self.terminations).remove(key);
+    }
+
+    /// Called for every Application the watch sees: signal a running operation's terminate request.
+    pub fn observe(&self, app: &Application) {
+        let Some(who) = app.annotations().get(TERMINATE_ANNOTATION) else {
+            return;
+        };
+        let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+        if let Some(tx) = lock(&self.terminations).get(&key) {
+            tx.send_replace(Some(if who.is_empty() { "a user".into() } else { who.clone() }));
         }
     }
 
@@ -104,18 +151,25 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
 async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let name = app.name_any();
     let namespace = app.namespace().unwrap_or_default();
-    // Decide on the stored object, not the watch cache: a reconcile queued during a sync may run
-    // before the cache has seen that sync's final status, and would act on a stale operation state.
-    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
-    let mut app = match api.get_opt(&name).await {
-        Ok(Some(fresh)) => fresh,
-        Ok(None) => {
-            ctx.pollers.forget(&ObjectRef::new(&name).within(&namespace));
-            return Ok(Action::await_change());
-        }
-        Err(e) => return Err(ReconcileError::Update(name, capstan_compare::describe_kube_error(&e))),
-    };
+    // Decide on the stored object, not an older copy: a reconcile queued during a sync may run
+    // before the watch cache has seen that sync's final status, and would act on a stale operation
+    // state. The cached copy is used only when it is the very version this controller last wrote.
     let key = format!("{namespace}/{name}");
+    let cached_is_fresh = app.resource_version().is_some() && ctx.written_version(&key) == app.resource_version();
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut app = if cached_is_fresh {
+        (*app).clone()
+    } else {
+        match api.get_opt(&name).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => {
+                ctx.pollers.forget(&ObjectRef::new(&name).within(&namespace));
+                ctx.forget(&key);
+                return Ok(Action::await_change());
+            }
+            Err(e) => return Err(ReconcileError::Update(name, capstan_compare::describe_kube_error(&e))),
+        }
+    };
     if app.metadata.deletion_timestamp.is_some() {
         ctx.pollers.forget(&ObjectRef::from_obj(&app));
         return operation::finalize(&app, &ctx).await.map(|_| Action::await_change());
@@ -325,6 +379,7 @@ pub async fn patch_status(ctx: &Ctx, app: &mut Application, status: &Application
         .patch_status(&app.name_any(), &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(|e| ReconcileError::Update(app.name_any(), capstan_compare::describe_kube_error(&e)))?;
+    ctx.record_written(&stored);
     *app = stored;
     Ok(())
 }
@@ -392,6 +447,10 @@ async fn clear_annotations(ctx: &Ctx, app: &Application, refresh: bool, operatio
     .await
     .map(|_| ())
     .map_err(|e| ReconcileError::Update(app.name_any(), capstan_compare::describe_kube_error(&e)))
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether `app` carries the resources finalizer.

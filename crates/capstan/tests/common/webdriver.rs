@@ -170,11 +170,28 @@ impl Browser {
         }
     }
 
+    /// Click the first element matching `css`, waiting up to `timeout` for it; the page re-renders on
+    /// live updates, so an element replaced between finding and clicking is looked up again.
+    pub fn click(&self, css: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.wait_for(css, left)?.click() {
+                Ok(()) => return Ok(()),
+                Err(e) if e.to_string().contains("stale element") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Wait until the text of the first element matching `css` satisfies `check`.
     pub fn wait_text(&self, css: &str, timeout: Duration, check: impl Fn(&str) -> bool) -> anyhow::Result<String> {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
         loop {
+            // A stale element (re-rendered meanwhile) is looked up again.
             if let Some(e) = self.find_all(css)?.into_iter().next()
                 && let Ok(t) = e.text()
             {
