@@ -430,12 +430,23 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     let started = Instant::now();
     let accepted = hook(&format!("sha256={}", hmac_hex("s3cr3t", sent.as_bytes())));
     assert_eq!(accepted.status, 200, "{}", accepted.body);
+    // One of the two Applications of the repository (`other` follows another branch); names are not
+    // disclosed to the unauthenticated sender.
     assert_eq!(
         accepted.json()["refreshed"]["applications"],
-        json!(["web"]),
+        json!(1),
         "{}",
         accepted.body
     );
+    // A provider without a secret of its own cannot be used to skip the check.
+    let gitea = Http::new(&base).request(
+        "POST",
+        "/api/webhook",
+        Some(&serde_json::from_str::<Value>(&push)?),
+        &[("X-Gitea-Event", "push")],
+        false,
+    );
+    assert_eq!(gitea.status, 401, "{}", gitea.body);
     until("web to see the pushed revision", Duration::from_secs(30), || {
         summary(&http.get("/api/applications").json(), "web").is_some_and(|s| s["revision"] == v2)
     });
@@ -487,6 +498,8 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     until("the stuck sync running", Duration::from_secs(60), || {
         summary(&http.get("/api/applications").json(), "web").is_some_and(|s| s["operation"]["phase"] == "Running")
     });
+    let busy = http.post("/api/applications/web/sync", json!({}));
+    assert_eq!(busy.status, 409, "no second operation while one runs: {}", busy.body);
     let no_csrf = http.request("DELETE", "/api/applications/web/operation", None, &[], false);
     assert_eq!(no_csrf.status, 403);
     let terminate = http.request("DELETE", "/api/applications/web/operation", None, &[], true);

@@ -166,6 +166,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
         t.contains("guestbook-ui") && t.contains("replicas")
     })?;
 
+    browser.wait_text(&testid("operation-phase"), WAIT, |t| t.contains("Succeeded"))?;
     // A new commit: refresh shows the diff; sync it.
     let v2 = git.commit(
         "examples",
@@ -196,6 +197,8 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
         )) == "green"
     });
 
+    // A new operation is refused while one runs: wait for the sync to end.
+    browser.wait_text(&testid("operation-phase"), WAIT, |t| t.contains("Succeeded"))?;
     // History: roll back to the first sync.
     browser.click(&testid("tab-history"), WAIT)?;
     let first = format!("{}[data-id=\"0\"]", testid("history-row"));

@@ -21,6 +21,9 @@ use serde_json::json;
 use crate::pipeline::{AppState, short};
 use crate::reconcile::{Ctx, ReconcileError, now, write_status};
 
+/// How the message of a terminated operation starts.
+pub const TERMINATED_PREFIX: &str = "terminated by ";
+
 /// The automated sync `app` needs now, if any: a new revision is synced once; with `selfHeal` drift at
 /// an already synced revision is reverted; a failed sync is retried per `retry` with backoff.
 pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState) -> Option<Operation> {
@@ -71,6 +74,8 @@ pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState
     match last.phase.as_str() {
         "Succeeded" => auto.self_heal.then_some(op),
         "Running" => None,
+        // A person stopped it: not retried at the same revision.
+        _ if last.message.starts_with(TERMINATED_PREFIX) => None,
         _ => {
             let retry = policy.retry.as_ref()?;
             let allowed = retry.limit < 0 || last.retry_count < retry.limit;
@@ -136,6 +141,10 @@ pub async fn run(
     state: AppState,
     op: Operation,
 ) -> Result<Option<AppState>, ReconcileError> {
+    // Listen for a terminate request from the start, so one that arrives while the operation is
+    // being prepared or recorded as Running is not missed.
+    let op_key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+    let terminate_rx = ctx.watch_terminate(&op_key);
     let resuming = status
         .operation_state
         .as_ref()
@@ -250,6 +259,7 @@ pub async fn run(
         operation: Some(op.clone()),
     };
     if let Err(message) = prepared {
+        ctx.unwatch_terminate(&op_key);
         op_state.phase = "Failed".into();
         op_state.message = message.clone();
         op_state.finished_at = Some(now());
@@ -364,22 +374,22 @@ pub async fn run(
         outcome
     };
     let sync_started = Instant::now();
-    let op_key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
-    let terminated = terminate_requested(app, ctx.watch_terminate(&op_key));
+    let terminated = terminate_requested(app, terminate_rx);
+    let mut was_terminated = false;
     let outcome = tokio::select! {
         (outcome, ()) = async { tokio::join!(execution, reporter) } => outcome,
         who = terminated => {
+            was_terminated = true;
             // Dropping the execution stops it between requests: waves not started are not applied.
             let results = so_far.borrow().results.clone();
             capstan_sync::SyncOutcome {
                 succeeded: false,
-                message: format!("terminated by {who}"),
+                message: format!("{TERMINATED_PREFIX}{who}"),
                 results,
             }
         }
     };
-    ctx.unwatch_terminate(&op_key);
-    clear_terminate(ctx, app).await;
+
     tracing::info!(
         app = %app.name_any(),
         objects = outcome.results.len(),
@@ -432,6 +442,13 @@ pub async fn run(
         .await;
     }
     status.operation_state = Some(op_state);
+    ctx.unwatch_terminate(&op_key);
+    if was_terminated {
+        // Recorded before the request is cleared: a restart in between must not resume the
+        // operation the user stopped.
+        write_status(ctx, app, status, Some(&work_state), None).await?;
+        clear_terminate(ctx, app).await;
+    }
 
     // Report the state after the operation, against the Application's own target. When the sync
     // changed nothing, the comparison made before it still holds.

@@ -185,9 +185,12 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     }
     let mut status = app.status.clone().unwrap_or_default();
     let op_running = status.operation_state.as_ref().is_some_and(|o| o.phase == "Running");
-    if annotations.contains_key(TERMINATE_ANNOTATION) && !op_running && requested.is_none() {
-        // Nothing runs: the request is stale.
+    if annotations.contains_key(TERMINATE_ANNOTATION) && !op_running {
+        // Nothing runs: the request is stale (and must not stop an operation requested after it).
         operation::clear_terminate(&ctx, &app).await;
+        if let Some(a) = app.metadata.annotations.as_mut() {
+            a.remove(TERMINATE_ANNOTATION);
+        }
     }
     let running = status
         .operation_state

@@ -155,6 +155,12 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
         tracing::info!(addr = ?self.local_addr(), "HTTP server listening");
+        let state = self.state.clone();
+        let shutdown = async move {
+            shutdown.await;
+            // Open event streams would otherwise keep the graceful shutdown waiting forever.
+            state.shut_down();
+        };
         axum::serve(self.listener, router(self.state))
             .with_graceful_shutdown(shutdown)
             .await

@@ -60,6 +60,8 @@ pub struct State {
     ready: AtomicUsize,
     /// The read-only pipeline (diffs, manifests, destinations).
     pub pipeline: Arc<Pipeline>,
+    /// Turns true when the server shuts down: long-lived streams end then.
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 /// How many watches must have listed once before the server is ready.
@@ -93,6 +95,7 @@ impl State {
             events,
             ready: AtomicUsize::new(0),
             pipeline,
+            shutdown: tokio::sync::watch::Sender::new(false),
         });
 
         let s = state.clone();
@@ -161,6 +164,19 @@ impl State {
                 }
             }
         });
+    }
+
+    /// Tell long-lived streams that the server is shutting down.
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Resolves when the server shuts down.
+    pub fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.shutdown.subscribe();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
     }
 
     /// Whether every watch has listed once.

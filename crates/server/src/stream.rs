@@ -1,7 +1,13 @@
 //! Live updates over server-sent events, fed by the Application watch (no polling): the list stream
 //! sends a summary of every Application the caller may read, then each change; the single-Application
 //! stream sends the whole object on each change.
+//!
+//! Access is checked again on every event, not only when the stream opens: an Application that
+//! becomes unreadable (project moved, grant removed) is reported `deleted` on the list stream and ends
+//! the single-Application stream, and every stream ends when the session expires, the token is revoked
+//! or the server shuts down.
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,66 +26,115 @@ use crate::auth::rbac::Role;
 use crate::error::ApiError;
 use crate::state::{AppEvent, State};
 
-type Events = Response;
+/// How often a quiet stream re-checks that its credentials are still good.
+const RECHECK: Duration = Duration::from_secs(15);
 
-fn sse(s: impl Stream<Item = Event> + Send + 'static) -> Events {
-    Sse::new(s.map(Ok::<Event, Infallible>))
+fn sse(state: &State, s: impl Stream<Item = Event> + Send + 'static) -> Response {
+    let s = s.take_until(state.stopping()).map(Ok::<Event, Infallible>);
+    Sse::new(s)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
 
-/// The events of the list stream for everything in the cache now.
-fn snapshot(state: &State, auth: &Auth) -> Vec<Event> {
-    let policy = state.policy();
-    state
-        .apps
-        .state()
-        .iter()
-        .filter_map(|app| {
-            let role = policy.role(&auth.principal, project_of(app));
-            (role >= Role::ReadOnly).then(|| {
-                Event::default()
-                    .event("application")
-                    .data(summary(app, role).to_string())
-            })
-        })
-        .collect()
+fn application_event(app: &capstan_api::Application) -> Event {
+    Event::default()
+        .event("application")
+        .data(serde_json::to_string(app).unwrap_or_default())
 }
 
-/// `GET /api/stream/applications`.
-pub async fn applications(auth: Auth, AxState(state): AxState<Arc<State>>) -> Events {
-    let rx = state.events.subscribe();
-    let first = snapshot(&state, &auth);
-    let updates = stream::unfold((rx, state, auth), |(mut rx, state, auth)| async move {
-        loop {
-            let events = match rx.recv().await {
-                Ok(AppEvent::Applied(app)) => {
-                    let role = state.policy().role(&auth.principal, project_of(&app));
-                    if role < Role::ReadOnly {
-                        continue;
-                    }
+fn deleted_event(name: &str) -> Event {
+    Event::default()
+        .event("deleted")
+        .data(serde_json::json!({"name": name}).to_string())
+}
+
+/// What the list stream has told its client so far.
+struct ListStream {
+    rx: broadcast::Receiver<AppEvent>,
+    state: Arc<State>,
+    auth: Auth,
+    sent: HashSet<String>,
+}
+
+impl ListStream {
+    /// Events for everything in the cache now, and `deleted` for what the client has that is gone.
+    fn snapshot(&mut self) -> Vec<Event> {
+        let policy = self.state.policy();
+        let mut events = Vec::new();
+        let mut now = HashSet::new();
+        for app in self.state.apps.state() {
+            let role = policy.role(&self.auth.principal, project_of(&app));
+            if role >= Role::ReadOnly {
+                now.insert(app.name_any());
+                events.push(
+                    Event::default()
+                        .event("application")
+                        .data(summary(&app, role).to_string()),
+                );
+            }
+        }
+        for gone in self.sent.difference(&now) {
+            events.push(deleted_event(gone));
+        }
+        self.sent = now;
+        events
+    }
+
+    /// The events one change means for this client.
+    fn on(&mut self, event: AppEvent) -> Vec<Event> {
+        match event {
+            AppEvent::Applied(app) => {
+                let name = app.name_any();
+                let role = self.state.policy().role(&self.auth.principal, project_of(&app));
+                if role >= Role::ReadOnly {
+                    self.sent.insert(name);
                     vec![
                         Event::default()
                             .event("application")
                             .data(summary(&app, role).to_string()),
                     ]
+                } else if self.sent.remove(&name) {
+                    // No longer readable: gone, as far as this client is concerned.
+                    vec![deleted_event(&name)]
+                } else {
+                    Vec::new()
                 }
-                Ok(AppEvent::Deleted(name)) => {
-                    vec![
-                        Event::default()
-                            .event("deleted")
-                            .data(serde_json::json!({"name": name}).to_string()),
-                    ]
-                }
+            }
+            AppEvent::Deleted(name) if self.sent.remove(&name) => vec![deleted_event(&name)],
+            AppEvent::Deleted(_) => Vec::new(),
+        }
+    }
+}
+
+/// `GET /api/stream/applications`.
+pub async fn applications(auth: Auth, AxState(state): AxState<Arc<State>>) -> Response {
+    let mut list = ListStream {
+        rx: state.events.subscribe(),
+        state: state.clone(),
+        auth,
+        sent: HashSet::new(),
+    };
+    let first = list.snapshot();
+    let updates = stream::unfold(list, |mut list| async move {
+        loop {
+            let received = tokio::time::timeout(RECHECK, list.rx.recv()).await;
+            if !list.auth.still_valid(&list.state) {
+                return None;
+            }
+            let events = match received {
+                Err(_) => continue,
+                Ok(Ok(event)) => list.on(event),
                 // Fell behind: send the whole state again.
-                Err(broadcast::error::RecvError::Lagged(_)) => snapshot(&state, &auth),
-                Err(broadcast::error::RecvError::Closed) => return None,
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => list.snapshot(),
+                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
             };
-            return Some((stream::iter(events), (rx, state, auth)));
+            if !events.is_empty() {
+                return Some((stream::iter(events), list));
+            }
         }
     })
     .flatten();
-    sse(stream::iter(first).chain(updates))
+    sse(&state, stream::iter(first).chain(updates))
 }
 
 /// `GET /api/stream/applications/{name}`.
@@ -87,39 +142,38 @@ pub async fn application(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Events, ApiError> {
+) -> Result<Response, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
     let rx = state.events.subscribe();
-    let first = Event::default()
-        .event("application")
-        .data(serde_json::to_string(&*app).unwrap_or_default());
-    let updates = stream::unfold((rx, state, name), |(mut rx, state, name)| async move {
-        loop {
-            match rx.recv().await {
-                Ok(AppEvent::Applied(app)) if app.name_any() == name => {
-                    let event = Event::default()
-                        .event("application")
-                        .data(serde_json::to_string(&*app).unwrap_or_default());
-                    return Some((event, (rx, state, name)));
+    let first = application_event(&app);
+    let updates = stream::unfold(
+        (rx, state.clone(), auth, name),
+        |(mut rx, state, auth, name)| async move {
+            loop {
+                let received = tokio::time::timeout(RECHECK, rx.recv()).await;
+                if !auth.still_valid(&state) {
+                    return None;
                 }
-                Ok(AppEvent::Deleted(n)) if n == name => {
-                    let event = Event::default()
-                        .event("deleted")
-                        .data(serde_json::json!({"name": n}).to_string());
-                    return Some((event, (rx, state, name)));
-                }
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    if let Some(app) = state.app(&name) {
-                        let event = Event::default()
-                            .event("application")
-                            .data(serde_json::to_string(&*app).unwrap_or_default());
-                        return Some((event, (rx, state, name)));
+                let app = match received {
+                    Err(_) => continue,
+                    Ok(Ok(AppEvent::Applied(app))) if app.name_any() == name => app,
+                    Ok(Ok(AppEvent::Deleted(n))) if n == name => {
+                        return Some((deleted_event(&n), (rx, state, auth, name)));
                     }
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => match state.app(&name) {
+                        Some(app) => app,
+                        None => continue,
+                    },
+                    Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+                };
+                // Access is checked on every event: a moved Application or a removed grant ends the stream.
+                if auth.role(&state, project_of(&app)) < Role::ReadOnly {
+                    return None;
                 }
-                Err(broadcast::error::RecvError::Closed) => return None,
+                return Some((application_event(&app), (rx, state, auth, name)));
             }
-        }
-    });
-    Ok(sse(stream::iter([first]).chain(updates)))
+        },
+    );
+    Ok(sse(&state, stream::iter([first]).chain(updates)))
 }

@@ -154,6 +154,12 @@ fn strings(v: &Value, pointers: &[&str]) -> Vec<String> {
 
 fn changed_files(payload: &Value) -> Option<Vec<String>> {
     let commits = payload.get("commits")?.as_array()?;
+    // No commits listed (a tag, a branch created at an existing commit), or fewer than were pushed
+    // (GitLab lists 20 at most): which files changed is unknown.
+    let total = payload.get("total_commits_count").and_then(Value::as_u64);
+    if commits.is_empty() || total.is_some_and(|t| t > commits.len() as u64) {
+        return None;
+    }
     let mut files = Vec::new();
     for c in commits {
         for k in ["added", "modified", "removed"] {
@@ -265,6 +271,14 @@ pub fn parse(provider: Provider, event: &str, body: &[u8]) -> Result<Push, Webho
         return Err(WebhookError::Malformed(name, "no repository URL".into()));
     }
     if push.refs.is_empty() {
+        // Bitbucket Cloud reports deleted branches with `new: null`: nothing to refresh.
+        let deletions_only = payload
+            .pointer("/push/changes")
+            .and_then(Value::as_array)
+            .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c.get("new").is_some_and(Value::is_null)));
+        if provider == Provider::Bitbucket && deletions_only {
+            return Err(WebhookError::Ignored(name, "push deleting refs only".into()));
+        }
         return Err(WebhookError::Malformed(name, "no pushed ref".into()));
     }
     Ok(push)
@@ -275,17 +289,31 @@ pub fn parse(provider: Provider, event: &str, body: &[u8]) -> Result<Push, Webho
 pub fn normalize_url(url: &str) -> String {
     let mut u = url.trim().to_lowercase();
     if let Some(i) = u.find("://") {
+        // A scheme's default port names the same repository as no port at all.
+        let default_port = match &u[..i] {
+            "ssh" | "git+ssh" => Some(":22/"),
+            "https" => Some(":443/"),
+            "http" => Some(":80/"),
+            "git" => Some(":9418/"),
+            _ => None,
+        };
         u = u[i + 3..].to_string();
+        if let Some(port) = default_port
+            && let Some(at) = u.find(port)
+            && !u[..at].contains('/')
+        {
+            u.replace_range(at..at + port.len() - 1, "");
+        }
     } else if let Some((userhost, path)) = u.split_once(':') {
         // scp-like syntax: user@host:path.
         if !userhost.contains('/') {
             u = format!("{userhost}/{path}");
         }
     }
-    if let Some((auth, rest)) = u.split_once('@')
-        && !auth.contains('/')
-    {
-        u = rest.to_string();
+    // Credentials end at the last '@' of the authority (a password may contain '@').
+    let authority_end = u.find('/').unwrap_or(u.len());
+    if let Some(at) = u[..authority_end].rfind('@') {
+        u = u[at + 1..].to_string();
     }
     let u = u.trim_end_matches('/');
     u.strip_suffix(".git").unwrap_or(u).trim_end_matches('/').to_string()
@@ -414,7 +442,20 @@ pub async fn receive(
         return Err(ApiError::bad_request(WebhookError::UnknownProvider.to_string()));
     };
     let name = provider.as_str();
+    if !state.is_ready() {
+        // The secrets are not read yet: never mistake that for "no secret configured".
+        metrics.webhook(name, "error");
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is starting"));
+    }
     let secret = state.secret_value(&format!("webhook.{name}.secret"));
+    // Once any provider has a secret, a provider without one cannot be used to skip the check.
+    if secret.is_none() && !state.secret_values("webhook.").is_empty() {
+        metrics.webhook(name, "unauthorized");
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            format!("no webhook secret is configured for {name} while other providers have one"),
+        ));
+    }
     if let Err(err) = verify(provider, &headers, &body, secret.as_deref()) {
         metrics.webhook(name, "unauthorized");
         tracing::info!(provider = name, "refused a webhook with a bad signature");
@@ -467,17 +508,19 @@ pub async fn receive(
         .filter_map(|f| async move { f })
         .collect()
         .await;
-    tracing::info!(provider = name, apps = apps.len(), appsets = sets.len(), "webhook push");
+    tracing::info!(provider = name, ?apps, ?sets, "webhook push");
     if !failures.is_empty() {
         metrics.webhook(name, "error");
+        tracing::warn!(provider = name, failures = %failures.join("; "), "webhook refresh failed");
         return Err(ApiError::new(
             StatusCode::BAD_GATEWAY,
-            format!("refreshing failed for {}", failures.join("; ")),
+            format!("refreshing failed for {} of them (see the server log)", failures.len()),
         ));
     }
     metrics.webhook(name, "accepted");
+    // Counts only: the caller is not authenticated, so names are not disclosed (they are logged).
     Ok(Json(
-        json!({"refreshed": {"applications": apps, "applicationsets": sets}}),
+        json!({"refreshed": {"applications": apps.len(), "applicationsets": sets.len()}}),
     ))
 }
 

@@ -175,6 +175,8 @@ function scheduleListRender() {
 function openListStream() {
   if (state.listStream) return;
   const es = new EventSource('/api/stream/applications');
+  // Every (re)connection starts with the whole list: forget what an earlier one said.
+  es.addEventListener('open', () => { state.apps.clear(); });
   es.addEventListener('application', (e) => {
     const s = JSON.parse(e.data);
     state.apps.set(s.name, s);
@@ -278,17 +280,20 @@ async function renderApp(name) {
   state.selected = null;
   $main.innerHTML = `<p class="empty">Loading ${esc(name)}…</p>`;
   let app;
+  const stillHere = () => state.page === 'app' && state.currentApp === name;
   try {
     app = await api('GET', `/api/applications/${name}`);
   } catch (e) {
-    $main.innerHTML = `<p class="empty">${esc(e.message)}</p>`;
+    if (stillHere()) $main.innerHTML = `<p class="empty">${esc(e.message)}</p>`;
     return;
   }
+  if (!stillHere()) return;
   state.app = app;
   let summary = state.apps.get(name);
   if (!summary) {
     try { summary = (await api('GET', `/api/applications?search=${encodeURIComponent(name)}`)).items.find((s) => s.name === name); } catch { /* shown without actions */ }
   }
+  if (!stillHere()) return;
   state.currentSummary = summary;
   $main.innerHTML = `
     <div id="app-header"></div>
@@ -322,6 +327,7 @@ async function renderApp(name) {
     }
   });
   es.addEventListener('deleted', () => { showError(`Application ${name} was deleted`); });
+  closeAppStream();
   state.appStream = es;
 }
 

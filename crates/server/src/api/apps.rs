@@ -388,6 +388,28 @@ async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), A
     .map_err(|e| ApiError::kube(&format!("updating Application {name}"), &e))
 }
 
+/// Refuse a new operation while one runs or another request is pending (as Argo CD does), instead of
+/// silently replacing someone else's request.
+fn idle(app: &Application) -> Result<(), ApiError> {
+    let running = app
+        .status
+        .as_ref()
+        .and_then(|s| s.operation_state.as_ref())
+        .is_some_and(|o| o.phase == "Running");
+    let pending = app.annotations().contains_key(OPERATION_ANNOTATION);
+    if running || pending {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "another operation is already {} for Application {:?}",
+                if running { "in progress" } else { "requested" },
+                app.name_any()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 async fn request(state: &State, name: &str, op: Operation) -> Result<(StatusCode, Json<Value>), ApiError> {
     let raw = serde_json::to_string(&op).map_err(|e| ApiError::bad_request(e.to_string()))?;
     annotate(state, name, json!({OPERATION_ANNOTATION: raw})).await?;
@@ -401,7 +423,8 @@ pub async fn sync(
     Path(name): Path<String>,
     body: Option<Json<SyncBody>>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    authorized(&state, &auth, &name, Role::Sync)?;
+    let app = authorized(&state, &auth, &name, Role::Sync)?;
+    idle(&app)?;
     let body = body.map(|b| b.0).unwrap_or_default();
     for r in &body.resources {
         if r.split('/').count() != 4 {
@@ -441,6 +464,12 @@ pub async fn rollback(
     Json(body): Json<RollbackBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
+    idle(&app)?;
+    if app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some()) {
+        return Err(ApiError::bad_request(
+            "rollback is not allowed while automated sync is enabled: disable syncPolicy.automated first",
+        ));
+    }
     let known = app
         .status
         .as_ref()

@@ -18,12 +18,20 @@ use crate::auth::rbac::Role;
 use crate::error::ApiError;
 use crate::state::State;
 
+/// The project a set's Applications belong to; a templated project could be any, so it is `*`
+/// (only a grant on every project may read such a set).
 fn appset_project(set: &ApplicationSet) -> String {
-    serde_json::to_value(&set.spec.template)
+    let project = serde_json::to_value(&set.spec.template)
         .ok()
         .and_then(|t| t.pointer("/spec/project").and_then(Value::as_str).map(str::to_string))
-        .filter(|p| !p.is_empty() && !p.contains("{{"))
-        .unwrap_or_else(|| "default".into())
+        .unwrap_or_default();
+    if project.contains("{{") {
+        "*".into()
+    } else if project.is_empty() {
+        "default".into()
+    } else {
+        project
+    }
 }
 
 fn appset_summary(set: &ApplicationSet) -> Value {

@@ -34,9 +34,26 @@ pub struct Auth {
     pub principal: Principal,
     /// The session's CSRF token (cookie sessions only).
     pub csrf: Option<String>,
+    /// When the session expires (seconds since the epoch; cookie sessions only).
+    pub expires: Option<u64>,
+    /// The API token's id (token requests only).
+    pub token_id: Option<String>,
 }
 
 impl Auth {
+    /// Whether the credentials are still good (the session has not expired, the token is not
+    /// revoked): long-lived streams check this on every event.
+    pub fn still_valid(&self, state: &State) -> bool {
+        if let Some(exp) = self.expires
+            && exp <= session::now_secs()
+        {
+            return false;
+        }
+        self.token_id
+            .as_ref()
+            .is_none_or(|id| state.secret_value(&token_key(id)).is_some())
+    }
+
     /// The principal's role in `project`.
     pub fn role(&self, state: &State, project: &str) -> Role {
         state.policy().role(&self.principal, project)
@@ -69,7 +86,12 @@ impl FromRequestParts<Arc<State>> for Auth {
     async fn from_request_parts(parts: &mut Parts, state: &Arc<State>) -> Result<Self, Self::Rejection> {
         if let Some(token) = bearer(&parts.headers) {
             return match token_principal(state, token) {
-                Some(principal) => Ok(Auth { principal, csrf: None }),
+                Some((principal, id)) => Ok(Auth {
+                    principal,
+                    csrf: None,
+                    expires: None,
+                    token_id: Some(id),
+                }),
                 None => Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid or revoked API token")),
             };
         }
@@ -111,6 +133,8 @@ impl FromRequestParts<Arc<State>> for Auth {
                 groups: s.groups,
             },
             csrf: Some(s.csrf),
+            expires: Some(s.exp),
+            token_id: None,
         })
     }
 }
@@ -151,7 +175,7 @@ pub fn new_token(account: &str) -> (String, String, String) {
     (id.clone(), format!("{TOKEN_PREFIX}{id}.{secret}"), stored)
 }
 
-fn token_principal(state: &State, token: &str) -> Option<Principal> {
+fn token_principal(state: &State, token: &str) -> Option<(Principal, String)> {
     let (id, secret) = token.strip_prefix(TOKEN_PREFIX)?.split_once('.')?;
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
         return None;
@@ -159,9 +183,14 @@ fn token_principal(state: &State, token: &str) -> Option<Principal> {
     let stored: serde_json::Value = serde_json::from_slice(&state.secret_value(&token_key(id))?).ok()?;
     let want = stored.get("sha256")?.as_str()?;
     let account = stored.get("account")?.as_str()?;
-    constant_time_eq(sha256_hex(secret.as_bytes()).as_bytes(), want.as_bytes()).then(|| Principal {
-        name: account.to_string(),
-        groups: Vec::new(),
+    constant_time_eq(sha256_hex(secret.as_bytes()).as_bytes(), want.as_bytes()).then(|| {
+        (
+            Principal {
+                name: account.to_string(),
+                groups: Vec::new(),
+            },
+            id.to_string(),
+        )
     })
 }
 
