@@ -185,6 +185,8 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
             &kc,
             "--listen",
             "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
             "--cache-dir",
         ])
         .arg(cache.path())
@@ -197,6 +199,12 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     let base = loop {
         let line = lines.next().expect("the controller prints where it listens")?;
         if let Some(url) = line.strip_prefix("capstan server listening on ") {
+            break url.trim().to_string();
+        }
+    };
+    let metrics_url = loop {
+        let line = lines.next().expect("the controller prints where metrics are")?;
+        if let Some(url) = line.strip_prefix("capstan metrics on ") {
             break url.trim().to_string();
         }
     };
@@ -513,7 +521,8 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
         })
     });
 
-    // Metrics.
+    // Metrics: not for anonymous callers on the main address.
+    assert_eq!(Http::new(&base).get("/metrics").status, 401);
     let metrics = http.get("/metrics");
     assert_eq!(metrics.status, 200);
     for needle in [
@@ -533,6 +542,15 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
         );
     }
     assert!(!metrics.body.contains(SECRET_VALUE));
+    // The separate metrics address needs no credentials (it is for the scraper's network).
+    let open = Http::new(&metrics_url.replace("/metrics", "")).get("/metrics");
+    assert_eq!(open.status, 200);
+    assert!(
+        open.body
+            .contains("capstan_app_info{namespace=\"capstan\",name=\"web\""),
+        "{}",
+        open.body
+    );
 
     // Roles: a local account without a grant sees nothing; read-only may read but not sync; an API
     // token acts as its account.

@@ -129,6 +129,7 @@ pub enum ServerError {
 /// A bound server, ready to serve.
 pub struct Server {
     listener: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
     state: Arc<State>,
 }
 
@@ -138,10 +139,24 @@ impl Server {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| ServerError::Listen(addr, e))?;
+        let metrics_listener = match config.metrics_addr {
+            Some(m) => Some(
+                tokio::net::TcpListener::bind(m)
+                    .await
+                    .map_err(|e| ServerError::Listen(m, e))?,
+            ),
+            None => None,
+        };
         Ok(Server {
             listener,
+            metrics_listener,
             state: State::start(client, config),
         })
+    }
+
+    /// The address of the separate metrics listener, if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The address actually bound (port 0 picks a free port).
@@ -161,6 +176,17 @@ impl Server {
             // Open event streams would otherwise keep the graceful shutdown waiting forever.
             state.shut_down();
         };
+        if let Some(listener) = self.metrics_listener {
+            let app = Router::new()
+                .route("/metrics", get(metrics::open_metrics))
+                .with_state(self.state.clone());
+            let stop = self.state.stopping();
+            tokio::spawn(async move {
+                if let Err(err) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+                    tracing::warn!(%err, "metrics listener stopped");
+                }
+            });
+        }
         axum::serve(self.listener, router(self.state))
             .with_graceful_shutdown(shutdown)
             .await

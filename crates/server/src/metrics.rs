@@ -45,8 +45,15 @@ pub fn app_info(state: &State) -> String {
     out
 }
 
-/// `GET /metrics`.
-pub async fn metrics(AxState(state): AxState<Arc<State>>) -> impl IntoResponse {
+/// `GET /metrics` on the main address: Application names are not for anonymous callers, so a session
+/// or an API token is needed (Prometheus: `authorization: {credentials: TOKEN}`).
+pub async fn metrics(_auth: crate::auth::Auth, state: AxState<Arc<State>>) -> impl IntoResponse {
+    open_metrics(state).await
+}
+
+/// `GET /metrics` on the separate `--metrics-listen` address, without authentication (like Argo CD's
+/// metrics ports: meant for a network only the scraper reaches).
+pub async fn open_metrics(AxState(state): AxState<Arc<State>>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,

@@ -38,6 +38,8 @@ pub struct ServerConfig {
     pub secure_cookies: bool,
     /// Where the read-only pipeline keeps its Git cache.
     pub cache_dir: std::path::PathBuf,
+    /// A separate address serving `/metrics` without authentication (for a scraper), if any.
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// A directory holding `cache_dir` and every other Git cache of Capstan on this machine; no
     /// Application may read a repository from there.
     pub cache_root: std::path::PathBuf,

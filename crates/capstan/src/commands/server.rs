@@ -15,6 +15,10 @@ pub struct ServeArgs {
     /// Don't mark the session cookie `Secure` (for plain-HTTP set-ups other than localhost).
     #[arg(long)]
     pub insecure_cookies: bool,
+    /// Also serve `/metrics` without authentication on this address (for Prometheus); on the main
+    /// address `/metrics` needs a session or an API token.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Arguments of `capstan server`.
@@ -43,6 +47,7 @@ pub fn config(namespace: &str, cache_root: PathBuf, serve: &ServeArgs) -> capsta
         secure_cookies: !serve.insecure_cookies,
         cache_dir: cache_root.join("server"),
         cache_root,
+        metrics_addr: serve.metrics_listen,
     }
 }
 
@@ -57,6 +62,9 @@ pub async fn bind(
     let server = capstan_server::Server::bind(client, config, listen).await?;
     let addr = server.local_addr().unwrap_or(listen);
     eprintln!("capstan server listening on http://{addr}");
+    if let Some(m) = server.metrics_addr() {
+        eprintln!("capstan metrics on http://{m}/metrics");
+    }
     Ok(server)
 }
 
