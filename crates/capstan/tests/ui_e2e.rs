@@ -10,15 +10,13 @@ mod common;
 #[path = "common/webdriver.rs"]
 mod webdriver;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::json;
 
-use common::{Controller, capstan, kubectl, text, until};
+use common::{capstan, kubectl, text, until};
 use webdriver::Browser;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -47,13 +45,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
     let out = capstan(&kc, &["install"]);
     assert!(out.status.success(), "{}", text(&out));
-    let install = text(&out);
-    let password = install
-        .lines()
-        .find(|l| l.starts_with("admin password"))
-        .and_then(|l| l.rsplit(' ').next())
-        .expect("install prints the admin password")
-        .to_string();
+    let password = common::admin_password(&out);
     assert!(
         capstan(
             &kc,
@@ -95,29 +87,8 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     assert!(out.status.success(), "{}", text(&out));
 
     let cache = tempfile::tempdir()?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args([
-            "controller",
-            "--kubeconfig",
-            &kc,
-            "--listen",
-            "127.0.0.1:0",
-            "--cache-dir",
-        ])
-        .arg(cache.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child.stderr.take().expect("stderr");
-    let _controller = Controller(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().expect("the controller prints where it listens")?;
-        if let Some(url) = line.strip_prefix("capstan server listening on http://") {
-            break url.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (_controller, server, _) = common::controller_with_server(&kc, cache.path(), &[])?;
+    let addr = server.trim_start_matches("http://").to_string();
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let port = addr.rsplit(':').next().unwrap_or_default();
     let base = format!("http://localhost:{port}");

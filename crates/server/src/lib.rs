@@ -44,6 +44,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/session"),
     ("delete", "/api/session"),
     ("get", "/api/userinfo"),
+    ("get", "/api/settings"),
+    ("get", "/auth/login"),
+    ("get", "/auth/callback"),
     ("get", "/api/applications"),
     ("get", "/api/applications/{name}"),
     ("get", "/api/applications/{name}/tree"),
@@ -74,6 +77,9 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/api/openapi.json", get(openapi::document))
         .route("/api/session", post(auth::login).delete(auth::logout))
         .route("/api/userinfo", get(auth::userinfo))
+        .route("/api/settings", get(auth::oidc::settings))
+        .route("/auth/login", get(auth::oidc::login))
+        .route("/auth/callback", get(auth::oidc::callback))
         .route("/api/applications", get(apps::list))
         .route("/api/applications/{name}", get(apps::get))
         .route("/api/applications/{name}/tree", get(tree::tree))

@@ -64,6 +64,8 @@ pub struct State {
     pub pipeline: Arc<Pipeline>,
     /// Turns true when the server shuts down: long-lived streams end then.
     shutdown: tokio::sync::watch::Sender<bool>,
+    /// The single sign-on provider, once discovered.
+    pub sso: crate::auth::oidc::Sso,
 }
 
 /// How many watches must have listed once before the server is ready.
@@ -98,6 +100,7 @@ impl State {
             ready: AtomicUsize::new(0),
             pipeline,
             shutdown: tokio::sync::watch::Sender::new(false),
+            sso: Default::default(),
         });
 
         let s = state.clone();

@@ -54,6 +54,7 @@ async function api(method, path, body) {
   const r = await fetch(path, { method, headers, credentials: 'same-origin', body: body === undefined ? undefined : JSON.stringify(body) });
   if (r.status === 401 && path !== '/api/session') {
     state.user = null;
+    if (location.pathname !== '/login') state.returnTo = location.pathname;
     navigate('/login');
     throw new ApiError(401, 'not logged in');
   }
@@ -137,8 +138,12 @@ function renderLogin() {
       <input id="login-password" name="password" type="password" autocomplete="current-password" data-testid="login-password" required>
       <p class="error" data-testid="login-error" role="alert"></p>
       <button type="submit" class="primary" data-testid="login-submit">Log in</button>
+      <div class="sso" hidden></div>
     </form>`;
   const form = document.getElementById('login-form');
+  const ssoError = new URLSearchParams(location.search).get('sso_error');
+  if (ssoError) form.querySelector('.error').textContent = `Single sign-on failed: ${ssoError}`;
+  renderSsoButton(form.querySelector('.sso'));
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     const err = form.querySelector('.error');
@@ -148,11 +153,24 @@ function renderLogin() {
       state.user = me.username;
       state.csrf = me.csrfToken;
       state.apps.clear();
-      navigate('/applications', true);
+      navigate(state.returnTo || '/applications', true);
+      state.returnTo = null;
     } catch (ex) {
       err.textContent = ex.message;
     }
   });
+}
+
+// "Log in with NAME" when the server has single sign-on configured: a plain link, since the login
+// is a chain of top-level navigations through the provider and back to /auth/callback.
+async function renderSsoButton(box) {
+  let settings;
+  try { settings = await api('GET', '/api/settings'); } catch { return; }
+  if (!settings || !settings.sso || state.page !== 'login') return;
+  const back = encodeURIComponent(state.returnTo || '/applications');
+  box.innerHTML = `<p class="muted">or</p>
+    <a class="button" data-testid="login-sso" href="${esc(settings.sso.loginPath)}?return_to=${back}">Log in with ${esc(settings.sso.name)}</a>`;
+  box.hidden = false;
 }
 
 document.getElementById('logout').addEventListener('click', async () => {

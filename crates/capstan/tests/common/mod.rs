@@ -56,3 +56,56 @@ pub fn until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> 
     }
     started.elapsed()
 }
+
+/// The admin password `capstan install` printed (once) in `out`.
+pub fn admin_password(out: &Output) -> String {
+    let install = text(out);
+    install
+        .lines()
+        .find(|l| l.starts_with("admin password"))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("install prints the admin password once: {install}"))
+        .to_string()
+}
+
+/// A `capstan controller --listen 127.0.0.1:0 [EXTRA…]` process and the URLs it printed on stderr:
+/// `(controller, base URL, metrics URL if --metrics-listen was given)`.
+pub fn controller_with_server(
+    kubeconfig: &str,
+    cache: &std::path::Path,
+    extra: &[&str],
+) -> anyhow::Result<(Controller, String, Option<String>)> {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args([
+            "controller",
+            "--kubeconfig",
+            kubeconfig,
+            "--listen",
+            "127.0.0.1:0",
+            "--cache-dir",
+        ])
+        .arg(cache)
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let controller = Controller(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let wants_metrics = extra.contains(&"--metrics-listen");
+    let (mut base, mut metrics) = (None, None);
+    while base.is_none() || (wants_metrics && metrics.is_none()) {
+        let line = lines
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("the controller exited before saying where it listens"))??;
+        if let Some(url) = line.strip_prefix("capstan server listening on ") {
+            base = Some(url.trim().to_string());
+        } else if let Some(url) = line.strip_prefix("capstan metrics on ") {
+            metrics = Some(url.trim().to_string());
+        }
+    }
+    // Keep draining stderr so the controller never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Ok((controller, base.unwrap_or_default(), metrics))
+}

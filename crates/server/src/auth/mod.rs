@@ -4,6 +4,7 @@
 //! Every API handler takes an [`Auth`]: extracting it answers 401 without valid credentials, and 403
 //! when a cookie-authenticated request that changes something lacks the session's CSRF token.
 
+pub mod oidc;
 pub mod password;
 pub mod rbac;
 pub mod session;
@@ -131,6 +132,7 @@ impl FromRequestParts<Arc<State>> for Auth {
             principal: Principal {
                 name: s.sub,
                 groups: s.groups,
+                sso: s.sso,
             },
             csrf: Some(s.csrf),
             expires: Some(s.exp),
@@ -188,6 +190,7 @@ fn token_principal(state: &State, token: &str) -> Option<(Principal, String)> {
             Principal {
                 name: account.to_string(),
                 groups: Vec::new(),
+                sso: false,
             },
             id.to_string(),
         )
@@ -267,21 +270,27 @@ pub async fn login(AxState(state): AxState<Arc<State>>, Json(login): Json<Login>
     let s = session::Session {
         sub: login.username.clone(),
         groups: Vec::new(),
+        sso: false,
         exp: session::now_secs() + session::LIFETIME_SECS,
         csrf: password::random_secret(24),
     };
-    let cookie = format!(
-        "{}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
-        session::COOKIE,
-        session::encode(&s, &key),
-        session::LIFETIME_SECS,
-        if state.config.secure_cookies { "; Secure" } else { "" }
-    );
+    let cookie = session_cookie(&state, &s, &key);
     let mut response = Json(json!({"username": s.sub, "groups": s.groups, "csrfToken": s.csrf})).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, v);
     }
     Ok(response)
+}
+
+/// The `Set-Cookie` value starting session `s`.
+fn session_cookie(state: &State, s: &session::Session, key: &[u8]) -> String {
+    format!(
+        "{}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        session::COOKIE,
+        session::encode(s, key),
+        session::LIFETIME_SECS,
+        if state.config.secure_cookies { "; Secure" } else { "" }
+    )
 }
 
 /// A valid hash of a random password, checked against when the account does not exist so that
@@ -303,6 +312,7 @@ pub async fn userinfo(auth: Auth) -> Json<serde_json::Value> {
     Json(json!({
         "username": auth.principal.name,
         "groups": auth.principal.groups,
+        "sso": auth.principal.sso,
         "csrfToken": auth.csrf,
     }))
 }

@@ -61,6 +61,9 @@ pub struct Principal {
     pub name: String,
     /// Groups.
     pub groups: Vec<String>,
+    /// Whether the user logged in through single sign-on: such a user is never the built-in admin
+    /// account, whatever its name.
+    pub sso: bool,
 }
 
 impl Policy {
@@ -74,7 +77,7 @@ impl Policy {
 
     /// The role of `who` in `project`.
     pub fn role(&self, who: &Principal, project: &str) -> Role {
-        if who.name == ADMIN {
+        if who.name == ADMIN && !who.sso {
             return Role::Admin;
         }
         let project = if project.is_empty() { "default" } else { project };
@@ -101,6 +104,7 @@ mod tests {
         Principal {
             name: name.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            sso: false,
         }
     }
 
@@ -123,6 +127,8 @@ grants:
         assert_eq!(p.role(&who("eve", &["a-leads"]), "team-a"), Role::Admin);
         assert_eq!(p.role(&who("eve", &["a-leads"]), "team-b"), Role::ReadOnly);
         assert_eq!(p.role(&who("admin", &[]), "anything"), Role::Admin);
+        let sso_admin = Principal { sso: true, ..who("admin", &[]) };
+        assert_eq!(p.role(&sso_admin, "anything"), Role::ReadOnly, "an SSO user named admin is not admin");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Name of the session cookie.
@@ -19,6 +20,9 @@ pub struct Session {
     /// The user's groups.
     #[serde(default)]
     pub groups: Vec<String>,
+    /// Whether the user logged in through single sign-on (and is not a local account).
+    #[serde(default)]
+    pub sso: bool,
     /// Expiry, seconds since the epoch.
     pub exp: u64,
     /// The CSRF token state-changing requests must repeat in `X-CSRF-Token`.
@@ -35,13 +39,23 @@ pub fn now_secs() -> u64 {
 
 /// The cookie value of `session` signed with `key`.
 pub fn encode(session: &Session, key: &[u8]) -> String {
-    let payload = B64.encode(serde_json::to_vec(session).unwrap_or_default());
-    let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key), payload.as_bytes());
-    format!("{payload}.{}", B64.encode(tag.as_ref()))
+    seal(session, key)
 }
 
 /// The session in `value` if its signature is valid under `key` and it has not expired.
 pub fn decode(value: &str, key: &[u8], now: u64) -> Option<Session> {
+    open::<Session>(value, key).filter(|s| s.exp > now)
+}
+
+/// `value` as JSON, signed with `key`.
+pub fn seal<T: Serialize>(value: &T, key: &[u8]) -> String {
+    let payload = B64.encode(serde_json::to_vec(value).unwrap_or_default());
+    let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key), payload.as_bytes());
+    format!("{payload}.{}", B64.encode(tag.as_ref()))
+}
+
+/// What [`seal`] sealed, if the signature is valid under `key`.
+pub fn open<T: DeserializeOwned>(value: &str, key: &[u8]) -> Option<T> {
     let (payload, tag) = value.split_once('.')?;
     let tag = B64.decode(tag).ok()?;
     ring::hmac::verify(
@@ -50,8 +64,7 @@ pub fn decode(value: &str, key: &[u8], now: u64) -> Option<Session> {
         &tag,
     )
     .ok()?;
-    let session: Session = serde_json::from_slice(&B64.decode(payload).ok()?).ok()?;
-    (session.exp > now).then_some(session)
+    serde_json::from_slice(&B64.decode(payload).ok()?).ok()
 }
 
 #[cfg(test)]
@@ -62,6 +75,7 @@ mod tests {
         Session {
             sub: "admin".into(),
             groups: vec!["ops".into()],
+            sso: false,
             exp,
             csrf: "c".into(),
         }
