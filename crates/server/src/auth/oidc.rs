@@ -235,7 +235,9 @@ fn http_client(
         }
         let (_, refused) = roots.add_parsable_certificates(certs);
         if refused > 0 {
-            return Err(format!("{CONFIG_KEY}: rootCA: {refused} certificate(s) could not be parsed"));
+            return Err(format!(
+                "{CONFIG_KEY}: rootCA: {refused} certificate(s) could not be parsed"
+            ));
         }
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -275,7 +277,10 @@ async fn send(
     url: &str,
 ) -> Result<Value, String> {
     let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
-        let response = http.request(request).await.map_err(|e| format!("{url}: {}", chain(&e)))?;
+        let response = http
+            .request(request)
+            .await
+            .map_err(|e| format!("{url}: {}", chain(&e)))?;
         let status = response.status();
         let body = Limited::new(response.into_body(), MAX_ANSWER)
             .collect()
@@ -367,10 +372,7 @@ pub struct LoginQuery {
 }
 
 /// `GET /auth/login`: send the browser to the provider.
-pub async fn login(
-    AxState(state): AxState<Arc<State>>,
-    Query(query): Query<LoginQuery>,
-) -> Result<Response, ApiError> {
+pub async fn login(AxState(state): AxState<Arc<State>>, Query(query): Query<LoginQuery>) -> Result<Response, ApiError> {
     let config = match configured(&state) {
         None => return Err(ApiError::not_found("single sign-on (no oidc.config in capstan-secret)")),
         Some(Err(e)) => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e)),
@@ -448,7 +450,9 @@ pub async fn callback(
 async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Result<(String, String), String> {
     if let Some(error) = query.error {
         let description = query.error_description.unwrap_or_default();
-        return Err(format!("the provider refused the login: {error} {description}").trim().to_string());
+        return Err(format!("the provider refused the login: {error} {description}")
+            .trim()
+            .to_string());
     }
     let config = match configured(state) {
         Some(Ok(c)) => c,
@@ -466,7 +470,10 @@ async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Res
     if !constant_time_eq(sent.as_bytes(), flow.state.as_bytes()) {
         return Err("the provider's answer does not belong to this login (state mismatch): try again".into());
     }
-    let code = query.code.filter(|c| !c.is_empty()).ok_or("the provider sent no code")?;
+    let code = query
+        .code
+        .filter(|c| !c.is_empty())
+        .ok_or("the provider sent no code")?;
     let provider = state.sso.provider(config).await?;
     let id_token = redeem(&provider, &code, &flow.verifier).await?;
     let claims = verify_id_token(&provider, &id_token, &flow.nonce).await?;
@@ -520,7 +527,10 @@ async fn redeem(provider: &Provider, code: &str, verifier: &str) -> Result<Strin
 async fn verify_id_token(provider: &Provider, token: &str, nonce: &str) -> Result<Value, String> {
     let head = jsonwebtoken::decode_header(token).map_err(|e| format!("the ID token is malformed: {e}"))?;
     if !ALGORITHMS.contains(&head.alg) {
-        return Err(format!("the ID token is signed with {:?}, which is not accepted", head.alg));
+        return Err(format!(
+            "the ID token is signed with {:?}, which is not accepted",
+            head.alg
+        ));
     }
     let key = match find_key(&provider.keys.read().await.0, head.kid.as_deref(), head.alg) {
         Some(k) => k,
@@ -537,7 +547,14 @@ async fn verify_id_token(provider: &Provider, token: &str, nonce: &str) -> Resul
                 .ok_or_else(|| format!("no key {:?} in the provider's key set", head.kid))?
         }
     };
-    check_id_token(token, &key, head.alg, &provider.discovery.issuer, &provider.config.client_id, nonce)
+    check_id_token(
+        token,
+        &key,
+        head.alg,
+        &provider.discovery.issuer,
+        &provider.config.client_id,
+        nonce,
+    )
 }
 
 /// The claims of `token` if `key` signed it with `alg` for `client_id`, it comes from `issuer`, is
@@ -555,8 +572,8 @@ fn check_id_token(
     validation.set_issuer(&[issuer]);
     validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
     validation.leeway = LEEWAY_SECS;
-    let data = jsonwebtoken::decode::<Value>(token, key, &validation)
-        .map_err(|e| format!("the ID token was refused: {e}"))?;
+    let data =
+        jsonwebtoken::decode::<Value>(token, key, &validation).map_err(|e| format!("the ID token was refused: {e}"))?;
     let claims = data.claims;
     let sent = claims.get("nonce").and_then(Value::as_str).unwrap_or("");
     if !constant_time_eq(sent.as_bytes(), nonce.as_bytes()) {
@@ -641,7 +658,9 @@ url: https://capstan.example.test/
         assert!(err.contains("issuer") && err.contains("https://"), "{err}");
         let err = OidcConfig::parse(b"issuer: https://x\nclientID: ''\nurl: https://y\n").unwrap_err();
         assert!(err.contains("clientID"), "{err}");
-        assert!(OidcConfig::parse(b"issuer: http://127.0.0.1:5556/dex\nclientID: c\nurl: http://localhost:8080\n").is_ok());
+        assert!(
+            OidcConfig::parse(b"issuer: http://127.0.0.1:5556/dex\nclientID: c\nurl: http://localhost:8080\n").is_ok()
+        );
         assert!(check_url("issuer", "http://127.0.0.1.evil.test/").is_err());
         assert!(check_url("issuer", "http://localhost@evil.test/").is_err());
     }
@@ -649,7 +668,14 @@ url: https://capstan.example.test/
     #[test]
     fn only_paths_of_this_server_are_returned_to() {
         assert_eq!(safe_return(Some("/applications/guestbook")), "/applications/guestbook");
-        for bad in ["//evil.test/x", "https://evil.test", "/\\evil.test", "/auth/callback", "x", "/a\nb"] {
+        for bad in [
+            "//evil.test/x",
+            "https://evil.test",
+            "/\\evil.test",
+            "/auth/callback",
+            "x",
+            "/a\nb",
+        ] {
             assert_eq!(safe_return(Some(bad)), "/applications", "{bad}");
         }
         assert_eq!(safe_return(None), "/applications");
@@ -672,7 +698,8 @@ url: https://capstan.example.test/
     #[test]
     fn user_and_groups_come_from_the_configured_claims() {
         let mut c = OidcConfig::parse(CONFIG.as_bytes()).unwrap();
-        let claims = serde_json::json!({"sub": "123", "email": "dev@example.test", "groups": ["a", "b"], "name": "Dev"});
+        let claims =
+            serde_json::json!({"sub": "123", "email": "dev@example.test", "groups": ["a", "b"], "name": "Dev"});
         assert_eq!(
             identity(&c, &claims).unwrap(),
             ("dev@example.test".to_string(), vec!["a".to_string(), "b".to_string()])
@@ -714,14 +741,24 @@ url: https://capstan.example.test/
         let (signing, jwks) = signer();
         let key = find_key(&jwks, Some("k1"), Algorithm::ES256).expect("the key is found by kid");
         assert!(find_key(&jwks, Some("k2"), Algorithm::ES256).is_none());
-        assert!(find_key(&jwks, Some("k1"), Algorithm::RS256).is_none(), "the key says ES256");
+        assert!(
+            find_key(&jwks, Some("k1"), Algorithm::RS256).is_none(),
+            "the key says ES256"
+        );
         let now = session::now_secs();
         let good = serde_json::json!({
             "iss": "https://idp.test", "aud": "capstan", "sub": "u1", "nonce": "n1",
             "exp": now + 300, "iat": now, "email": "dev@example.test",
         });
         let check = |claims: &Value| {
-            check_id_token(&token(&signing, claims.clone()), &key, Algorithm::ES256, "https://idp.test", "capstan", "n1")
+            check_id_token(
+                &token(&signing, claims.clone()),
+                &key,
+                Algorithm::ES256,
+                "https://idp.test",
+                "capstan",
+                "n1",
+            )
         };
         assert_eq!(check(&good).unwrap()["email"], "dev@example.test");
         for (field, value, why) in [

@@ -127,8 +127,15 @@ grants:
         assert_eq!(p.role(&who("eve", &["a-leads"]), "team-a"), Role::Admin);
         assert_eq!(p.role(&who("eve", &["a-leads"]), "team-b"), Role::ReadOnly);
         assert_eq!(p.role(&who("admin", &[]), "anything"), Role::Admin);
-        let sso_admin = Principal { sso: true, ..who("admin", &[]) };
-        assert_eq!(p.role(&sso_admin, "anything"), Role::ReadOnly, "an SSO user named admin is not admin");
+        let sso_admin = Principal {
+            sso: true,
+            ..who("admin", &[])
+        };
+        assert_eq!(
+            p.role(&sso_admin, "anything"),
+            Role::ReadOnly,
+            "an SSO user named admin is not admin"
+        );
     }
 
     #[test]
