@@ -1,5 +1,5 @@
 //! Repository credentials from Secrets labelled `capstan.dev/secret-type: repository` in Capstan's
-//! namespace (keys `url`, `username`, `password`, `sshPrivateKey`, `knownHosts`, `insecure`), chosen by
+//! namespace (keys `url`, `username`, `password`, `sshPrivateKey`, `knownHosts`, `ca.crt`, `insecure`), chosen by
 //! the longest `url` that prefixes the repository URL — the same layout as Argo CD's repository Secrets.
 
 use capstan_api::labels::SECRET_TYPE_LABEL;
@@ -30,6 +30,7 @@ pub async fn for_repo(client: &kube::Client, namespace: &str, url: &str) -> Opti
             password: field(s, "password"),
             ssh_private_key: field(s, "sshPrivateKey"),
             known_hosts: field(s, "knownHosts"),
+            tls_ca: field(s, "ca.crt").filter(|c| !c.trim().is_empty()),
             insecure: field(s, "insecure").is_some_and(|v| v == "true"),
         })
 }

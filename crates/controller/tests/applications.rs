@@ -575,7 +575,7 @@ data: {x: "1"}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn helm_and_kustomize_apps_from_an_authenticated_https_style_repo() -> anyhow::Result<()> {
+async fn helm_and_kustomize_apps_from_an_authenticated_https_repo_with_a_private_ca() -> anyhow::Result<()> {
     let env = Env::start().await?;
     env.git.create_repo("charts")?;
     let chart = "apiVersion: v2\nname: hello\nversion: 0.1.0\n";
@@ -612,23 +612,24 @@ spec:
         ],
         "charts",
     )?;
-    // Credentials come from a repository Secret, as in Argo CD.
+    // Credentials come from a repository Secret, as in Argo CD; the server's certificate is signed by
+    // a CA only `ca.crt` makes trusted (as in Flux's repository Secrets).
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "repo-charts", "namespace": "capstan", "labels": {"capstan.dev/secret-type": "repository"}},
-        "stringData": {"url": env.git.http_url("charts"), "username": capstan_testkit::git::USER, "password": capstan_testkit::git::PASSWORD},
+        "stringData": {"url": env.git.https_url("charts"), "username": capstan_testkit::git::USER, "password": capstan_testkit::git::PASSWORD, "ca.crt": env.git.ca_pem()},
     }))?;
     kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.client.clone(), "capstan")
         .create(&Default::default(), &secret)
         .await?;
 
-    let mut helm = app("hello", &env.git.http_url("charts"), "hello", "hello", true);
+    let mut helm = app("hello", &env.git.https_url("charts"), "hello", "hello", true);
     helm["spec"]["source"]["helm"] =
         json!({"valueFiles": ["values-prod.yaml"], "parameters": [{"name": "replicas", "value": "2"}]});
     env.create_app(helm).await?;
     env.create_app(app(
         "kust",
-        &env.git.http_url("charts"),
+        &env.git.https_url("charts"),
         "kust/overlays/prod",
         "kust",
         true,

@@ -1,4 +1,5 @@
-//! Repository credentials: HTTP basic auth (or a token as password) and SSH keys with `known_hosts`.
+//! Repository credentials: HTTP basic auth (or a token as password), a private CA for `https://`,
+//! and SSH keys with `known_hosts`.
 
 use std::fmt;
 
@@ -13,6 +14,8 @@ pub struct Credentials {
     pub ssh_private_key: Option<String>,
     /// `known_hosts` lines the SSH server's key must match.
     pub known_hosts: Option<String>,
+    /// PEM certificates trusted for `https://` besides the system's roots (a private CA).
+    pub tls_ca: Option<String>,
     /// Skip TLS verification (https) or host key checking (ssh). For tests and labs only.
     pub insecure: bool,
 }
@@ -46,6 +49,7 @@ impl fmt::Debug for Credentials {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("ssh_private_key", &self.ssh_private_key.as_ref().map(|_| "<redacted>"))
             .field("known_hosts", &self.known_hosts.is_some())
+            .field("tls_ca", &self.tls_ca.is_some())
             .field("insecure", &self.insecure)
             .finish()
     }

@@ -81,7 +81,7 @@ pub struct GitCommand<'a> {
 impl GitCommand<'_> {
     /// Run `git ARGS` in `dir`; returns stdout.
     pub async fn run(&self, dir: Option<&Path>, args: &[&str]) -> Result<Vec<u8>> {
-        let scratch = tempdir_for_ssh(self.credentials)?;
+        let scratch = scratch_dir(self.credentials)?;
         let mut cmd = tokio::process::Command::new("git");
         cmd.args(args)
             .env("GIT_TERMINAL_PROMPT", "0")
@@ -106,6 +106,10 @@ impl GitCommand<'_> {
         }
         if self.credentials.insecure {
             config.push(("http.sslVerify".into(), "false".into()));
+        } else if let (Some(dir), Some(_)) = (&scratch, &self.credentials.tls_ca) {
+            // The bundle replaces git's default one, so it holds the system's roots too. The
+            // environment variable, not http.sslCAInfo: an inherited GIT_SSL_CAINFO would win over it.
+            cmd.env("GIT_SSL_CAINFO", dir.path().join(CA_FILE));
         }
         // GIT_CONFIG_COUNT passes configuration without putting secrets on the command line.
         cmd.env("GIT_CONFIG_COUNT", config.len().to_string());
@@ -113,7 +117,7 @@ impl GitCommand<'_> {
             cmd.env(format!("GIT_CONFIG_KEY_{i}"), key)
                 .env(format!("GIT_CONFIG_VALUE_{i}"), value);
         }
-        if let Some(dir) = &scratch {
+        if let Some(dir) = scratch.as_ref().filter(|_| uses_ssh_files(self.credentials)) {
             cmd.env("GIT_SSH_COMMAND", ssh_command(dir.path(), self.credentials));
         } else {
             cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes");
@@ -155,11 +159,33 @@ impl GitCommand<'_> {
     }
 }
 
-fn tempdir_for_ssh(creds: &Credentials) -> Result<Option<tempfile_lite::TempDir>> {
-    if creds.ssh_private_key.is_none() && creds.known_hosts.is_none() {
+/// Name of the CA bundle in the scratch directory.
+const CA_FILE: &str = "ca.pem";
+/// Where Debian (and most distributions) keep the system's CA bundle.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The CA bundle git would use without ours: the one the environment names, else the system's.
+fn system_ca_bundle() -> String {
+    ["GIT_SSL_CAINFO", "SSL_CERT_FILE"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(std::path::PathBuf::from)
+        .chain(std::iter::once(SYSTEM_CA_BUNDLE.into()))
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default()
+}
+
+fn uses_ssh_files(creds: &Credentials) -> bool {
+    creds.ssh_private_key.is_some() || creds.known_hosts.is_some()
+}
+
+/// A private directory for the files git and ssh must read credentials from (key, `known_hosts`, CA
+/// bundle), or None when there are none.
+fn scratch_dir(creds: &Credentials) -> Result<Option<tempfile_lite::TempDir>> {
+    if !uses_ssh_files(creds) && creds.tls_ca.is_none() {
         return Ok(None);
     }
-    let dir = tempfile_lite::TempDir::new().map_err(SourceError::io("creating a directory for ssh credentials"))?;
+    let dir = tempfile_lite::TempDir::new().map_err(SourceError::io("creating a directory for credentials"))?;
     if let Some(key) = &creds.ssh_private_key {
         let key = normalize_key(key);
         dir.write("id", &key).map_err(SourceError::io("writing the ssh key"))?;
@@ -167,6 +193,14 @@ fn tempdir_for_ssh(creds: &Credentials) -> Result<Option<tempfile_lite::TempDir>
     if let Some(hosts) = &creds.known_hosts {
         dir.write("known_hosts", hosts)
             .map_err(SourceError::io("writing known_hosts"))?;
+    }
+    if let Some(ca) = &creds.tls_ca {
+        let mut bundle = system_ca_bundle();
+        bundle.push('\n');
+        bundle.push_str(ca.trim());
+        bundle.push('\n');
+        dir.write(CA_FILE, &bundle)
+            .map_err(SourceError::io("writing the CA certificates"))?;
     }
     Ok(Some(dir))
 }

@@ -143,6 +143,43 @@ async fn http_basic_auth_works_and_failures_never_show_the_password() -> anyhow:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_a_private_ca_works_once_the_ca_is_given() -> anyhow::Result<()> {
+    let server = GitServer::start().await?;
+    server.create_repo("tls")?;
+    let sha = server.commit("tls", "main", &[("x.yaml", Some("x: 1\n"))], "x")?;
+    let dir = tempfile::tempdir()?;
+    let cache = cache(dir.path());
+    let url = server.https_url("tls");
+
+    // Nobody trusts the server's CA yet: a clear error, no password in it.
+    let err = cache
+        .resolve(&url, "main", &http_creds(), true)
+        .await
+        .expect_err("an untrusted certificate");
+    let msg = err.to_string();
+    assert!(msg.contains(&url) && msg.contains("certificate"), "{msg}");
+    assert!(!msg.contains(git::PASSWORD), "password leaked: {msg}");
+
+    // With the CA in the credentials: resolved, fetched, checked out.
+    let trusted = Credentials {
+        tls_ca: Some(server.ca_pem().to_string()),
+        ..http_creds()
+    };
+    assert_eq!(cache.resolve(&url, "main", &trusted, true).await?.sha, sha);
+    assert!(cache.checkout(&url, &sha).await?.join("x.yaml").exists());
+
+    // Another CA is not enough.
+    let other = GitServer::start().await?;
+    let wrong = Credentials {
+        tls_ca: Some(other.ca_pem().to_string()),
+        ..http_creds()
+    };
+    let err = cache.resolve(&url, "main", &wrong, true).await.expect_err("another CA");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_repositories_and_bad_urls_fail_clearly() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let cache = cache(dir.path());

@@ -1,5 +1,6 @@
 //! A throwaway git server: `git daemon` for `git://` and `git http-backend` behind HTTP basic auth for
-//! `http://`, both on free loopback ports and serving the same bare repositories.
+//! `http://` and `https://` (a certificate for 127.0.0.1 from a CA made at start, see
+//! [`GitServer::ca_pem`]), all on free loopback ports and serving the same bare repositories.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -27,6 +28,9 @@ pub struct GitServer {
     daemon_port: u16,
     http_port: u16,
     http_task: tokio::task::JoinHandle<()>,
+    https_port: u16,
+    https_task: tokio::task::JoinHandle<()>,
+    ca_pem: String,
     counters: Arc<HttpState>,
 }
 
@@ -49,9 +53,18 @@ impl GitServer {
         });
         let counters = state.clone();
         let app = axum::Router::new().fallback(cgi).with_state(state);
+        let https_app = app.clone();
         let http_task = tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, app).await {
                 eprintln!("git http server stopped: {err}");
+            }
+        });
+        let (tls, ca_pem) = tls::server_config()?;
+        let tls_listener = tls::TlsListener::bind(tls).await?;
+        let https_port = tls_listener.port()?;
+        let https_task = tokio::spawn(async move {
+            if let Err(err) = axum::serve(tls_listener, https_app).await {
+                eprintln!("git https server stopped: {err}");
             }
         });
         Ok(GitServer {
@@ -60,6 +73,9 @@ impl GitServer {
             daemon_port,
             http_port,
             http_task,
+            https_port,
+            https_task,
+            ca_pem,
             counters,
         })
     }
@@ -105,6 +121,17 @@ impl GitServer {
         format!("http://127.0.0.1:{}/{name}.git", self.http_port)
     }
 
+    /// `https://127.0.0.1:PORT/NAME.git` (requires [`USER`]/[`PASSWORD`]; its certificate is signed
+    /// by [`GitServer::ca_pem`], which no system trusts).
+    pub fn https_url(&self, name: &str) -> String {
+        format!("https://127.0.0.1:{}/{name}.git", self.https_port)
+    }
+
+    /// The PEM certificate of the CA that signed the HTTPS server's certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
     /// The same URL with the credentials embedded, for the `git` command line.
     pub fn http_url_with_credentials(&self, name: &str) -> String {
         format!("http://{USER}:{PASSWORD}@127.0.0.1:{}/{name}.git", self.http_port)
@@ -131,6 +158,7 @@ impl GitServer {
 impl Drop for GitServer {
     fn drop(&mut self) {
         self.http_task.abort();
+        self.https_task.abort();
         // git daemon forks a process per connection into its process group: stop the whole group.
         let pgid = nix::unistd::Pid::from_raw(self.daemon.id() as i32);
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGTERM);
@@ -348,4 +376,82 @@ fn parse_cgi(output: &[u8]) -> anyhow::Result<Response> {
         }
     }
     Ok(builder.body(Body::from(output[end + sep..].to_vec()))?)
+}
+
+/// TLS for the HTTPS server: a CA and a certificate for `127.0.0.1`/`localhost` made at start, and an
+/// axum listener that completes the handshake before handing a connection over.
+mod tls {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::sync::Arc;
+
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_rustls::TlsAcceptor;
+    use tokio_rustls::rustls;
+    use tokio_rustls::server::TlsStream;
+
+    /// A server configuration with a fresh certificate, and the PEM of the CA that signed it.
+    pub fn server_config() -> anyhow::Result<(rustls::ServerConfig, String)> {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(rcgen::DnType::CommonName, "Capstan test CA");
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = KeyPair::generate()?;
+        let leaf =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?.signed_by(&key, &issuer)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )?;
+        Ok((config, ca_cert.pem()))
+    }
+
+    /// A loopback listener whose connections are TLS streams.
+    pub struct TlsListener {
+        tcp: TcpListener,
+        acceptor: TlsAcceptor,
+    }
+
+    impl TlsListener {
+        pub async fn bind(config: rustls::ServerConfig) -> anyhow::Result<TlsListener> {
+            Ok(TlsListener {
+                tcp: TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?,
+                acceptor: TlsAcceptor::from(Arc::new(config)),
+            })
+        }
+
+        pub fn port(&self) -> anyhow::Result<u16> {
+            Ok(self.tcp.local_addr()?.port())
+        }
+    }
+
+    impl axum::serve::Listener for TlsListener {
+        type Io = TlsStream<TcpStream>;
+        type Addr = SocketAddr;
+
+        async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+            loop {
+                let Ok((tcp, addr)) = self.tcp.accept().await else {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                };
+                // A client that refuses the certificate fails its handshake: wait for the next one.
+                if let Ok(Ok(stream)) =
+                    tokio::time::timeout(std::time::Duration::from_secs(10), self.acceptor.accept(tcp)).await
+                {
+                    return (stream, addr);
+                }
+            }
+        }
+
+        fn local_addr(&self) -> std::io::Result<Self::Addr> {
+            self.tcp.local_addr()
+        }
+    }
 }
