@@ -1,9 +1,13 @@
 //! Metadata-only watches on every kind Capstan manages, filtered by the tracking label, so memory
 //! grows with the objects Capstan manages and not with the cluster. A change to a managed object
-//! triggers a reconcile of the Application named in its tracking annotation.
+//! triggers a reconcile of the Application named in its tracking annotation, at once for the first
+//! change and at most once per [`THROTTLE`] after it: a rollout's burst of status updates (a
+//! Deployment reports progress several times a second) becomes two comparisons instead of one each,
+//! while a single drift is still noticed immediately.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use capstan_api::labels::TRACKING_LABEL;
 use capstan_compare::KindInfo;
@@ -16,12 +20,49 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 
+/// Shortest time between two reconciles of one Application caused by changes to its objects.
+pub const THROTTLE: Duration = Duration::from_millis(750);
+
 /// The set of watched kinds and where their events go.
 pub struct Watches {
     client: kube::Client,
     kinds: Mutex<HashSet<(String, String)>>,
     trigger: Trigger,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    throttle: Arc<Throttle>,
+}
+
+/// Per Application: when its last object-change reconcile was sent, and whether one is scheduled.
+#[derive(Default)]
+struct Throttle {
+    apps: Mutex<HashMap<ObjectRef<capstan_api::Application>, (Instant, bool)>>,
+}
+
+impl Throttle {
+    /// What to do about a change to one of `app`'s objects at `now`: send now, send after a delay,
+    /// or nothing (a send is already scheduled).
+    fn decide(&self, app: &ObjectRef<capstan_api::Application>, now: Instant) -> Option<Duration> {
+        let mut apps = lock(&self.apps);
+        if apps.len() > 4096 {
+            apps.retain(|_, (sent, scheduled)| *scheduled || now.duration_since(*sent) < THROTTLE);
+        }
+        match apps.get_mut(app) {
+            Some((_, true)) => None,
+            Some((sent, scheduled)) if now.duration_since(*sent) < THROTTLE => {
+                *scheduled = true;
+                Some(THROTTLE - now.duration_since(*sent))
+            }
+            _ => {
+                apps.insert(app.clone(), (now, false));
+                Some(Duration::ZERO)
+            }
+        }
+    }
+
+    /// A scheduled send went out at `now`.
+    fn sent(&self, app: &ObjectRef<capstan_api::Application>, now: Instant) {
+        lock(&self.apps).insert(app.clone(), (now, false));
+    }
 }
 
 impl Watches {
@@ -32,6 +73,7 @@ impl Watches {
             kinds: Mutex::new(HashSet::new()),
             trigger,
             tasks: Mutex::new(Vec::new()),
+            throttle: Arc::default(),
         }
     }
 
@@ -51,6 +93,7 @@ impl Watches {
         // Metadata only: memory grows with the number of managed objects, not their size.
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), &info.resource);
         let kind = info.resource.kind.clone();
+        let throttle = self.throttle.clone();
         let task = tokio::spawn(async move {
             tracing::debug!(%kind, "watching managed objects");
             let stream = watcher(api, watcher::Config::default().labels(TRACKING_LABEL)).default_backoff();
@@ -70,9 +113,24 @@ impl Watches {
                         .annotations
                         .as_ref()
                         .and_then(|a| a.get(TRACKING_ANNOTATION));
-                    if let Some((ns, name)) = owner.and_then(|o| o.split_once('/')) {
-                        tracing::trace!(%kind, app = %name, "managed object changed");
-                        let _ = trigger.unbounded_send(ObjectRef::new(name).within(ns));
+                    let Some((ns, name)) = owner.and_then(|o| o.split_once('/')) else {
+                        continue;
+                    };
+                    tracing::trace!(%kind, app = %name, "managed object changed");
+                    let app = ObjectRef::new(name).within(ns);
+                    match throttle.decide(&app, Instant::now()) {
+                        Some(Duration::ZERO) => {
+                            let _ = trigger.unbounded_send(app);
+                        }
+                        Some(delay) => {
+                            let (throttle, trigger) = (throttle.clone(), trigger.clone());
+                            tokio::spawn(async move {
+                                tokio::time::sleep(delay).await;
+                                throttle.sent(&app, Instant::now());
+                                let _ = trigger.unbounded_send(app);
+                            });
+                        }
+                        None => {}
                     }
                 }
             }
@@ -92,4 +150,43 @@ impl Drop for Watches {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_change_goes_at_once_and_a_burst_becomes_one_more() {
+        let t = Throttle::default();
+        let app = ObjectRef::new("web").within("capstan");
+        let other = ObjectRef::new("db").within("capstan");
+        let start = Instant::now();
+        assert_eq!(t.decide(&app, start), Some(Duration::ZERO), "first change: now");
+        let later = start + Duration::from_millis(100);
+        assert_eq!(
+            t.decide(&app, later),
+            Some(THROTTLE - Duration::from_millis(100)),
+            "scheduled"
+        );
+        assert_eq!(
+            t.decide(&app, later + Duration::from_millis(10)),
+            None,
+            "already scheduled"
+        );
+        assert_eq!(t.decide(&other, later), Some(Duration::ZERO), "apps are independent");
+        t.sent(&app, start + THROTTLE);
+        assert!(
+            t.decide(&app, start + THROTTLE + Duration::from_millis(1))
+                .is_some_and(|d| d > Duration::ZERO)
+        );
+        let quiet = start + THROTTLE * 3;
+        let t2 = Throttle::default();
+        t2.sent(&app, start);
+        assert_eq!(
+            t2.decide(&app, quiet),
+            Some(Duration::ZERO),
+            "after a quiet period: now"
+        );
+    }
 }
