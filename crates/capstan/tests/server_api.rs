@@ -205,6 +205,16 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     http.bearer = None;
     assert_eq!(http.login("admin", "wrong-password").status, 401);
     assert_eq!(http.login("nobody", &password).status, 401);
+    // Bodies the API cannot parse get a JSON error like every other failure.
+    let bad = http.request(
+        "POST",
+        "/api/session",
+        None,
+        &[("Content-Type", "application/json")],
+        false,
+    );
+    assert!((400..500).contains(&bad.status), "{}", bad.body);
+    assert!(!bad.json()["error"].as_str().unwrap_or("").is_empty(), "{}", bad.body);
     let me = http.login("admin", &password);
     assert_eq!(me.status, 200, "{}", me.body);
     assert_eq!(http.get("/api/userinfo").json()["username"], "admin");

@@ -102,8 +102,30 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/ui/{*path}", get(ui::file))
         .route("/", get(ui::index))
         .fallback(get(ui::index))
+        .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// axum answers a body, query or path it cannot parse with plain text; the API answers every error
+/// as `{"error": …}`, so clients parse one shape.
+async fn json_errors(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let api = request.uri().path().starts_with("/api/");
+    let response = next.run(request).await;
+    let plain = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !api || !plain || !response.status().is_client_error() {
+        return response;
+    }
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    error::ApiError::new(status, String::from_utf8_lossy(&body).trim().to_string()).into_response()
 }
 
 async fn api_not_found() -> error::ApiError {
