@@ -124,12 +124,13 @@ pub async fn run(
         .predicate_filter(reconcile::relevant_change, Default::default());
     tracing::info!(namespace = %config.namespace, "Application controller started");
     Controller::for_stream(stream, reader)
-        // A short trailing debounce merges the burst of watch events one sync causes into one
-        // re-comparison, at a small cost to self-heal latency.
+        // A short trailing debounce merges the Application updates one request causes (the request
+        // itself, then its clearing); bursts of changes to its objects are throttled where they are
+        // watched (`watches::THROTTLE`), so this can stay small: it delays every sync request.
         .with_config(
             controller::Config::default()
                 .concurrency(config.concurrency)
-                .debounce(Duration::from_millis(150)),
+                .debounce(Duration::from_millis(50)),
         )
         .reconcile_on(trigger_rx)
         .graceful_shutdown_on(shutdown)

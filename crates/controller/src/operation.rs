@@ -185,7 +185,7 @@ pub async fn run(
                 .map_err(|e| e.to_string())?;
             work_state = ctx
                 .pipeline
-                .compare(&target_app, resolved)
+                .compare_fresh(&target_app, resolved)
                 .await
                 .map_err(|e| e.to_string())?;
         } else if let Some(sync) = &op.sync {
@@ -204,7 +204,11 @@ pub async fn run(
                     .await
                     .map_err(|e| e.to_string())?;
                 if resolved.sha != work_state.revision.sha {
-                    work_state = ctx.pipeline.compare(app, resolved).await.map_err(|e| e.to_string())?;
+                    work_state = ctx
+                        .pipeline
+                        .compare_fresh(app, resolved)
+                        .await
+                        .map_err(|e| e.to_string())?;
                 }
             }
         }
@@ -455,13 +459,13 @@ pub async fn run(
     if !op_state_changed(status) && op.rollback.is_none() {
         return Ok(Some(work_state));
     }
-    let after = ctx.pipeline.compare(app, work_state.revision.clone()).await.ok();
+    let after = ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok();
     let after = match after {
         Some(a) if op.rollback.is_none() => a,
         Some(a) => {
             let current = ctx.pipeline.resolve(app, None, false).await.ok();
             match current {
-                Some(r) => ctx.pipeline.compare(app, r).await.unwrap_or(a),
+                Some(r) => ctx.pipeline.compare_fresh(app, r).await.unwrap_or(a),
                 None => a,
             }
         }

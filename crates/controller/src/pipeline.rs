@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use capstan_api::Application;
 use capstan_api::application::{HealthStatus, ResourceStatus};
+use capstan_api::labels::TRACKING_LABEL;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::{self, Tracking};
 use capstan_compare::{Comparison, Discovery, KindInfo, ObjectKey, describe_kube_error};
@@ -176,8 +177,24 @@ impl Pipeline {
             .unwrap_or_default()
     }
 
-    /// Render `app` at `resolved` and compare it with its destination.
+    /// Render `app` at `resolved` and compare it with its destination, reading the live state from
+    /// the controller's watch cache where it has one.
     pub async fn compare(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
+        self.compare_with(app, resolved, true).await
+    }
+
+    /// [`Pipeline::compare`] reading the live state from the API server: for an operation's own
+    /// comparisons, which must see what it has just applied.
+    pub async fn compare_fresh(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
+        self.compare_with(app, resolved, false).await
+    }
+
+    async fn compare_with(
+        &self,
+        app: &Application,
+        resolved: Resolved,
+        cached: bool,
+    ) -> Result<AppState, PipelineError> {
         let dest = self.destination(app).await?;
         let (client, discovery) = (&dest.client, &dest.discovery);
         let (project, rules) = self.projects.get(&app.spec.project).await?;
@@ -221,7 +238,8 @@ impl Pipeline {
         let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
         check_namespaces(&dest, &desired)?;
         let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
-        let live = live_objects(client, discovery, &desired, &previous, &tracking).await?;
+        let cache = cached.then_some(&dest.watches);
+        let live = live_objects(client, discovery, &desired, &previous, &tracking, cache).await?;
         let comparison = capstan_compare::compare(client, desired, live, &tracking, &app.spec.ignore_differences)
             .await
             .map_err(|e| PipelineError::Comparison(e.to_string()))?;
@@ -413,13 +431,15 @@ async fn prepare(
 }
 
 /// Live objects: everything carrying this Application's tracking label, in every kind it renders or
-/// managed before, plus the live state of desired objects that are not tracked (yet).
+/// managed before (from `cache` where it has the kind, else listed), plus the live state of desired
+/// objects that are not tracked (yet).
 async fn live_objects(
     client: &Client,
     discovery: &Discovery,
     desired: &[Desired],
     previous: &[ResourceStatus],
     tracking: &Tracking,
+    cache: Option<&crate::watches::Watches>,
 ) -> Result<Vec<(Value, KindInfo)>, PipelineError> {
     // Kinds and the namespaces they are used in (desired now, or managed before): listing per
     // namespace keeps each request proportional to the Application, not to the cluster.
@@ -454,6 +474,8 @@ async fn live_objects(
         }
     }
     let selector = tracking.selector();
+    let label = tracking.label_value();
+    let mut live = Vec::new();
     let requests: Vec<(KindInfo, Option<String>)> = kinds
         .into_values()
         .flat_map(|(info, namespaces)| {
@@ -468,7 +490,25 @@ async fn live_objects(
             }
         })
         .collect();
-    let lists: Vec<Result<Vec<(Value, KindInfo)>, PipelineError>> = stream::iter(requests)
+    // Kinds the watch cache holds are read from it; the others are listed.
+    let mut to_list = Vec::new();
+    for (info, namespace) in requests {
+        match cache.and_then(|c| c.cached(&info)) {
+            Some(store) => live.extend(
+                store
+                    .state()
+                    .iter()
+                    .filter(|o| {
+                        o.metadata.labels.as_ref().and_then(|l| l.get(TRACKING_LABEL)) == Some(&label)
+                            && (namespace.is_none() || o.metadata.namespace == namespace)
+                    })
+                    .filter_map(|o| serde_json::to_value(with_type(o.as_ref().clone(), &info)).ok())
+                    .map(|v| (v, info.clone())),
+            ),
+            None => to_list.push((info, namespace)),
+        }
+    }
+    let lists: Vec<Result<Vec<(Value, KindInfo)>, PipelineError>> = stream::iter(to_list)
         .map(|(info, namespace)| {
             let selector = selector.clone();
             async move {
@@ -492,7 +532,6 @@ async fn live_objects(
         .buffer_unordered(8)
         .collect()
         .await;
-    let mut live = Vec::new();
     for l in lists {
         live.extend(l?);
     }

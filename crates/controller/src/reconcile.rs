@@ -207,7 +207,15 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         Err(err) => return report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await,
     };
     let compare_started = Instant::now();
-    let state = match ctx.pipeline.compare(&app, resolved.clone()).await {
+    // An operation acts on what it compares: it reads the live state from the API server. Any
+    // other comparison reads the watch cache (fed before the watch event that triggered it).
+    let (requested_any, running_any) = (requested.is_some(), running.is_some());
+    let compared = if requested_any || running_any {
+        ctx.pipeline.compare_fresh(&app, resolved.clone()).await
+    } else {
+        ctx.pipeline.compare(&app, resolved.clone()).await
+    };
+    let state = match compared {
         Ok(s) => s,
         Err(err) => return report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await,
     };
@@ -230,8 +238,18 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         }
         None => running.or_else(|| operation::automated(&app, &status, &state)),
     };
+    let from_cache = !(requested_any || running_any);
     let state = match op {
         Some(op) => {
+            // An automated sync was decided on the cached view; it acts on a fresh one.
+            let state = if from_cache {
+                match ctx.pipeline.compare_fresh(&app, resolved.clone()).await {
+                    Ok(s) => s,
+                    Err(err) => return report_error(&ctx, &mut app, status, err).await,
+                }
+            } else {
+                state
+            };
             let after = operation::run(&ctx, &mut app, &mut status, state, op).await?;
             match after {
                 Some(s) => s,

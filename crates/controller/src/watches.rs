@@ -1,11 +1,15 @@
-//! Metadata-only watches on every kind Capstan manages, filtered by the tracking label, so memory
-//! grows with the objects Capstan manages and not with the cluster. A change to a managed object
-//! triggers a reconcile of the Application named in its tracking annotation, at once for the first
-//! change and at most once per [`THROTTLE`] after it: a rollout's burst of status updates (a
-//! Deployment reports progress several times a second) becomes two comparisons instead of one each,
-//! while a single drift is still noticed immediately.
+//! Watches on every kind Capstan manages, filtered by the tracking label, so memory grows with the
+//! objects Capstan manages and not with the cluster. They do two things:
+//!
+//! - keep a cache of those objects (without `managedFields`), from which comparisons read the live
+//!   state instead of listing it from the API server on every reconcile (see [`Watches::cached`]);
+//! - trigger a reconcile of the Application named in a changed object's tracking annotation, at once
+//!   for the first change and at most once per [`THROTTLE`] after it: a rollout's burst of status
+//!   updates (a Deployment reports progress several times a second) becomes two comparisons instead
+//!   of one each, while a single drift is still noticed immediately.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,8 +20,7 @@ use crate::clusters::Trigger;
 use capstan_compare::normalize::TRACKING_ANNOTATION;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// Shortest time between two reconciles of one Application caused by changes to its objects.
@@ -26,10 +29,18 @@ pub const THROTTLE: Duration = Duration::from_millis(750);
 /// The set of watched kinds and where their events go.
 pub struct Watches {
     client: kube::Client,
-    kinds: Mutex<HashSet<(String, String)>>,
+    kinds: Mutex<HashMap<(String, String), Cache>>,
     trigger: Trigger,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     throttle: Arc<Throttle>,
+}
+
+/// The managed objects of one kind, as the watch last saw them.
+#[derive(Clone)]
+struct Cache {
+    store: Store<DynamicObject>,
+    /// Listed completely and not failing since: only then may comparisons read from it.
+    ready: Arc<AtomicBool>,
 }
 
 /// Per Application: when its last object-change reconcile was sent, and whether one is scheduled.
@@ -70,11 +81,20 @@ impl Watches {
     pub fn new(client: kube::Client, trigger: Trigger) -> Self {
         Self {
             client,
-            kinds: Mutex::new(HashSet::new()),
+            kinds: Mutex::new(HashMap::new()),
             trigger,
             tasks: Mutex::new(Vec::new()),
             throttle: Arc::default(),
         }
+    }
+
+    /// The cached managed objects of `info`'s kind, when its watch has listed them and is healthy.
+    pub fn cached(&self, info: &KindInfo) -> Option<Store<DynamicObject>> {
+        let key = (info.resource.api_version.clone(), info.resource.kind.clone());
+        lock(&self.kinds)
+            .get(&key)
+            .filter(|c| c.ready.load(Ordering::SeqCst))
+            .map(|c| c.store.clone())
     }
 
     /// Start watching `info`'s kind unless it is watched already.
@@ -84,25 +104,55 @@ impl Watches {
             return;
         };
         let key = (info.resource.api_version.clone(), info.resource.kind.clone());
+        let writer = reflector::store::Writer::<DynamicObject>::new(info.resource.clone());
+        let ready = Arc::new(AtomicBool::new(false));
         {
             let mut kinds = lock(&self.kinds);
-            if !kinds.insert(key) {
+            if kinds.contains_key(&key) {
                 return;
             }
+            kinds.insert(
+                key,
+                Cache {
+                    store: writer.as_reader(),
+                    ready: ready.clone(),
+                },
+            );
         }
-        // Metadata only: memory grows with the number of managed objects, not their size.
-        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), &info.resource);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &info.resource);
         let kind = info.resource.kind.clone();
         let throttle = self.throttle.clone();
         let task = tokio::spawn(async move {
             tracing::debug!(%kind, "watching managed objects");
-            let stream = watcher(api, watcher::Config::default().labels(TRACKING_LABEL)).default_backoff();
+            let stream = watcher(api, watcher::Config::default().labels(TRACKING_LABEL))
+                .default_backoff()
+                // Only the comparison's view of the objects is kept: their field ownership is not
+                // compared and is often the largest part of them.
+                .modify(|o| o.metadata.managed_fields = None);
+            // The store is updated before the event comes out, so the reconcile it triggers reads
+            // the change from the cache.
+            let stream = reflector::reflector(writer, stream);
             let mut stream = std::pin::pin!(stream);
+            let mut listed = false;
             while let Some(event) = stream.next().await {
                 let objs = match event {
-                    Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::Delete(o)) => vec![o],
+                    Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::Delete(o)) => {
+                        // A watch resumed after an error (from its last resourceVersion) missed
+                        // nothing: its first event shows it is healthy again.
+                        if listed {
+                            ready.store(true, Ordering::SeqCst);
+                        }
+                        vec![o]
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        listed = true;
+                        ready.store(true, Ordering::SeqCst);
+                        continue;
+                    }
                     Ok(_) => continue,
                     Err(err) => {
+                        // Until the next complete list, comparisons list from the API server.
+                        ready.store(false, Ordering::SeqCst);
                         tracing::debug!(%kind, %err, "watch error");
                         continue;
                     }
