@@ -16,13 +16,15 @@ use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
+mod ui;
+
 #[derive(Debug, clap::Parser)]
 struct Args {
     /// The capstan binary to benchmark.
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
-    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook.
-    #[arg(long, default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook")]
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui.
+    #[arg(long, default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui")]
     only: String,
     /// ConfigMaps in the first-sync benchmark.
     #[arg(long, default_value_t = 2000)]
@@ -39,6 +41,9 @@ struct Args {
     /// Drift samples in the self-heal benchmark.
     #[arg(long, default_value_t = 50)]
     samples: usize,
+    /// Applications in the web UI list benchmark.
+    #[arg(long, default_value_t = 1000)]
+    ui_apps: usize,
 }
 
 /// The controller's Git poll interval during the benchmarks (shorter than the default 180 s so that
@@ -77,6 +82,19 @@ async fn main() -> anyhow::Result<()> {
         "# capstan benchmarks ({} cores)",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
+    if only.iter().any(|b| *b != "ui") {
+        controller_benchmarks(&args, &only, capstan.clone()).await?;
+    }
+    if only.contains(&"ui") {
+        // On its own control plane, without a controller: nothing but the benchmark changes the
+        // Applications while the page is measured.
+        ui::ui_list(&capstan, args.ui_apps).await?;
+    }
+    Ok(())
+}
+
+/// Benchmarks 1–7, against one control plane and one controller.
+async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> anyhow::Result<()> {
     let bench = Bench::start(capstan).await?;
     if only.contains(&"sync") || only.contains(&"resync") {
         bench.first_sync_and_resync(args.configmaps).await?;

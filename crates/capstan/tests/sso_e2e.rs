@@ -7,18 +7,16 @@
 //! the login in progress (wrong `state`) is refused with a message on the login page.
 
 mod common;
-#[path = "common/webdriver.rs"]
-mod webdriver;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use capstan_testkit::TestCluster;
+use capstan_testkit::webdriver::Browser;
 use serde_json::{Value, json};
 
 use common::{capstan, kubectl, text, until};
-use webdriver::Browser;
 
 const WAIT: Duration = Duration::from_secs(60);
 const CLIENT_ID: &str = "capstan";

@@ -7,17 +7,15 @@
 //! `docs/images/` is made).
 
 mod common;
-#[path = "common/webdriver.rs"]
-mod webdriver;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use capstan_testkit::webdriver::Browser;
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::json;
 
 use common::{capstan, kubectl, text, until};
-use webdriver::Browser;
 
 const WAIT: Duration = Duration::from_secs(90);
 

@@ -184,10 +184,28 @@ document.getElementById('logout').addEventListener('click', async () => {
 // ---------------------------------------------------------------------------------------------
 // Applications list (live)
 
+// Live updates re-render the list at most once per frame, and, when rendering is costly (a long
+// list: the table's layout grows with its rows), leave the page twice the last render's time
+// before the next one, so that a burst of updates cannot keep the page busy.
 let listFrame = 0;
+let listTimer = 0;
+let listNextAt = 0;
 function scheduleListRender() {
-  if (state.page !== 'list' || listFrame) return;
-  listFrame = requestAnimationFrame(() => { listFrame = 0; renderRows(); });
+  if (state.page !== 'list' || listFrame || listTimer) return;
+  const frame = () => {
+    listFrame = requestAnimationFrame(() => {
+      listFrame = 0;
+      const start = performance.now();
+      renderRows();
+      const tbody = document.getElementById('rows');
+      if (tbody) void tbody.offsetHeight; // lay out now (the frame would anyway) to count its cost
+      const end = performance.now();
+      listNextAt = end + 2 * (end - start);
+    });
+  };
+  const wait = listNextAt - performance.now();
+  if (wait > 0) listTimer = setTimeout(() => { listTimer = 0; frame(); }, wait);
+  else frame();
 }
 
 function openListStream() {
@@ -265,18 +283,14 @@ function renderFilters() {
   };
 }
 
-function renderRows() {
-  const tbody = document.getElementById('rows');
-  if (!tbody) return;
-  const all = [...state.apps.values()].sort((a, b) => a.name.localeCompare(b.name));
-  const shown = all.filter(matches);
-  document.getElementById('count').textContent = `(${shown.length} of ${all.length})`;
-  if (!shown.length) {
-    tbody.innerHTML = `<tr><td colspan="8" class="empty">${all.length ? 'No Application matches the filters.' : 'No Applications yet.'}</td></tr>`;
-    return;
-  }
-  tbody.innerHTML = shown.map((a) => `
-    <tr data-testid="app-row" data-app="${esc(a.name)}">
+// Rows are kept per Application and reused for as long as its summary is the same object (the
+// stream stores a new object for every change), so a live update re-creates only the rows that
+// changed, a filter only adds and removes rows, and the rows that stay are not touched.
+const rowCache = new Map(); // name -> { summary, el }
+const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
+
+function rowHtml(a) {
+  return `<tr data-testid="app-row" data-app="${esc(a.name)}">
       <td><a href="/applications/${esc(a.name)}" data-link data-testid="app-link">${esc(a.name)}</a></td>
       <td>${esc(a.project)}</td>
       <td>${syncBadge(a.sync, 'app-sync-badge')}</td>
@@ -285,7 +299,48 @@ function renderRows() {
       <td>${esc(a.cluster)}</td>
       <td>${esc(a.destNamespace)}</td>
       <td>${phaseBadge(a.operation && a.operation.phase)}</td>
-    </tr>`).join('');
+    </tr>`;
+}
+
+function renderRows() {
+  const tbody = document.getElementById('rows');
+  if (!tbody) return;
+  const all = [...state.apps.values()].sort((a, b) => byName(a.name, b.name));
+  const shown = all.filter(matches);
+  const count = document.getElementById('count');
+  const counted = `(${shown.length} of ${all.length})`;
+  if (count.textContent !== counted) count.textContent = counted;
+  for (const name of rowCache.keys()) if (!state.apps.has(name)) rowCache.delete(name);
+  if (!shown.length) {
+    tbody.innerHTML = `<tr><td colspan="8" class="empty">${all.length ? 'No Application matches the filters.' : 'No Applications yet.'}</td></tr>`;
+    return;
+  }
+  // New and changed rows, parsed together.
+  const stale = shown.filter((a) => { const c = rowCache.get(a.name); return !c || c.summary !== a; });
+  if (stale.length) {
+    const parsed = document.createElement('tbody');
+    parsed.innerHTML = stale.map(rowHtml).join('');
+    const els = [...parsed.children];
+    stale.forEach((a, i) => {
+      const old = rowCache.get(a.name);
+      // A changed row on the page is replaced where it is.
+      if (old && old.el.parentNode === tbody) old.el.replaceWith(els[i]);
+      rowCache.set(a.name, { summary: a, el: els[i] });
+    });
+  }
+  // Put the shown rows in order, moving only those out of place, then drop what follows them.
+  let next = tbody.firstChild;
+  for (const a of shown) {
+    const { el } = rowCache.get(a.name);
+    if (el === next) next = next.nextSibling;
+    else tbody.insertBefore(el, next);
+  }
+  if (next) {
+    const rest = document.createRange();
+    rest.setStartBefore(next);
+    rest.setEndAfter(tbody.lastChild);
+    rest.deleteContents();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ pub mod capstan;
 pub mod cluster;
 pub mod git;
 pub mod ssh;
+pub mod webdriver;
 
 pub use cluster::TestCluster;
 pub use git::{GitServer, commit_files, run_git};

@@ -3,9 +3,8 @@
 //!
 //! Written by hand (a few JSON-over-HTTP calls) because the maintained Rust client, fantoccini, brings
 //! a second rustls crypto provider (aws-lc) into the workspace, which breaks the provider kube relies
-//! on and costs minutes of C compilation.
-
-#![allow(dead_code)]
+//! on and costs minutes of C compilation. Used by the browser tests of `crates/capstan/tests` and by
+//! the UI benchmark of `capstan-bench`.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -223,6 +222,12 @@ impl Browser {
     /// Run `script` (a function body) in the page.
     pub fn execute(&self, script: &str, args: Vec<Value>) -> anyhow::Result<Value> {
         self.session_call("POST", "/execute/sync", Some(json!({"script": script, "args": args})))
+    }
+
+    /// Run a Chrome DevTools Protocol command (chromedriver's `goog/cdp/execute`), e.g.
+    /// `Runtime.getHeapUsage`.
+    pub fn cdp(&self, cmd: &str, params: Value) -> anyhow::Result<Value> {
+        self.session_call("POST", "/goog/cdp/execute", Some(json!({"cmd": cmd, "params": params})))
     }
 
     /// Save a PNG screenshot of the page to `path`.
