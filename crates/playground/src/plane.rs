@@ -409,6 +409,11 @@ async fn start_core(
         .arg(format!("--cluster-signing-key-file={}", pki.ca_key.display()))
         .arg("--concurrent-deployment-syncs=10")
         .arg("--concurrent-replicaset-syncs=10")
+        // Its client is limited to 20 requests/s by default (a shared production API server's
+        // protection): with hundreds of Deployments created at once that limit, not the API server
+        // or Capstan, decides when they become available. This API server is its alone.
+        .arg("--kube-api-qps=200")
+        .arg("--kube-api-burst=400")
         .arg("--profiling=false");
     spawn_component(dir, "kube-controller-manager", kcm)?;
     Ok(())
