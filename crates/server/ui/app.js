@@ -252,9 +252,9 @@ function renderList() {
   $main.innerHTML = `
     <h1>Applications <span class="muted" id="count"></span></h1>
     <div class="filters" id="filters"></div>
-    <table>
-      <thead><tr><th>Name</th><th>Project</th><th>Sync</th><th>Health</th><th>Revision</th><th>Cluster</th><th>Namespace</th><th>Operation</th></tr></thead>
-      <tbody id="rows"><tr><td colspan="8" class="empty">Loading…</td></tr></tbody>
+    <table class="apps" role="table">
+      <thead role="rowgroup"><tr role="row">${['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation'].map((h) => `<th role="columnheader">${h}</th>`).join('')}</tr></thead>
+      <tbody id="rows" role="rowgroup"><tr role="row"><td colspan="8" class="empty" role="cell">Loading…</td></tr></tbody>
     </table>`;
   renderFilters();
   renderRows();
@@ -290,15 +290,15 @@ const rowCache = new Map(); // name -> { summary, el }
 const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
 
 function rowHtml(a) {
-  return `<tr data-testid="app-row" data-app="${esc(a.name)}">
-      <td><a href="/applications/${esc(a.name)}" data-link data-testid="app-link">${esc(a.name)}</a></td>
-      <td>${esc(a.project)}</td>
-      <td>${syncBadge(a.sync, 'app-sync-badge')}</td>
-      <td>${healthBadge(a.health, 'app-health-badge')}</td>
-      <td class="mono">${esc(short(a.revision))}</td>
-      <td>${esc(a.cluster)}</td>
-      <td>${esc(a.destNamespace)}</td>
-      <td>${phaseBadge(a.operation && a.operation.phase)}</td>
+  return `<tr role="row" data-testid="app-row" data-app="${esc(a.name)}">
+      <td role="cell" title="${esc(a.name)}"><a href="/applications/${esc(a.name)}" data-link data-testid="app-link">${esc(a.name)}</a></td>
+      <td role="cell">${esc(a.project)}</td>
+      <td role="cell">${syncBadge(a.sync, 'app-sync-badge')}</td>
+      <td role="cell">${healthBadge(a.health, 'app-health-badge')}</td>
+      <td role="cell" class="mono">${esc(short(a.revision))}</td>
+      <td role="cell">${esc(a.cluster)}</td>
+      <td role="cell">${esc(a.destNamespace)}</td>
+      <td role="cell">${phaseBadge(a.operation && a.operation.phase)}</td>
     </tr>`;
 }
 
@@ -312,7 +312,7 @@ function renderRows() {
   if (count.textContent !== counted) count.textContent = counted;
   for (const name of rowCache.keys()) if (!state.apps.has(name)) rowCache.delete(name);
   if (!shown.length) {
-    tbody.innerHTML = `<tr><td colspan="8" class="empty">${all.length ? 'No Application matches the filters.' : 'No Applications yet.'}</td></tr>`;
+    tbody.innerHTML = `<tr role="row"><td colspan="8" class="empty" role="cell">${all.length ? 'No Application matches the filters.' : 'No Applications yet.'}</td></tr>`;
     return;
   }
   // New and changed rows, parsed together.
