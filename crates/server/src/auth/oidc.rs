@@ -575,6 +575,13 @@ fn check_id_token(
     let data =
         jsonwebtoken::decode::<Value>(token, key, &validation).map_err(|e| format!("the ID token was refused: {e}"))?;
     let claims = data.claims;
+    // A token for several audiences must name this client as the party it was issued to.
+    if let Some(Value::Array(audiences)) = claims.get("aud")
+        && audiences.len() > 1
+        && claims.get("azp").and_then(Value::as_str) != Some(client_id)
+    {
+        return Err("the ID token has several audiences and is not authorized for this client (azp)".into());
+    }
     let sent = claims.get("nonce").and_then(Value::as_str).unwrap_or("");
     if !constant_time_eq(sent.as_bytes(), nonce.as_bytes()) {
         return Err("the ID token's nonce does not match this login".into());
@@ -772,6 +779,11 @@ url: https://capstan.example.test/
             let err = check(&bad).unwrap_err();
             assert!(err.contains(why), "{field}: {err}");
         }
+        let mut shared = good.clone();
+        shared["aud"] = serde_json::json!(["capstan", "other-client"]);
+        assert!(check(&shared).unwrap_err().contains("azp"));
+        shared["azp"] = "capstan".into();
+        assert!(check(&shared).is_ok());
         // A token signed by another key, and one whose payload was altered after signing.
         let (other, _) = signer();
         let forged = token(&other, good.clone());
