@@ -24,7 +24,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// Shortest time between two reconciles of one Application caused by changes to its objects.
-pub const THROTTLE: Duration = Duration::from_millis(750);
+pub const THROTTLE: Duration = Duration::from_millis(250);
 
 /// The set of watched kinds and where their events go.
 pub struct Watches {
