@@ -5,8 +5,9 @@
 //! - [`reconcile`]: what happens to one Application on each trigger — status, conditions, automated
 //!   sync, self-heal, requested operations, deletion with the resources finalizer.
 //! - [`operation`]: running a sync or rollback and recording it (operation state, history, Events).
-//! - [`watches`]: metadata-only watches, filtered by Capstan's tracking label, on every kind Capstan
-//!   manages; a change to a managed object re-reconciles its Application within about a second.
+//! - [`watches`]: watches, filtered by Capstan's tracking label, on every kind Capstan manages: a
+//!   cache of the live managed objects that comparisons read, and a trigger that re-reconciles an
+//!   Application when one of its objects changes.
 //! - [`clusters`]: destination clusters — `in-cluster` and those registered with cluster Secrets —
 //!   each with its client, discovery and watches, probed for reachability.
 //! - [`credentials`]: repository Secrets.
