@@ -548,18 +548,7 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     );
     assert_eq!(dev.post("/api/applications/web/sync", json!({})).status, 404);
     let policy = "default: none\ngrants:\n  - {role: read-only, projects: ['*'], users: [dev]}\n";
-    let out = kubectl(
-        &kc,
-        &[
-            "-n",
-            "capstan",
-            "create",
-            "configmap",
-            "capstan-rbac",
-            &format!("--from-literal=policy.yaml={policy}"),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    common::create_policy(&kc, policy);
     until("dev may read", Duration::from_secs(10), || {
         dev.get("/api/applications/web").status == 200
     });

@@ -105,18 +105,7 @@ async fn people_log_in_through_an_oidc_provider_and_get_their_groups_roles() -> 
     let out = capstan(&kc, &["install"]);
     assert!(out.status.success(), "{}", text(&out));
     let policy = "grants:\n  - {role: sync, projects: ['*'], groups: [developers]}\n";
-    let out = kubectl(
-        &kc,
-        &[
-            "-n",
-            "capstan",
-            "create",
-            "configmap",
-            "capstan-rbac",
-            &format!("--from-literal=policy.yaml={policy}"),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    common::create_policy(&kc, policy);
     let scratch = tempfile::tempdir()?;
     let app = scratch.path().join("app.yaml");
     std::fs::write(

@@ -53,18 +53,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
         .success()
     );
     let policy = "grants:\n  - {role: read-only, projects: ['*'], users: [viewer]}\n";
-    let out = kubectl(
-        &kc,
-        &[
-            "-n",
-            "capstan",
-            "create",
-            "configmap",
-            "capstan-rbac",
-            &format!("--from-literal=policy.yaml={policy}"),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    common::create_policy(&kc, policy);
 
     git.create_repo("examples")?;
     let v1 = git.commit(

@@ -35,6 +35,23 @@ pub fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
         .expect("run kubectl")
 }
 
+/// Create the RBAC policy ConfigMap `capstan/capstan-rbac` with `policy` (YAML), failing the test
+/// if kubectl refuses.
+pub fn create_policy(kubeconfig: &str, policy: &str) {
+    let out = kubectl(
+        kubeconfig,
+        &[
+            "-n",
+            "capstan",
+            "create",
+            "configmap",
+            "capstan-rbac",
+            &format!("--from-literal=policy.yaml={policy}"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// stdout and stderr of a finished command.
 pub fn text(out: &Output) -> String {
     format!(
