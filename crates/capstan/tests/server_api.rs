@@ -358,21 +358,7 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
 
     // Webhooks: with a secret configured, a forged signature changes nothing; a signed push to main
     // refreshes `web` only.
-    let out = kubectl(
-        &kc,
-        &[
-            "-n",
-            "capstan",
-            "patch",
-            "secret",
-            "capstan-secret",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"stringData":{"webhook.github.secret":"s3cr3t"}}"#,
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    common::set_secret_value(&kc, "webhook.github.secret", "s3cr3t");
     let v2 = git.commit(
         "site",
         "main",

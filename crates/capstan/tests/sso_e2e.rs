@@ -145,22 +145,7 @@ async fn people_log_in_through_an_oidc_provider_and_get_their_groups_roles() -> 
         "name: Test IdP\nissuer: {}\nclientID: {CLIENT_ID}\nclientSecret: {CLIENT_SECRET}\nurl: {base}\n",
         provider.issuer
     );
-    let patch = json!({"stringData": {"oidc.config": config}}).to_string();
-    let out = kubectl(
-        &kc,
-        &[
-            "-n",
-            "capstan",
-            "patch",
-            "secret",
-            "capstan-secret",
-            "--type",
-            "merge",
-            "-p",
-            &patch,
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    common::set_secret_value(&kc, "oidc.config", &config);
     until("the server to offer single sign-on", WAIT, || {
         ureq::get(&format!("{server}/api/settings"))
             .call()

@@ -52,6 +52,27 @@ pub fn create_policy(kubeconfig: &str, policy: &str) {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// Set `key` of the server's Secret `capstan/capstan-secret` to `value`, failing the test if kubectl
+/// refuses.
+pub fn set_secret_value(kubeconfig: &str, key: &str, value: &str) {
+    let patch = serde_json::json!({"stringData": {key: value}}).to_string();
+    let out = kubectl(
+        kubeconfig,
+        &[
+            "-n",
+            "capstan",
+            "patch",
+            "secret",
+            "capstan-secret",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// stdout and stderr of a finished command.
 pub fn text(out: &Output) -> String {
     format!(

@@ -152,6 +152,9 @@ fn check_url(field: &str, url: &str) -> Result<(), String> {
     }
 }
 
+/// The client the provider is reached with.
+type Http = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 /// What the provider's discovery document says (the parts used here).
 #[derive(Debug, Clone, Deserialize)]
 struct Discovery {
@@ -166,7 +169,7 @@ struct Provider {
     config: OidcConfig,
     discovery: Discovery,
     keys: tokio::sync::RwLock<(JwkSet, Instant)>,
-    http: HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: Http,
     fetched: Instant,
 }
 
@@ -218,9 +221,7 @@ impl Sso {
     }
 }
 
-fn http_client(
-    root_ca: Option<&str>,
-) -> Result<HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>, String> {
+fn http_client(root_ca: Option<&str>) -> Result<Http, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
@@ -253,17 +254,11 @@ fn http_client(
     Ok(HttpClient::builder(hyper_util::rt::TokioExecutor::new()).build(connector))
 }
 
-async fn fetch_keys(
-    http: &HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
-    url: &str,
-) -> Result<JwkSet, String> {
+async fn fetch_keys(http: &Http, url: &str) -> Result<JwkSet, String> {
     serde_json::from_value(get_json(http, url).await?).map_err(|e| format!("key set {url}: {e}"))
 }
 
-async fn get_json(
-    http: &HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
-    url: &str,
-) -> Result<Value, String> {
+async fn get_json(http: &Http, url: &str) -> Result<Value, String> {
     let request = hyper::Request::get(url)
         .header(header::ACCEPT, "application/json")
         .body(Full::default())
@@ -271,11 +266,7 @@ async fn get_json(
     send(http, request, url).await
 }
 
-async fn send(
-    http: &HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
-    request: hyper::Request<Full<Bytes>>,
-    url: &str,
-) -> Result<Value, String> {
+async fn send(http: &Http, request: hyper::Request<Full<Bytes>>, url: &str) -> Result<Value, String> {
     let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
         let response = http
             .request(request)
