@@ -118,7 +118,11 @@ pub async fn run(
                     app_ref.name
                 ));
             }
-            watcher::Event::Apply(app) | watcher::Event::InitApply(app) => forget.observe(app),
+            watcher::Event::Apply(app) => {
+                forget.record_observed(app);
+                forget.observe(app);
+            }
+            watcher::Event::InitApply(app) => forget.observe(app),
             _ => {}
         })
         .applied_objects()

@@ -287,38 +287,28 @@ pub async fn run(
         HashSet::new()
     };
     status.operation_state = Some(op_state.clone());
-    // A sync with nothing to do (everything Synced, no hooks, nothing to prune, no re-apply asked)
-    // needs no `Running` record to resume from: it is recorded once, when it has succeeded. On a
-    // large Application this saves a status write of the whole resource list.
-    let nothing_to_do = !resuming
-        && op.rollback.is_none()
-        && work_state.comparison.sync() == capstan_compare::SyncCode::Synced
-        && !work_state
-            .comparison
-            .resources
-            .iter()
-            .any(|r| r.hook || r.requires_pruning)
-        && !op.sync.as_ref().is_some_and(|s| {
-            s.sync_options
-                .iter()
-                .any(|o| annotations::has_option(o, "ApplyOutOfSyncOnly=false"))
-        })
-        && !app.spec.sync_policy.as_ref().is_some_and(|p| {
-            p.sync_options
-                .iter()
-                .any(|o| annotations::has_option(o, "ApplyOutOfSyncOnly=false"))
-        });
-    if !nothing_to_do {
-        write_status(ctx, app, status, Some(&work_state), None).await?;
-    }
+    // A sync with nothing to do needs no `Running` record to resume from: it is recorded once, when
+    // it has succeeded. On a large Application this saves a status write of the whole resource list.
+    let nothing_to_do = !resuming && nothing_to_do(app, &op, &work_state);
     let what = if op.rollback.is_some() { "rollback" } else { "sync" };
-    ctx.event(
+    let started_event = ctx.event(
         app,
         EventType::Normal,
         "OperationStarted",
         format!("{what} to {} started ({})", short(&op_state.revision), op.initiated_by),
-    )
-    .await;
+    );
+    let recorded = async {
+        if nothing_to_do {
+            return Ok(Duration::ZERO);
+        }
+        let written = Instant::now();
+        write_status(ctx, app, status, Some(&work_state), None).await?;
+        tracing::debug!(app = %op_key, elapsed_ms = written.elapsed().as_millis() as u64, "Running recorded");
+        Ok(written.elapsed())
+    };
+    // Published while the operation runs; the event of its end waits for it (events keep their order).
+    let started_event = tokio::spawn(started_event);
+    let mut write_cost = recorded.await?;
 
     let options: Vec<String> = app
         .spec
@@ -352,22 +342,27 @@ pub async fn run(
     let reporter = async {
         let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &progress_app.namespace().unwrap_or_default());
         while rx.changed().await.is_ok() {
-            // Coalesce updates for up to 500 ms, but stop as soon as the sync ends: its final
-            // status write follows, and waiting here would only delay it.
+            // Coalesce updates, but stop as soon as the sync ends: its final status write follows,
+            // and waiting here would only delay it.
             let coalesce = async { while rx.changed().await.is_ok() {} };
-            if tokio::time::timeout(Duration::from_millis(500), coalesce).await.is_ok() {
+            if tokio::time::timeout(progress_interval(write_cost), coalesce)
+                .await
+                .is_ok()
+            {
                 break;
             }
             let p = rx.borrow_and_update().clone();
             let hooks: Vec<_> = p.results.into_iter().filter(|r| r.hook).collect();
             let patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});
             let pp = PatchParams::default();
+            let written = Instant::now();
             if let Err(err) = apps
                 .patch_status(&progress_app.name_any(), &pp, &Patch::Merge(patch))
                 .await
             {
                 tracing::debug!(err = %describe_kube_error(&err), "progress update");
             }
+            write_cost = written.elapsed();
         }
     };
     // The cluster the comparison was made against, never one looked up again.
@@ -417,8 +412,14 @@ pub async fn run(
     };
     op_state.message = outcome.message.clone();
     op_state.finished_at = Some(now());
-    op_state.resources = outcome.results;
-    if outcome.succeeded && !dry_run {
+    let (listed, unlisted) = listed_results(outcome.results);
+    op_state.resources = listed;
+    if unlisted > 0 {
+        op_state.message.push_str(&format!(
+            "; {unlisted} objects applied without a problem are not listed"
+        ));
+    }
+    let finished_event = if outcome.succeeded && !dry_run {
         let id = status.history.iter().map(|h| h.id).max().unwrap_or(-1) + 1;
         status.history.push(RevisionHistory {
             id,
@@ -429,49 +430,116 @@ pub async fn run(
         let limit = app.spec.revision_history_limit.unwrap_or(10).max(1) as usize;
         let excess = status.history.len().saturating_sub(limit);
         status.history.drain(..excess);
-        ctx.event(
+        Some(ctx.event(
             app,
             EventType::Normal,
             "OperationSucceeded",
             format!("{what} to {} succeeded: {}", short(&op_state.revision), outcome.message),
-        )
-        .await;
+        ))
     } else if !outcome.succeeded {
-        ctx.event(
+        Some(ctx.event(
             app,
             EventType::Warning,
             "OperationFailed",
             format!("{what} to {} failed: {}", short(&op_state.revision), outcome.message),
-        )
-        .await;
-    }
+        ))
+    } else {
+        None
+    };
     status.operation_state = Some(op_state);
     ctx.unwatch_terminate(&op_key);
-    if was_terminated {
-        // Recorded before the request is cleared: a restart in between must not resume the
-        // operation the user stopped.
-        write_status(ctx, app, status, Some(&work_state), None).await?;
-        clear_terminate(ctx, app).await;
-    }
-
-    // Report the state after the operation, against the Application's own target. When the sync
-    // changed nothing, the comparison made before it still holds.
-    if !op_state_changed(status) && op.rollback.is_none() {
-        return Ok(Some(work_state));
-    }
-    let after = ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok();
-    let after = match after {
-        Some(a) if op.rollback.is_none() => a,
-        Some(a) => {
-            let current = ctx.pipeline.resolve(app, None, false).await.ok();
-            match current {
-                Some(r) => ctx.pipeline.compare_fresh(app, r).await.unwrap_or(a),
-                None => a,
-            }
+    // The event is published while the state after the operation is read.
+    let finished_event = async {
+        let _ = started_event.await;
+        if let Some(event) = finished_event {
+            event.await;
         }
-        None => work_state,
     };
-    Ok(Some(after))
+    let after = async {
+        if was_terminated {
+            // Recorded before the request is cleared: a restart in between must not resume the
+            // operation the user stopped.
+            write_status(ctx, app, status, Some(&work_state), None).await?;
+            clear_terminate(ctx, app).await;
+        }
+        // Report the state after the operation, against the Application's own target. When the
+        // sync changed nothing, the comparison made before it still holds.
+        if !op_state_changed(status) && op.rollback.is_none() {
+            return Ok(Some(work_state));
+        }
+        let compared = Instant::now();
+        let after = ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok();
+        tracing::debug!(app = %op_key, elapsed_ms = compared.elapsed().as_millis() as u64, "compared after the sync");
+        let after = match after {
+            Some(a) if op.rollback.is_none() => a,
+            Some(a) => {
+                let current = ctx.pipeline.resolve(app, None, false).await.ok();
+                match current {
+                    Some(r) => ctx.pipeline.compare_fresh(app, r).await.unwrap_or(a),
+                    None => a,
+                }
+            }
+            None => work_state,
+        };
+        Ok(Some(after))
+    };
+    let (after, ()) = tokio::join!(after, finished_event);
+    after
+}
+
+/// How long progress updates of a running operation are coalesced, given how long the last write
+/// of the Application took: every 500 ms for an ordinary Application, but the API server's work for
+/// each write grows with the Application's size, and on a large one it would compete with the
+/// sync's own requests; so at most about an eighth of the time goes to progress writes.
+fn progress_interval(write_cost: Duration) -> Duration {
+    (write_cost * 8).max(Duration::from_millis(500))
+}
+
+/// How many routine results (non-hook objects applied without a problem) an operation lists.
+///
+/// Every object of a large first sync would otherwise be listed: 2,000 objects add ~200 KB to the
+/// Application, and the API server's work for each later write of it (the request annotation, every
+/// status update) grows with its size, as does the risk of reaching etcd's limit on one object.
+pub const LISTED_ROUTINE_RESULTS: usize = 250;
+
+/// The results to record: every hook, failure and prune, and the first [`LISTED_ROUTINE_RESULTS`]
+/// routine applies; with the number of routine applies left out.
+fn listed_results(
+    results: Vec<capstan_api::application::ResourceResult>,
+) -> (Vec<capstan_api::application::ResourceResult>, usize) {
+    let mut routine = 0;
+    let mut unlisted = 0;
+    let listed = results
+        .into_iter()
+        .filter(|r| {
+            if r.hook || r.status != "Synced" || !r.message.is_empty() {
+                return true;
+            }
+            routine += 1;
+            let keep = routine <= LISTED_ROUTINE_RESULTS;
+            if !keep {
+                unlisted += 1;
+            }
+            keep
+        })
+        .collect();
+    (listed, unlisted)
+}
+
+/// Whether `op` has nothing to do on `state`: a sync (not a rollback) of an Application whose
+/// objects are all Synced, with no hooks, nothing to prune and no re-apply of unchanged objects
+/// asked for.
+pub fn nothing_to_do(app: &Application, op: &Operation, state: &AppState) -> bool {
+    let reapply = |options: &[String]| {
+        options
+            .iter()
+            .any(|o| annotations::has_option(o, "ApplyOutOfSyncOnly=false"))
+    };
+    op.rollback.is_none()
+        && state.comparison.sync() == SyncCode::Synced
+        && !state.comparison.resources.iter().any(|r| r.hook || r.requires_pruning)
+        && !op.sync.as_ref().is_some_and(|s| reapply(&s.sync_options))
+        && !app.spec.sync_policy.as_ref().is_some_and(|p| reapply(&p.sync_options))
 }
 
 /// Resolves with who asked once the Application carries the terminate annotation (seen by the
@@ -642,6 +710,55 @@ async fn remove_finalizer(app: &Application, ctx: &Ctx) -> Result<(), ReconcileE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capstan_api::application::ResourceResult;
+
+    fn result(name: &str, status: &str, hook: bool, message: &str) -> ResourceResult {
+        ResourceResult {
+            kind: "ConfigMap".into(),
+            name: name.into(),
+            status: status.into(),
+            hook,
+            message: message.into(),
+            sync_phase: "Sync".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn results_list_every_hook_failure_and_prune_but_only_some_routine_applies() {
+        let mut results: Vec<ResourceResult> = (0..LISTED_ROUTINE_RESULTS + 40)
+            .map(|i| result(&format!("cm-{i:04}"), "Synced", false, ""))
+            .collect();
+        results.push(result("hook", "Synced", true, ""));
+        results.push(result("broken", "SyncFailed", false, "rejected"));
+        results.push(result("gone", "Pruned", false, ""));
+        results.push(result("warned", "Synced", false, "replaced"));
+        let (listed, unlisted) = listed_results(results);
+        assert_eq!(unlisted, 40);
+        assert_eq!(listed.len(), LISTED_ROUTINE_RESULTS + 4);
+        for name in ["hook", "broken", "gone", "warned", "cm-0000"] {
+            assert!(listed.iter().any(|r| r.name == name), "{name} listed");
+        }
+        assert!(
+            !listed
+                .iter()
+                .any(|r| r.name == format!("cm-{:04}", LISTED_ROUTINE_RESULTS))
+        );
+
+        let few: Vec<ResourceResult> = (0..3)
+            .map(|i| result(&format!("cm-{i}"), "Synced", false, ""))
+            .collect();
+        assert_eq!(listed_results(few.clone()), (few, 0));
+    }
+
+    #[test]
+    fn progress_writes_take_a_small_share_of_the_time() {
+        assert_eq!(progress_interval(Duration::from_millis(10)), Duration::from_millis(500));
+        assert_eq!(
+            progress_interval(Duration::from_millis(300)),
+            Duration::from_millis(2400)
+        );
+    }
 
     #[test]
     fn parses_go_style_durations() {

@@ -30,9 +30,9 @@ pub struct Ctx {
     pub config: Config,
     /// Kubernetes Events.
     pub recorder: Recorder,
-    /// The resourceVersion of each Application's last status write by this controller: a cached
-    /// object at that version is as fresh as a read (so the reconcile needs no GET).
-    written: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Per Application, the resourceVersion of this controller's last status write and of the
+    /// last version its watch delivered (see [`Ctx::cache_is_fresh`]).
+    written: std::sync::Mutex<std::collections::HashMap<String, Versions>>,
     /// Running operations' terminate signals, fed by the Application watch.
     terminations: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<Option<String>>>>,
 }
@@ -55,16 +55,31 @@ impl Ctx {
         }
     }
 
-    fn written_version(&self, key: &str) -> Option<String> {
-        lock(&self.written).get(key).cloned()
+    /// Whether the watch cache's copy of `key` is as fresh as a read: the watch has delivered this
+    /// controller's last status write of it (so a reconcile queued during a sync cannot act on the
+    /// state from before that sync's final write). Anyone else's later change reaches the cache
+    /// before the reconcile it triggers.
+    fn cache_is_fresh(&self, key: &str) -> bool {
+        lock(&self.written).get(key).is_some_and(|v| v.written_seen)
     }
 
     fn record_written(&self, app: &Application) {
         let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+        let mut written = lock(&self.written);
         match app.resource_version() {
-            Some(rv) => lock(&self.written).insert(key, rv),
-            None => lock(&self.written).remove(&key),
-        };
+            Some(rv) => written.entry(key).or_default().wrote(rv),
+            None => {
+                written.remove(&key);
+            }
+        }
+    }
+
+    /// The watch delivered `app`, and the cache holds it (not so for the events of a re-list, which
+    /// the cache takes in only when the list is complete).
+    pub fn record_observed(&self, app: &Application) {
+        let Some(rv) = app.resource_version() else { return };
+        let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+        lock(&self.written).entry(key).or_default().observed(rv);
     }
 
     /// Forget what is kept per Application (it was deleted).
@@ -95,8 +110,15 @@ impl Ctx {
         }
     }
 
-    /// Publish a Kubernetes Event about `app` (best effort).
-    pub async fn event(&self, app: &Application, type_: EventType, reason: &str, note: String) {
+    /// Publish a Kubernetes Event about `app` (best effort). The returned future owns what it needs,
+    /// so it can run beside a write of `app`.
+    pub fn event(
+        &self,
+        app: &Application,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let event = Event {
             type_,
             reason: reason.into(),
@@ -104,9 +126,41 @@ impl Ctx {
             action: "Sync".into(),
             secondary: None,
         };
-        if let Err(err) = self.recorder.publish(&event, &app.object_ref(&())).await {
-            tracing::debug!(%err, "publishing an event");
+        let recorder = self.recorder.clone();
+        let reference = app.object_ref(&());
+        async move {
+            if let Err(err) = recorder.publish(&event, &reference).await {
+                tracing::debug!(%err, "publishing an event");
+            }
         }
+    }
+}
+
+/// Resource versions of one Application, as this controller wrote and watched them.
+#[derive(Default)]
+struct Versions {
+    /// Of this controller's last status write.
+    written: String,
+    /// Of the last version the watch delivered.
+    observed: String,
+    /// Whether the watch has delivered `written`.
+    written_seen: bool,
+}
+
+impl Versions {
+    /// This controller wrote version `rv`.
+    fn wrote(&mut self, rv: String) {
+        // The watch may deliver the write before its response arrives.
+        self.written_seen = self.observed == rv;
+        self.written = rv;
+    }
+
+    /// The watch delivered version `rv`.
+    fn observed(&mut self, rv: String) {
+        if self.written == rv {
+            self.written_seen = true;
+        }
+        self.observed = rv;
     }
 }
 
@@ -149,13 +203,14 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
 }
 
 async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
     let name = app.name_any();
     let namespace = app.namespace().unwrap_or_default();
     // Decide on the stored object, not an older copy: a reconcile queued during a sync may run
     // before the watch cache has seen that sync's final status, and would act on a stale operation
-    // state. The cached copy is used only when it is the very version this controller last wrote.
+    // state. The cached copy is used once the watch has delivered this controller's last write.
     let key = format!("{namespace}/{name}");
-    let cached_is_fresh = app.resource_version().is_some() && ctx.written_version(&key) == app.resource_version();
+    let cached_is_fresh = app.resource_version().is_some() && ctx.cache_is_fresh(&key);
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut app = if cached_is_fresh {
         (*app).clone()
@@ -180,11 +235,48 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     let requested: Option<Result<Operation, String>> = annotations
         .get(OPERATION_ANNOTATION)
         .map(|raw| serde_json::from_str(raw).map_err(|e| format!("invalid {OPERATION_ANNOTATION} annotation: {e}")));
-    if refresh.is_some() || requested.is_some() {
-        clear_annotations(&ctx, &app, refresh.is_some(), requested.is_some()).await?;
-    }
+    tracing::debug!(app = %key, read = !cached_is_fresh, elapsed_ms = started.elapsed().as_millis() as u64, "reconcile started");
     let mut status = app.status.clone().unwrap_or_default();
     let op_running = status.operation_state.as_ref().is_some_and(|o| o.phase == "Running");
+    let running = status
+        .operation_state
+        .as_ref()
+        .filter(|o| o.phase == "Running")
+        .and_then(|o| o.operation.clone());
+
+    // A request is cleared while Git is asked and the state compared (neither changes anything):
+    // on a large Application the write takes as long as both. Nothing else happens until it is
+    // cleared: an operation must not run twice after a restart, and a write of the Application at
+    // the same time would make the API server redo one of them (both would take longer).
+    let clearing = async {
+        if refresh.is_none() && requested.is_none() {
+            return Ok(());
+        }
+        let raw_request = annotations.get(OPERATION_ANNOTATION).cloned();
+        clear_annotations(&ctx.client, &app, refresh.clone(), raw_request).await?;
+        tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "request cleared");
+        Ok::<(), ReconcileError>(())
+    };
+    // Revision: ask Git at most once per poll interval, unless a refresh or an operation asks.
+    // A refresh or an operation asks Git now; a periodic poll shares one answer per repository among
+    // all its Applications (see `Pipeline::new`).
+    let force = refresh.is_some() || requested.is_some() || running.is_some();
+    // Comparisons read the watch cache (fed before the watch event that triggered them), except
+    // for an operation that resumes: it acts on what it compares, read from the API server.
+    let resuming = running.is_some();
+    let comparing = async {
+        let resolved = resolve(&ctx, &app, force).await?;
+        tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "resolved");
+        let compare_started = Instant::now();
+        let state = if resuming {
+            ctx.pipeline.compare_fresh(&app, resolved.clone()).await
+        } else {
+            ctx.pipeline.compare(&app, resolved.clone()).await
+        }?;
+        Ok::<_, PipelineError>((resolved, state, compare_started.elapsed()))
+    };
+    let (cleared, compared) = tokio::join!(clearing, comparing);
+    cleared?;
     if annotations.contains_key(TERMINATE_ANNOTATION) && !op_running {
         // Nothing runs: the request is stale (and must not stop an operation requested after it).
         operation::clear_terminate(&ctx, &app).await;
@@ -192,37 +284,14 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
             a.remove(TERMINATE_ANNOTATION);
         }
     }
-    let running = status
-        .operation_state
-        .as_ref()
-        .filter(|o| o.phase == "Running")
-        .and_then(|o| o.operation.clone());
-
-    // Revision: ask Git at most once per poll interval, unless a refresh or an operation asks.
-    // A refresh or an operation asks Git now; a periodic poll shares one answer per repository among
-    // all its Applications (see `Pipeline::new`).
-    let force = refresh.is_some() || requested.is_some() || running.is_some();
-    let resolved = match resolve(&ctx, &app, force).await {
-        Ok(r) => r,
-        Err(err) => return report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await,
-    };
-    let compare_started = Instant::now();
-    // An operation acts on what it compares: it reads the live state from the API server. Any
-    // other comparison reads the watch cache (fed before the watch event that triggered it).
-    let (requested_any, running_any) = (requested.is_some(), running.is_some());
-    let compared = if requested_any || running_any {
-        ctx.pipeline.compare_fresh(&app, resolved.clone()).await
-    } else {
-        ctx.pipeline.compare(&app, resolved.clone()).await
-    };
-    let state = match compared {
-        Ok(s) => s,
+    let (resolved, state, compare_time) = match compared {
+        Ok(c) => c,
         Err(err) => return report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await,
     };
     tracing::debug!(
         app = %key,
         objects = state.comparison.resources.len(),
-        elapsed_ms = compare_started.elapsed().as_millis() as u64,
+        elapsed_ms = compare_time.as_millis() as u64,
         sync = state.comparison.sync().as_str(),
         "compared"
     );
@@ -238,11 +307,13 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         }
         None => running.or_else(|| operation::automated(&app, &status, &state)),
     };
-    let from_cache = !(requested_any || running_any);
     let state = match op {
         Some(op) => {
-            // An automated sync was decided on the cached view; it acts on a fresh one.
-            let state = if from_cache {
+            // An operation is decided on the cached view; one that will change something acts on a
+            // fresh one. (The cache may lag behind the cluster by a watch event: a sync found to
+            // have nothing to do is recorded as such, and a change the cache had not seen yet
+            // triggers its own comparison when its event arrives.)
+            let state = if !resuming && !operation::nothing_to_do(&app, &op, &state) {
                 match ctx.pipeline.compare_fresh(&app, resolved.clone()).await {
                     Ok(s) => s,
                     Err(err) => return report_error(&ctx, &mut app, status, err).await,
@@ -263,6 +334,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         status.reconciled_at = Some(now_precise());
     }
     write_status(&ctx, &mut app, &mut status, Some(&state), None).await?;
+    tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
     let automated_pending = app
         .spec
         .sync_policy
@@ -450,24 +522,40 @@ fn set_condition(status: &mut ApplicationStatus, type_: &str, message: String) {
     });
 }
 
-async fn clear_annotations(ctx: &Ctx, app: &Application, refresh: bool, operation: bool) -> Result<(), ReconcileError> {
-    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
-    let mut ann = serde_json::Map::new();
-    if refresh {
-        ann.insert(REFRESH_ANNOTATION.into(), serde_json::Value::Null);
+/// Remove the refresh and operation request annotations, unless they changed since `app` was read
+/// (a JSON patch that first tests their values: a request written meanwhile is kept for the next
+/// reconcile).
+pub async fn clear_annotations(
+    client: &Client,
+    app: &Application,
+    refresh: Option<String>,
+    operation: Option<String>,
+) -> Result<(), ReconcileError> {
+    let api: Api<Application> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
+    let mut ops = Vec::new();
+    for (key, value) in [(REFRESH_ANNOTATION, refresh), (OPERATION_ANNOTATION, operation)] {
+        let Some(value) = value else { continue };
+        let path = format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
+        ops.push(json!({"op": "test", "path": path, "value": value}));
+        ops.push(json!({"op": "remove", "path": path}));
     }
-    if operation {
-        ann.insert(OPERATION_ANNOTATION.into(), serde_json::Value::Null);
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+        .map_err(|e| ReconcileError::Update(app.name_any(), e.to_string()))?;
+    match api
+        .patch(&app.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // A test failed: a newer request replaced the one read; its own reconcile follows.
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            tracing::debug!(app = %app.name_any(), message = %s.message, "request changed before it was cleared");
+            Ok(())
+        }
+        Err(e) => Err(ReconcileError::Update(
+            app.name_any(),
+            capstan_compare::describe_kube_error(&e),
+        )),
     }
-    api.patch(
-        &app.name_any(),
-        &PatchParams::default(),
-        // With the resourceVersion read, so a request written meanwhile is not erased (409: retried).
-        &Patch::Merge(json!({"metadata": {"annotations": ann, "resourceVersion": app.resource_version()}})),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| ReconcileError::Update(app.name_any(), capstan_compare::describe_kube_error(&e)))
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -509,6 +597,26 @@ fn jitter(base: Duration, key: &str) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_is_fresh_once_the_watch_delivered_the_last_write() {
+        let mut v = Versions::default();
+        assert!(!v.written_seen, "nothing written, nothing seen: read");
+        v.wrote("10".into());
+        assert!(!v.written_seen, "written, not delivered yet");
+        v.observed("9".into());
+        assert!(!v.written_seen, "an older version delivered late");
+        v.observed("10".into());
+        assert!(v.written_seen);
+        v.observed("11".into());
+        assert!(v.written_seen, "someone else's later change keeps the cache fresh");
+        v.wrote("12".into());
+        assert!(!v.written_seen, "a new write is not delivered yet");
+        // The watch delivering a write before the response to it arrives.
+        v.observed("13".into());
+        v.wrote("13".into());
+        assert!(v.written_seen);
+    }
 
     #[test]
     fn merge_patches_carry_only_changes_and_null_removed_keys() {

@@ -571,6 +571,58 @@ data: {x: "1"}
         Some(&json!(1)),
         "wave 1 ran only after wave 0 was healthy"
     );
+
+    // A request is cleared only while it is still the one the controller read: one written in
+    // between is kept for the next reconcile. (An Application outside the controller's namespace,
+    // so nothing else touches it.)
+    let namespaces = env.api("v1", "Namespace", "namespaces", None);
+    namespaces
+        .patch(
+            "elsewhere",
+            &kube::api::PatchParams::apply("test"),
+            &kube::api::Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}}),
+            ),
+        )
+        .await?;
+    let apps: kube::Api<capstan_api::Application> = kube::Api::namespaced(env.client.clone(), "elsewhere");
+    let mut other = app("other", &env.git.git_url("slow"), "app", "slow", false);
+    other["metadata"]["namespace"] = json!("elsewhere");
+    let first = json!({"sync": {}, "initiatedBy": "first"}).to_string();
+    other["metadata"]["annotations"] = json!({"capstan.dev/operation": first, "capstan.dev/refresh": "hard"});
+    apps.patch(
+        "other",
+        &kube::api::PatchParams::apply("test"),
+        &kube::api::Patch::Apply(other),
+    )
+    .await?;
+    let read = apps.get("other").await?;
+    let second = json!({"sync": {"prune": true}, "initiatedBy": "second"}).to_string();
+    let newer = json!({"metadata": {"annotations": {"capstan.dev/operation": second}}});
+    apps.patch(
+        "other",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(newer),
+    )
+    .await?;
+    let annotation =
+        |a: &capstan_api::Application, key: &str| a.metadata.annotations.as_ref().and_then(|m| m.get(key)).cloned();
+    capstan_controller::reconcile::clear_annotations(&env.client, &read, Some("hard".into()), Some(first)).await?;
+    let kept = apps.get("other").await?;
+    assert_eq!(
+        annotation(&kept, "capstan.dev/operation"),
+        Some(second.clone()),
+        "the newer request is kept"
+    );
+    assert_eq!(
+        annotation(&kept, "capstan.dev/refresh"),
+        Some("hard".into()),
+        "nothing was removed"
+    );
+    capstan_controller::reconcile::clear_annotations(&env.client, &kept, Some("hard".into()), Some(second)).await?;
+    let cleared = apps.get("other").await?;
+    assert_eq!(annotation(&cleared, "capstan.dev/operation"), None);
+    assert_eq!(annotation(&cleared, "capstan.dev/refresh"), None);
     Ok(())
 }
 
