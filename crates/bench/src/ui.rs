@@ -34,6 +34,20 @@ impl Drop for Server {
     }
 }
 
+/// Send `request(i)` for each of the `n` Applications, `concurrency` at a time.
+async fn for_each_app<F, Fut>(n: usize, concurrency: usize, request: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let results: Vec<anyhow::Result<()>> = stream::iter(0..n)
+        .map(request)
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
 fn name(i: usize) -> String {
     format!("app-{i:04}-t{}", i % 10)
 }
@@ -131,8 +145,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
         ),
     );
     let created = Instant::now();
-    let results: Vec<anyhow::Result<()>> = stream::iter(0..n)
-        .map(|i| {
+    for_each_app(n, 16, |i| {
             let apps = apps.clone();
             async move {
                 let name = name(i);
@@ -150,10 +163,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
                 Ok(())
             }
         })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    .await?;
     let created = created.elapsed();
 
     let cache = tempfile::tempdir()?;
@@ -233,20 +243,16 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     browser.execute(BURST, vec![json!(n)])?;
     let burst_t0 = browser.execute("return window.__bench.burst.t0", vec![])?;
     let patched = Instant::now();
-    let results: Vec<anyhow::Result<()>> = stream::iter(0..n)
-        .map(|i| {
-            let apps = apps.clone();
-            async move {
-                let patch = json!({"spec": {"destination": {"namespace": format!("ns-{}-b", i % NAMESPACES)}}});
-                apps.patch(&name(i), &PatchParams::default(), &Patch::Merge(patch))
-                    .await?;
-                Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    for_each_app(n, 32, |i| {
+        let apps = apps.clone();
+        async move {
+            let patch = json!({"spec": {"destination": {"namespace": format!("ns-{}-b", i % NAMESPACES)}}});
+            apps.patch(&name(i), &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
     let patched = patched.elapsed();
     let burst = poll(
         &browser,

@@ -301,10 +301,11 @@ pub async fn run(
         if nothing_to_do {
             return Ok(Duration::ZERO);
         }
-        let written = Instant::now();
+        let started = Instant::now();
         write_status(ctx, app, status, Some(&work_state), None).await?;
-        tracing::debug!(app = %op_key, elapsed_ms = written.elapsed().as_millis() as u64, "Running recorded");
-        Ok(written.elapsed())
+        let cost = started.elapsed();
+        tracing::debug!(app = %op_key, elapsed_ms = cost.as_millis() as u64, "Running recorded");
+        Ok(cost)
     };
     // Published while the operation runs; the event of its end waits for it (events keep their order).
     let started_event = tokio::spawn(started_event);
@@ -508,7 +509,6 @@ fn listed_results(
     results: Vec<capstan_api::application::ResourceResult>,
 ) -> (Vec<capstan_api::application::ResourceResult>, usize) {
     let mut routine = 0;
-    let mut unlisted = 0;
     let listed = results
         .into_iter()
         .filter(|r| {
@@ -516,14 +516,10 @@ fn listed_results(
                 return true;
             }
             routine += 1;
-            let keep = routine <= LISTED_ROUTINE_RESULTS;
-            if !keep {
-                unlisted += 1;
-            }
-            keep
+            routine <= LISTED_ROUTINE_RESULTS
         })
         .collect();
-    (listed, unlisted)
+    (listed, routine.saturating_sub(LISTED_ROUTINE_RESULTS))
 }
 
 /// Whether `op` has nothing to do on `state`: a sync (not a rollback) of an Application whose

@@ -532,15 +532,18 @@ pub async fn clear_annotations(
     operation: Option<String>,
 ) -> Result<(), ReconcileError> {
     let api: Api<Application> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
+    use json_patch::{PatchOperation, RemoveOperation, TestOperation, jsonptr::PointerBuf};
     let mut ops = Vec::new();
     for (key, value) in [(REFRESH_ANNOTATION, refresh), (OPERATION_ANNOTATION, operation)] {
         let Some(value) = value else { continue };
-        let path = format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
-        ops.push(json!({"op": "test", "path": path, "value": value}));
-        ops.push(json!({"op": "remove", "path": path}));
+        let path = PointerBuf::from_tokens(["metadata", "annotations", key]);
+        ops.push(PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: value.into(),
+        }));
+        ops.push(PatchOperation::Remove(RemoveOperation { path }));
     }
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
-        .map_err(|e| ReconcileError::Update(app.name_any(), e.to_string()))?;
+    let patch = json_patch::Patch(ops);
     match api
         .patch(&app.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch))
         .await
