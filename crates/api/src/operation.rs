@@ -1,8 +1,13 @@
 //! Operation requests: how the CLI and the HTTP server ask the controller to sync or roll back.
 //!
 //! A request is the JSON of [`Operation`] in the annotation [`OPERATION_ANNOTATION`] of an
-//! Application (so `kubectl annotate` works too). The controller removes the annotation when it
-//! starts the operation and reports progress in `status.operationState`.
+//! Application (so `kubectl annotate` works too). The controller reports progress in
+//! `status.operationState`, whose `operation` is the request it runs.
+//!
+//! A request with an [`Operation::id`] (every request Capstan's own clients write) is handled once
+//! `status.operationState.operation.id` names it: the controller removes the annotation after the
+//! operation has finished, off the operation's path. A request without one (say, written with
+//! `kubectl annotate`) is removed before the operation starts.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -27,6 +32,45 @@ pub struct Operation {
     /// Who asked (`cli`, `automated`, a user name).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub initiated_by: String,
+    /// Identifies one request (see [`new_request_id`]): the operation in status that carries it
+    /// handled the request.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+}
+
+/// A new request id, unique for practical purposes: the time in nanoseconds, this process's id
+/// and a counter. (Written by hand rather than with a UUID crate: the id only has to differ from
+/// the previous requests of one Application.)
+pub fn new_request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{nanos:x}-{:x}-{n:x}", std::process::id())
+}
+
+/// The request in `app`'s annotation, unless the operation in its status already handled it (an
+/// unparsable request counts as pending: the controller reports and removes it).
+pub fn pending_request(app: &crate::application::Application) -> Option<&str> {
+    let raw = app.metadata.annotations.as_ref()?.get(OPERATION_ANNOTATION)?;
+    (!handled(app, raw)).then_some(raw.as_str())
+}
+
+/// Whether the request `raw` of `app` is the operation in its status.
+pub fn handled(app: &crate::application::Application, raw: &str) -> bool {
+    let Ok(requested) = serde_json::from_str::<Operation>(raw) else {
+        return false;
+    };
+    !requested.id.is_empty()
+        && app
+            .status
+            .as_ref()
+            .and_then(|s| s.operation_state.as_ref())
+            .and_then(|o| o.operation.as_ref())
+            .is_some_and(|o| o.id == requested.id)
 }
 
 /// Parameters of a sync.
@@ -59,4 +103,67 @@ pub struct RollbackOperation {
     /// Delete objects not in that revision.
     #[serde(default)]
     pub prune: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::application::{Application, ApplicationStatus, OperationState};
+
+    fn app_with(request: Option<&Operation>, in_status: Option<&Operation>) -> Application {
+        let mut app: Application = serde_json::from_value(serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "capstan"},
+            "spec": {"source": {"repoURL": "file:///r", "path": "."}, "destination": {"namespace": "d"}}
+        }))
+        .expect("application");
+        if let Some(op) = request {
+            app.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(OPERATION_ANNOTATION.into(), serde_json::to_string(op).expect("json"));
+        }
+        app.status = Some(ApplicationStatus {
+            operation_state: in_status.map(|op| OperationState {
+                phase: "Succeeded".into(),
+                operation: Some(op.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        app
+    }
+
+    #[test]
+    fn a_request_is_pending_until_the_operation_in_status_carries_its_id() {
+        let first = Operation {
+            sync: Some(SyncOperation::default()),
+            initiated_by: "cli".into(),
+            id: new_request_id(),
+            ..Default::default()
+        };
+        let second = Operation {
+            id: new_request_id(),
+            ..first.clone()
+        };
+        assert_ne!(first.id, second.id, "ids differ");
+        assert!(pending_request(&app_with(None, Some(&first))).is_none());
+        assert!(pending_request(&app_with(Some(&first), None)).is_some());
+        assert!(pending_request(&app_with(Some(&first), Some(&first))).is_none());
+        assert!(pending_request(&app_with(Some(&second), Some(&first))).is_some());
+        // Without an id a request is never taken as handled: identical requests would be lost.
+        let anonymous = Operation {
+            id: String::new(),
+            ..first.clone()
+        };
+        assert!(pending_request(&app_with(Some(&anonymous), Some(&anonymous))).is_some());
+        // Neither is one that does not parse.
+        let mut broken = app_with(None, Some(&first));
+        broken
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(OPERATION_ANNOTATION.into(), "{not json".into());
+        assert!(pending_request(&broken).is_some());
+    }
 }

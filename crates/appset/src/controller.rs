@@ -669,6 +669,7 @@ async fn apply(
                     ..Default::default()
                 }),
                 rollback: None,
+                id: capstan_api::operation::new_request_id(),
                 initiated_by: rollout::INITIATED_BY.into(),
             };
             match request_sync(&api, app, &op).await {
@@ -1069,7 +1070,7 @@ async fn request_sync(api: &Api<Application>, app: &Application, op: &Operation)
     };
     let mut current = app.clone();
     for _ in 0..3 {
-        let busy = current.annotations().contains_key(OPERATION_ANNOTATION)
+        let busy = capstan_api::operation::pending_request(&current).is_some()
             || current
                 .status
                 .as_ref()
@@ -1127,7 +1128,7 @@ fn view(app: &Application, updated: bool) -> AppView {
                 .map(|op| op.initiated_by.clone())
                 .unwrap_or_default(),
         }),
-        request_pending: app.annotations().contains_key(OPERATION_ANNOTATION),
+        request_pending: capstan_api::operation::pending_request(app).is_some(),
         updated,
     }
 }

@@ -68,6 +68,44 @@ impl Drop for Bench {
     }
 }
 
+/// A running watch on one Application (see [`Bench::watch`]).
+struct AppWatch {
+    rx: tokio::sync::mpsc::UnboundedReceiver<anyhow::Result<Value>>,
+    task: tokio::task::JoinHandle<()>,
+    /// The last status seen.
+    last: Value,
+}
+
+impl AppWatch {
+    /// Wait until `check` holds for the Application's status (the last one seen counts).
+    async fn until(mut self, name: &str, timeout: Duration, check: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+        let found = tokio::time::timeout(timeout, async {
+            loop {
+                if check(&self.last) {
+                    return anyhow::Ok(std::mem::take(&mut self.last));
+                }
+                match self.rx.recv().await {
+                    Some(Ok(status)) => self.last = status,
+                    // A watch error is retried by the watcher itself; keep waiting.
+                    Some(Err(e)) => eprintln!("watch on {name}: {e:#}"),
+                    None => bail!("watch on {name} ended"),
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(result) => result,
+            Err(_) => bail!("timed out waiting for {name}: {}", self.last),
+        }
+    }
+}
+
+impl Drop for AppWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Args = clap::Parser::parse();
@@ -187,32 +225,44 @@ impl Bench {
     /// Wait for `check` on the Application's status, through a watch (polling a large Application
     /// would itself load the API server being measured).
     async fn wait(&self, name: &str, timeout: Duration, check: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-        use kube::runtime::{WatchStreamExt, watcher};
-        let status = self.status(name).await?;
-        if check(&status) {
-            return Ok(status);
-        }
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let stream = watcher(self.apps(), config).applied_objects();
-        let mut stream = std::pin::pin!(stream);
-        let found = tokio::time::timeout(timeout, async {
-            while let Some(app) = stream.next().await {
-                let status = app?.data.get("status").cloned().unwrap_or(Value::Null);
-                if check(&status) {
-                    return anyhow::Ok(status);
-                }
-            }
-            bail!("watch on {name} ended")
-        })
-        .await;
-        match found {
-            Ok(result) => result,
-            Err(_) => bail!("timed out waiting for {name}: {}", self.status(name).await?),
-        }
+        self.watch(name).await?.until(name, timeout, check).await
     }
 
-    async fn request_sync(&self, name: &str, id: &str) -> anyhow::Result<()> {
-        let op = json!({"sync": {}, "initiatedBy": id}).to_string();
+    /// Open a watch on one Application and return once its initial listing is done, so that a
+    /// measurement started afterwards holds no LIST of the (possibly large) Application.
+    async fn watch(&self, name: &str) -> anyhow::Result<AppWatch> {
+        use kube::runtime::watcher;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(self.apps(), config);
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut initial = Value::Null;
+            while let Some(event) = stream.next().await {
+                let status = |app: DynamicObject| app.data.get("status").cloned().unwrap_or(Value::Null);
+                let sent = match event {
+                    Ok(watcher::Event::InitApply(app)) => {
+                        initial = status(app);
+                        Ok(())
+                    }
+                    Ok(watcher::Event::InitDone) => tx.send(Ok(std::mem::take(&mut initial))),
+                    Ok(watcher::Event::Apply(app)) => tx.send(Ok(status(app))),
+                    Ok(_) => Ok(()),
+                    Err(e) => tx.send(Err(anyhow::Error::from(e))),
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
+        // The first message is the state at the end of the initial listing.
+        let first = rx.recv().await.context("the watch on the Application ended")??;
+        Ok(AppWatch { rx, task, last: first })
+    }
+
+    /// Request a sync as `capstan app sync` does: initiated by `who`, with a request id.
+    async fn request_sync(&self, name: &str, who: &str) -> anyhow::Result<()> {
+        let op = json!({"sync": {}, "initiatedBy": who, "id": format!("{who}-{}", std::process::id())}).to_string();
         let patch = json!({"metadata": {"annotations": {"capstan.dev/operation": op}}});
         self.apps()
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -277,13 +327,15 @@ impl Bench {
         })
         .await?;
         let writes_before = self.configmap_writes().await?;
+        let watch = self.watch("configmaps").await?;
         let started = Instant::now();
         self.request_sync("configmaps", "bench-first").await?;
-        self.wait("configmaps", Duration::from_secs(600), |s| {
-            s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-first"))
-                && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
-        })
-        .await?;
+        watch
+            .until("configmaps", Duration::from_secs(600), |s| {
+                s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-first"))
+                    && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
+            })
+            .await?;
         let capstan_time = started.elapsed();
         let first_writes = self.configmap_writes().await? - writes_before;
         println!(
@@ -302,20 +354,24 @@ impl Bench {
         self.settle("configmaps", Duration::from_secs(2), Duration::from_secs(60))
             .await?;
         let writes_before = self.configmap_writes().await?;
+        let watch = self.watch("configmaps").await?;
         let started = Instant::now();
         self.request_sync("configmaps", "bench-resync").await?;
         let requested = started.elapsed();
-        self.wait("configmaps", Duration::from_secs(120), |s| {
-            s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-resync"))
-                && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
-        })
-        .await?;
+        watch
+            .until("configmaps", Duration::from_secs(120), |s| {
+                s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-resync"))
+                    && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
+            })
+            .await?;
         let resync_time = started.elapsed();
         let writes = self.configmap_writes().await? - writes_before;
+        let size = serde_json::to_vec(&self.apps().get("configmaps").await?)?.len();
         println!(
-            "2. re-sync of {n} unchanged ConfigMaps: {:.2} s from request to Succeeded (target <= 1 s; writing the request took {} ms), {writes} ConfigMap write requests (target 0)",
+            "2. re-sync of {n} unchanged ConfigMaps: {:.2} s from request to Succeeded (target <= 1 s; writing the request took {} ms), {writes} ConfigMap write requests (target 0); the Application is {} KB",
             resync_time.as_secs_f64(),
-            requested.as_millis()
+            requested.as_millis(),
+            size / 1000
         );
         Ok(())
     }

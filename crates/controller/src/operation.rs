@@ -64,6 +64,7 @@ pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState
         }),
         rollback: None,
         initiated_by: "automated".into(),
+        id: String::new(),
     };
     let Some(last) = &status.operation_state else {
         return Some(op);

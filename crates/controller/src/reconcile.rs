@@ -232,9 +232,20 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
 
     let annotations = app.metadata.annotations.clone().unwrap_or_default();
     let refresh = annotations.get(REFRESH_ANNOTATION).cloned();
-    let requested: Option<Result<Operation, String>> = annotations
-        .get(OPERATION_ANNOTATION)
+    let raw_request = annotations.get(OPERATION_ANNOTATION).cloned();
+    // A request the operation in status carries is being (or has been) handled.
+    let requested: Option<Result<Operation, String>> = raw_request
+        .as_deref()
+        .filter(|raw| !capstan_api::operation::handled(&app, raw))
         .map(|raw| serde_json::from_str(raw).map_err(|e| format!("invalid {OPERATION_ANNOTATION} annotation: {e}")));
+    // A request with an id is removed once its operation has finished (the id in status keeps it
+    // from running twice); one without is removed before anything else happens.
+    let identified = |r: &Option<Result<Operation, String>>| {
+        r.as_ref().is_some_and(|r| r.as_ref().is_ok_and(|op| !op.id.is_empty()))
+    };
+    let clear_first = raw_request
+        .clone()
+        .filter(|_| requested.is_some() && !identified(&requested));
     tracing::debug!(app = %key, read = !cached_is_fresh, elapsed_ms = started.elapsed().as_millis() as u64, "reconcile started");
     let mut status = app.status.clone().unwrap_or_default();
     let op_running = status.operation_state.as_ref().is_some_and(|o| o.phase == "Running");
@@ -244,16 +255,16 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         .filter(|o| o.phase == "Running")
         .and_then(|o| o.operation.clone());
 
-    // A request is cleared while Git is asked and the state compared (neither changes anything):
-    // on a large Application the write takes as long as both. Nothing else happens until it is
-    // cleared: an operation must not run twice after a restart, and a write of the Application at
-    // the same time would make the API server redo one of them (both would take longer).
+    // A refresh (and a request without an id) is cleared while Git is asked and the state compared
+    // (neither changes anything): on a large Application the write takes as long as both. Nothing
+    // else happens until it is cleared: an operation must not run twice after a restart, and a write
+    // of the Application at the same time would make the API server redo one of them (both would
+    // take longer).
     let clearing = async {
-        if refresh.is_none() && requested.is_none() {
+        if refresh.is_none() && clear_first.is_none() {
             return Ok(());
         }
-        let raw_request = annotations.get(OPERATION_ANNOTATION).cloned();
-        clear_annotations(&ctx.client, &app, refresh.clone(), raw_request).await?;
+        clear_annotations(&ctx.client, &app, refresh.clone(), clear_first.clone()).await?;
         tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "request cleared");
         Ok::<(), ReconcileError>(())
     };
@@ -286,7 +297,11 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     }
     let (resolved, state, compare_time) = match compared {
         Ok(c) => c,
-        Err(err) => return report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await,
+        Err(err) => {
+            let action = report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await?;
+            clear_handled_request(&ctx, &app, raw_request).await?;
+            return Ok(action);
+        }
     };
     tracing::debug!(
         app = %key,
@@ -299,6 +314,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         state.destination.watches.ensure(&r.info);
     }
 
+    let from_request = matches!(requested, Some(Ok(_)));
     let op = match requested {
         Some(Ok(op)) => Some(op),
         Some(Err(message)) => {
@@ -316,7 +332,16 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
             let state = if !resuming && !operation::nothing_to_do(&app, &op, &state) {
                 match ctx.pipeline.compare_fresh(&app, resolved.clone()).await {
                     Ok(s) => s,
-                    Err(err) => return report_error(&ctx, &mut app, status, err).await,
+                    Err(err) => {
+                        let status = if from_request {
+                            with_failed_request(status, &Some(Ok(op)), &err)
+                        } else {
+                            status
+                        };
+                        let action = report_error(&ctx, &mut app, status, err).await?;
+                        clear_handled_request(&ctx, &app, raw_request).await?;
+                        return Ok(action);
+                    }
                 }
             } else {
                 state
@@ -335,6 +360,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     }
     write_status(&ctx, &mut app, &mut status, Some(&state), None).await?;
     tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
+    clear_handled_request(&ctx, &app, raw_request).await?;
     let automated_pending = app
         .spec
         .sync_policy
@@ -520,6 +546,24 @@ fn set_condition(status: &mut ApplicationStatus, type_: &str, message: String) {
         message,
         last_transition_time: now(),
     });
+}
+
+/// Remove the request `raw` once the stored `app` says its operation has finished (the request
+/// names the operation in status, which is not running). Before that it stays: a restart resumes the
+/// operation it names, and never runs it twice.
+async fn clear_handled_request(ctx: &Ctx, app: &Application, raw: Option<String>) -> Result<(), ReconcileError> {
+    let Some(raw) = raw.filter(|raw| capstan_api::operation::handled(app, raw)) else {
+        return Ok(());
+    };
+    let running = app
+        .status
+        .as_ref()
+        .and_then(|s| s.operation_state.as_ref())
+        .is_some_and(|o| o.phase == "Running");
+    if running {
+        return Ok(());
+    }
+    clear_annotations(&ctx.client, app, None, Some(raw)).await
 }
 
 /// Remove the refresh and operation request annotations, unless they changed since `app` was read

@@ -528,13 +528,38 @@ data: {x: "1"}
         sync_of(a) == "OutOfSync"
     })
     .await?;
-    env.request("slow", json!({"sync": {}, "initiatedBy": "restart-test"}))
-        .await?;
+    // A request with an id (as Capstan's clients write them) stays until its operation has
+    // finished: the id in status says it is being handled.
+    env.request(
+        "slow",
+        json!({"sync": {}, "initiatedBy": "restart-test", "id": "restart-1"}),
+    )
+    .await?;
     let running = env
         .wait_app("slow", "waiting on wave 0", Duration::from_secs(30), |a| {
             op_phase(a) == "Running" && op_message(a).contains("slow")
         })
         .await?;
+    let request_of = |a: &capstan_api::Application| {
+        a.metadata
+            .annotations
+            .as_ref()
+            .and_then(|m| m.get("capstan.dev/operation"))
+            .cloned()
+    };
+    assert!(
+        request_of(&running).is_some(),
+        "the request stays while its operation runs"
+    );
+    assert_eq!(
+        running
+            .status
+            .as_ref()
+            .and_then(|s| s.operation_state.as_ref())
+            .and_then(|o| o.operation.as_ref())
+            .map(|o| o.id.as_str()),
+        Some("restart-1")
+    );
     let started_at = running
         .status
         .and_then(|s| s.operation_state)
@@ -564,6 +589,18 @@ data: {x: "1"}
     );
     assert_eq!(op.operation.map(|o| o.initiated_by), Some("restart-test".to_string()));
     assert!(env.get(cv, ck, cp, "slow", "after").await?.is_some());
+    // The finished operation's request is removed, and is not run again.
+    env.wait_app("slow", "request removed", Duration::from_secs(30), |a| {
+        request_of(a).is_none()
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = env.app("slow").await?;
+    assert_eq!(
+        later.status.and_then(|s| s.operation_state).map(|o| o.started_at),
+        Some(started_at.clone()),
+        "the handled request did not start another operation"
+    );
     let (v, k, p) = DEPLOY_API;
     let d = env.get(v, k, p, "slow", "slow").await?.expect("deployment");
     assert_eq!(

@@ -176,6 +176,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                 }),
                 rollback: None,
                 initiated_by: initiator(),
+                id: capstan_api::operation::new_request_id(),
             };
             request(&api, &name, &op, wait, timeout).await
         }
@@ -205,6 +206,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                 sync: None,
                 rollback: Some(RollbackOperation { id, prune }),
                 initiated_by: initiator(),
+                id: capstan_api::operation::new_request_id(),
             };
             request(&api, &name, &op, wait, timeout).await
         }
@@ -520,7 +522,7 @@ async fn request(
     }
     let dry_run = op.sync.as_ref().is_some_and(|s| s.dry_run);
     let spec = WaitFor {
-        operation: Some(op.initiated_by.clone()),
+        operation: Some(op.id.clone()),
         sync: !dry_run && op.rollback.is_none(),
         health: !dry_run,
     };
@@ -552,41 +554,52 @@ async fn request(
 }
 
 struct WaitFor {
-    /// Wait for the operation with this initiator to finish (empty: any running operation).
+    /// Wait for an operation to finish: the one with this request id, or (empty) any running one.
     operation: Option<String>,
     sync: bool,
     health: bool,
 }
 
+/// Wait until `spec` holds for Application `name`, following it with a watch (a large Application
+/// read again and again would load the API server for nothing).
 async fn wait_for(
     api: &Api<Application>,
     name: &str,
     spec: &WaitFor,
     timeout: Duration,
 ) -> anyhow::Result<Application> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.enable_steady_tick(Duration::from_millis(120));
         bar
     });
-    let deadline = Instant::now() + timeout;
+    let finish_bar = || {
+        if let Some(bar) = &bar {
+            bar.finish_and_clear();
+        }
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut app = get(api, name).await?;
     let mut operation_done = spec.operation.is_none();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(api.clone(), config));
+    let mut watch_error = None;
     loop {
-        let app = get(api, name).await?;
         let status = app.status.clone().unwrap_or_default();
         let op = status.operation_state.clone();
         if !operation_done {
             let wanted = spec.operation.as_deref().unwrap_or("");
             let ours = op
                 .as_ref()
-                .is_some_and(|o| wanted.is_empty() || o.operation.as_ref().is_some_and(|x| x.initiated_by == wanted));
-            let pending = app.annotations().contains_key(OPERATION_ANNOTATION);
+                .is_some_and(|o| wanted.is_empty() || o.operation.as_ref().is_some_and(|x| x.id == wanted));
+            // Waiting for any operation, a request not yet taken up comes first.
+            let pending = wanted.is_empty() && capstan_api::operation::pending_request(&app).is_some();
             if let Some(o) = op.as_ref().filter(|_| ours && !pending) {
                 if o.phase != "Running" {
                     if o.phase != "Succeeded" {
-                        if let Some(bar) = &bar {
-                            bar.finish_and_clear();
-                        }
+                        finish_bar();
                         let failed: Vec<String> = o
                             .resources
                             .iter()
@@ -611,33 +624,51 @@ async fn wait_for(
         let sync_ok = !spec.sync || status.sync.as_ref().is_some_and(|s| s.status == "Synced");
         let health_ok = !spec.health || status.health.as_ref().is_some_and(|h| h.status == "Healthy");
         if operation_done && sync_ok && health_ok {
-            if let Some(bar) = &bar {
-                bar.finish_and_clear();
-            }
+            finish_bar();
             return Ok(app);
         }
         if operation_done && let Some(bar) = &bar {
             bar.set_message(summary_line(&app));
         }
-        if Instant::now() > deadline {
-            if let Some(bar) = &bar {
-                bar.finish_and_clear();
+        // The next version of the Application from the watch (which retries failed requests).
+        let next = loop {
+            match tokio::time::timeout_at(deadline, events.next()).await {
+                Ok(Some(Ok(watcher::Event::Apply(a) | watcher::Event::InitApply(a)))) => break Some(a),
+                Ok(Some(Ok(watcher::Event::Delete(_)))) => {
+                    finish_bar();
+                    bail!("Application {name} was deleted while waiting for it");
+                }
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(e))) => {
+                    tracing::debug!(err = %e, "watching the Application");
+                    watch_error = Some(e.to_string());
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Ok(None) | Err(_) => break None,
             }
-            let op_text = op
-                .map(|o| format!(", operation {}: {}", o.phase, o.message))
-                .unwrap_or_default();
-            let cond = status
-                .conditions
-                .first()
-                .map(|c| format!(", {}: {}", c.type_, c.message))
-                .unwrap_or_default();
-            bail!(
-                "timed out after {} s waiting for {}{op_text}{cond}",
-                timeout.as_secs(),
-                summary_line(&app)
-            );
+        };
+        match next {
+            Some(a) => app = a,
+            None => {
+                finish_bar();
+                let op_text = op
+                    .map(|o| format!(", operation {}: {}", o.phase, o.message))
+                    .unwrap_or_default();
+                let cond = status
+                    .conditions
+                    .first()
+                    .map(|c| format!(", {}: {}", c.type_, c.message))
+                    .unwrap_or_default();
+                let watch = watch_error
+                    .map(|e| format!(" (watching it failed: {e})"))
+                    .unwrap_or_default();
+                bail!(
+                    "timed out after {} s waiting for {}{op_text}{cond}{watch}",
+                    timeout.as_secs(),
+                    summary_line(&app)
+                );
+            }
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 

@@ -396,7 +396,7 @@ fn idle(app: &Application) -> Result<(), ApiError> {
         .as_ref()
         .and_then(|s| s.operation_state.as_ref())
         .is_some_and(|o| o.phase == "Running");
-    let pending = app.annotations().contains_key(OPERATION_ANNOTATION);
+    let pending = capstan_api::operation::pending_request(app).is_some();
     if running || pending {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -442,6 +442,7 @@ pub async fn sync(
             sync_options: body.sync_options,
         }),
         rollback: None,
+        id: capstan_api::operation::new_request_id(),
         initiated_by: auth.principal.name.clone(),
     };
     request(&state, &name, op).await
@@ -486,6 +487,7 @@ pub async fn rollback(
             id: body.id,
             prune: body.prune,
         }),
+        id: capstan_api::operation::new_request_id(),
         initiated_by: auth.principal.name.clone(),
     };
     request(&state, &name, op).await
