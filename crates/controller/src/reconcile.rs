@@ -55,16 +55,16 @@ impl Ctx {
         }
     }
 
-    /// Whether the watch cache's copy of `key` is as fresh as a read: the watch has delivered this
-    /// controller's last status write of it (so a reconcile queued during a sync cannot act on the
-    /// state from before that sync's final write). Anyone else's later change reaches the cache
-    /// before the reconcile it triggers.
-    fn cache_is_fresh(&self, key: &str) -> bool {
-        lock(&self.written).get(key).is_some_and(|v| v.written_seen)
+    /// Whether `cached`, the watch cache's copy of `key` handed to a reconcile, is as fresh as a
+    /// read (see [`Versions::fresh`]).
+    fn cache_is_fresh(&self, key: &str, cached: &Application) -> bool {
+        let rv = cached.resource_version().unwrap_or_default();
+        lock(&self.written).get(key).is_some_and(|v| v.fresh(&rv))
     }
 
     fn record_written(&self, app: &Application) {
         let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+        tracing::trace!(app = %key, rv = app.resource_version().unwrap_or_default(), "wrote");
         let mut written = lock(&self.written);
         match app.resource_version() {
             Some(rv) => written.entry(key).or_default().wrote(rv),
@@ -79,6 +79,7 @@ impl Ctx {
     pub fn record_observed(&self, app: &Application) {
         let Some(rv) = app.resource_version() else { return };
         let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+        tracing::trace!(app = %key, %rv, "observed");
         lock(&self.written).entry(key).or_default().observed(rv);
     }
 
@@ -155,6 +156,15 @@ impl Versions {
         self.written = rv;
     }
 
+    /// Whether the copy at version `rv` is as fresh as a read: the watch has delivered this
+    /// controller's last status write (so a reconcile queued during a sync cannot act on the state
+    /// from before that sync's final write), and `rv` is the last version it delivered. The copy a
+    /// reconcile gets is taken from the cache when the reconcile is dispatched, which may be just
+    /// before the watch delivers the write that the previous reconcile made.
+    fn fresh(&self, rv: &str) -> bool {
+        self.written_seen && !rv.is_empty() && self.observed == rv
+    }
+
     /// The watch delivered version `rv`.
     fn observed(&mut self, rv: String) {
         if self.written == rv {
@@ -210,7 +220,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     // before the watch cache has seen that sync's final status, and would act on a stale operation
     // state. The cached copy is used once the watch has delivered this controller's last write.
     let key = format!("{namespace}/{name}");
-    let cached_is_fresh = app.resource_version().is_some() && ctx.cache_is_fresh(&key);
+    let cached_is_fresh = ctx.cache_is_fresh(&key, &app);
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut app = if cached_is_fresh {
         (*app).clone()
@@ -246,7 +256,14 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     let clear_first = raw_request
         .clone()
         .filter(|_| requested.is_some() && !identified(&requested));
-    tracing::debug!(app = %key, read = !cached_is_fresh, elapsed_ms = started.elapsed().as_millis() as u64, "reconcile started");
+    tracing::debug!(
+        app = %key,
+        read = !cached_is_fresh,
+        rv = app.resource_version().unwrap_or_default(),
+        phase = app.status.as_ref().and_then(|s| s.operation_state.as_ref()).map(|o| o.phase.as_str()).unwrap_or_default(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "reconcile started"
+    );
     let mut status = app.status.clone().unwrap_or_default();
     let op_running = status.operation_state.as_ref().is_some_and(|o| o.phase == "Running");
     let running = status
@@ -277,7 +294,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     let resuming = running.is_some();
     let comparing = async {
         let resolved = resolve(&ctx, &app, force).await?;
-        tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "resolved");
+        tracing::debug!(app = %key, force, elapsed_ms = started.elapsed().as_millis() as u64, "resolved");
         let compare_started = Instant::now();
         let state = if resuming {
             ctx.pipeline.compare_fresh(&app, resolved.clone()).await
@@ -648,21 +665,23 @@ mod tests {
     #[test]
     fn the_cache_is_fresh_once_the_watch_delivered_the_last_write() {
         let mut v = Versions::default();
-        assert!(!v.written_seen, "nothing written, nothing seen: read");
+        assert!(!v.fresh(""), "nothing written, nothing seen: read");
         v.wrote("10".into());
-        assert!(!v.written_seen, "written, not delivered yet");
+        assert!(!v.fresh("10"), "written, not delivered yet");
         v.observed("9".into());
-        assert!(!v.written_seen, "an older version delivered late");
+        assert!(!v.fresh("9"), "an older version delivered late");
         v.observed("10".into());
-        assert!(v.written_seen);
+        assert!(v.fresh("10"));
+        assert!(!v.fresh("9"), "a copy taken before the write was delivered");
         v.observed("11".into());
-        assert!(v.written_seen, "someone else's later change keeps the cache fresh");
+        assert!(v.fresh("11"), "someone else's later change keeps the cache fresh");
+        assert!(!v.fresh("10"), "a copy taken before that change was delivered");
         v.wrote("12".into());
-        assert!(!v.written_seen, "a new write is not delivered yet");
+        assert!(!v.fresh("11"), "a new write is not delivered yet");
         // The watch delivering a write before the response to it arrives.
         v.observed("13".into());
         v.wrote("13".into());
-        assert!(v.written_seen);
+        assert!(v.fresh("13"));
     }
 
     #[test]

@@ -117,8 +117,10 @@ impl RepoCache {
             };
         }
 
-        let fresh = state.refs.as_ref().is_some_and(|(at, _)| at.elapsed() < self.refs_ttl);
+        let age = state.refs.as_ref().map(|(at, _)| at.elapsed());
+        let fresh = age.is_some_and(|age| age < self.refs_ttl);
         if force || !fresh {
+            tracing::debug!(url = %redact(url, &creds.secrets()), force, age_ms = age.map(|a| a.as_millis() as u64), "listing refs to resolve {revision:?}");
             let refs = self.ls_remote(&repo, creds).await?;
             state.refs = Some((Instant::now(), refs));
         }
