@@ -59,6 +59,14 @@ pub fn pending_request(app: &crate::application::Application) -> Option<&str> {
     (!handled(app, raw)).then_some(raw.as_str())
 }
 
+/// Whether `app`'s status records an operation that is still running.
+pub fn operation_running(app: &crate::application::Application) -> bool {
+    app.status
+        .as_ref()
+        .and_then(|s| s.operation_state.as_ref())
+        .is_some_and(|o| o.phase == "Running")
+}
+
 /// Whether the request `raw` of `app` is the operation in its status.
 pub fn handled(app: &crate::application::Application, raw: &str) -> bool {
     let Ok(requested) = serde_json::from_str::<Operation>(raw) else {

@@ -1071,11 +1071,7 @@ async fn request_sync(api: &Api<Application>, app: &Application, op: &Operation)
     let mut current = app.clone();
     for _ in 0..3 {
         let busy = capstan_api::operation::pending_request(&current).is_some()
-            || current
-                .status
-                .as_ref()
-                .and_then(|s| s.operation_state.as_ref())
-                .is_some_and(|o| o.phase == "Running");
+            || capstan_api::operation::operation_running(&current);
         if busy {
             return Ok(());
         }

@@ -218,7 +218,8 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     let namespace = app.namespace().unwrap_or_default();
     // Decide on the stored object, not an older copy: a reconcile queued during a sync may run
     // before the watch cache has seen that sync's final status, and would act on a stale operation
-    // state. The cached copy is used once the watch has delivered this controller's last write.
+    // state. The cached copy is used once the watch has delivered this controller's last write, if
+    // it is the version the watch delivered last.
     let key = format!("{namespace}/{name}");
     let cached_is_fresh = ctx.cache_is_fresh(&key, &app);
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -572,11 +573,7 @@ async fn clear_handled_request(ctx: &Ctx, app: &Application, raw: Option<String>
     let Some(raw) = raw.filter(|raw| capstan_api::operation::handled(app, raw)) else {
         return Ok(());
     };
-    let running = app
-        .status
-        .as_ref()
-        .and_then(|s| s.operation_state.as_ref())
-        .is_some_and(|o| o.phase == "Running");
+    let running = capstan_api::operation::operation_running(app);
     if running {
         return Ok(());
     }

@@ -391,11 +391,7 @@ async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), A
 /// Refuse a new operation while one runs or another request is pending (as Argo CD does), instead of
 /// silently replacing someone else's request.
 fn idle(app: &Application) -> Result<(), ApiError> {
-    let running = app
-        .status
-        .as_ref()
-        .and_then(|s| s.operation_state.as_ref())
-        .is_some_and(|o| o.phase == "Running");
+    let running = capstan_api::operation::operation_running(app);
     let pending = capstan_api::operation::pending_request(app).is_some();
     if running || pending {
         return Err(ApiError::new(
@@ -520,11 +516,7 @@ pub async fn terminate(
     Path(name): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
-    let running = app
-        .status
-        .as_ref()
-        .and_then(|s| s.operation_state.as_ref())
-        .is_some_and(|o| o.phase == "Running");
+    let running = capstan_api::operation::operation_running(&app);
     if !running {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
