@@ -1,9 +1,11 @@
 //! Comparing desired objects with live ones under server-side-apply semantics.
 //!
-//! For each desired object: if every field Git sets has the same value live, it is Synced with no
-//! request made. Otherwise a server-side-apply dry run (field manager `capstan`) predicts the object
-//! after a sync; it is Synced if the prediction equals the live object (the difference was only
-//! defaulting or normalisation by the API server), OutOfSync otherwise. `ignoreDifferences` JSON
+//! For each desired object: if every field Git sets has the same value live, and Git still sets every
+//! field that Capstan's last server-side apply of it set (per the live object's `managedFields`, see
+//! [`crate::owned`]), it is Synced with no request made. Otherwise a server-side-apply dry run (field
+//! manager `capstan`) predicts the object after a sync; it is Synced if the prediction equals the
+//! live object (the difference was only defaulting or normalisation by the API server), OutOfSync
+//! otherwise (a field removed from Git is removed in the prediction). `ignoreDifferences` JSON
 //! pointers are removed from both sides first. Tracked live objects that Git no longer has require
 //! pruning, unless they carry `compare-options: IgnoreExtraneous`.
 
@@ -18,6 +20,7 @@ use crate::annotations::{self, HookSpec};
 use crate::discovery::KindInfo;
 use crate::key::ObjectKey;
 use crate::normalize::{Tracking, owner};
+use crate::owned::owned_field_removed;
 use crate::{CompareError, Result, describe_kube_error};
 
 /// The field manager Capstan applies with.
@@ -159,7 +162,10 @@ pub async fn compare(
             && let (Some(desired), Some(live)) = (&state.desired, &state.live)
         {
             let rules = rules_for(ignore, &key);
-            if is_subset(&without(desired, &rules), &without(live, &rules)) {
+            let (desired, live) = (without(desired, &rules), without(live, &rules));
+            // A field Git no longer sets is still live, and the next apply removes it when Capstan
+            // owns it: the dry run shows whether it does (co-owned fields stay).
+            if is_subset(&desired, &live) && !owned_field_removed(&desired, &live) {
                 state.sync = SyncCode::Synced;
             } else {
                 to_dry_run.push(key.clone());

@@ -3,15 +3,17 @@
 //! This crate owns the identity of objects ([`ObjectKey`]), the per-object annotations Capstan reads
 //! ([`annotations`]), resolving kinds through API discovery ([`discovery`]), preparing rendered
 //! objects for a destination ([`normalize`]: default namespace, tracking label and annotation), and the
-//! comparison itself ([`diff`]): a cheap check that every field Git sets has that value live, and a
-//! server-side-apply dry run only when that check fails, so that defaults filled in by the API server
-//! are never drift and a comparison with nothing changed makes no write requests.
+//! comparison itself ([`diff`]): a cheap check that every field Git sets has that value live and that
+//! Git still sets every field Capstan's last apply set ([`owned`]), and a server-side-apply dry run
+//! only when that check fails, so that defaults filled in by the API server are never drift, a field
+//! removed from Git is, and a comparison with nothing changed makes no write requests.
 
 pub mod annotations;
 pub mod diff;
 pub mod discovery;
 pub mod key;
 pub mod normalize;
+pub mod owned;
 
 pub use diff::{Comparison, ResourceState, SyncCode, compare, render_diff};
 pub use discovery::{Discovery, KindInfo};

@@ -1,8 +1,9 @@
 //! Watches on every kind Capstan manages, filtered by the tracking label, so memory grows with the
 //! objects Capstan manages and not with the cluster. They do two things:
 //!
-//! - keep a cache of those objects (without `managedFields`), from which comparisons read the live
-//!   state instead of listing it from the API server on every reconcile (see [`Watches::cached`]);
+//! - keep a cache of those objects (of their `managedFields` only Capstan's own `Apply` entry), from
+//!   which comparisons read the live state instead of listing it from the API server on every
+//!   reconcile (see [`Watches::cached`]);
 //! - trigger a reconcile of the Application named in a changed object's tracking annotation, at once
 //!   for the first change and at most once per [`THROTTLE`] after it: a rollout's burst of status
 //!   updates (a Deployment reports progress several times a second) becomes two comparisons instead
@@ -18,6 +19,7 @@ use capstan_compare::KindInfo;
 
 use crate::clusters::Trigger;
 use capstan_compare::normalize::TRACKING_ANNOTATION;
+use capstan_compare::owned::keep_own_apply_entry;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -126,9 +128,10 @@ impl Watches {
             tracing::debug!(%kind, "watching managed objects");
             let stream = watcher(api, watcher::Config::default().labels(TRACKING_LABEL))
                 .default_backoff()
-                // Only the comparison's view of the objects is kept: their field ownership is not
-                // compared and is often the largest part of them.
-                .modify(|o| o.metadata.managed_fields = None);
+                // Only the comparison's view of the objects is kept: of their field ownership
+                // (often the largest part of them) only what Capstan's own last apply set, which
+                // shows the fields Git has stopped setting.
+                .modify(|o| keep_own_apply_entry(&mut o.metadata));
             // The store is updated before the event comes out, so the reconcile it triggers reads
             // the change from the cache.
             let stream = reflector::reflector(writer, stream);
