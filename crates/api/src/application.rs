@@ -356,6 +356,9 @@ pub struct ResourceResult {
     /// API group.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub group: String,
+    /// API version.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
     /// Kind.
     pub kind: String,
     /// Namespace.

@@ -2,8 +2,9 @@
 //! per client; unknown kinds are looked up again on every call so a CRD applied earlier in the same
 //! sync becomes usable.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::core::GroupVersionKind;
@@ -20,11 +21,15 @@ pub struct KindInfo {
     pub namespaced: bool,
 }
 
+/// How long the list of every API the cluster serves is reused (see [`Discovery::api_versions`]).
+const API_VERSIONS_TTL: Duration = Duration::from_secs(30);
+
 /// Discovery cache for one cluster.
 pub struct Discovery {
     client: Client,
     known: Mutex<HashMap<(String, String), KindInfo>>,
     version: tokio::sync::OnceCell<String>,
+    api_versions: tokio::sync::Mutex<Option<(Instant, Arc<Vec<String>>)>>,
 }
 
 impl Discovery {
@@ -34,6 +39,7 @@ impl Discovery {
             client,
             known: Mutex::new(HashMap::new()),
             version: tokio::sync::OnceCell::new(),
+            api_versions: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -112,6 +118,43 @@ impl Discovery {
             .await
             .ok()?;
         Some(version.clone())
+    }
+
+    /// Every API the cluster serves, as Helm's `--api-versions` takes them: `GROUP/VERSION` (`v1`
+    /// for the core group) and `GROUP/VERSION/Kind`, sorted. A full discovery costs a request per
+    /// API group, so the answer is reused for [`API_VERSIONS_TTL`] (a CRD installed meanwhile is
+    /// seen after at most that long).
+    pub async fn api_versions(&self) -> Result<Arc<Vec<String>>> {
+        let mut cached = self.api_versions.lock().await;
+        if let Some((at, list)) = cached.as_ref()
+            && at.elapsed() < API_VERSIONS_TTL
+        {
+            return Ok(list.clone());
+        }
+        let discovery = kube::discovery::Discovery::new(self.client.clone())
+            .run()
+            .await
+            .map_err(|err| CompareError::Kube {
+                context: "discovering the cluster's APIs".into(),
+                message: describe_kube_error(&err),
+            })?;
+        let mut all = BTreeSet::new();
+        for group in discovery.groups() {
+            for version in group.versions() {
+                let group_version = if group.name().is_empty() {
+                    version.to_string()
+                } else {
+                    format!("{}/{version}", group.name())
+                };
+                for (resource, _) in group.versioned_resources(version) {
+                    all.insert(format!("{group_version}/{}", resource.kind));
+                }
+                all.insert(group_version);
+            }
+        }
+        let list = Arc::new(all.into_iter().collect::<Vec<_>>());
+        *cached = Some((Instant::now(), list.clone()));
+        Ok(list)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), KindInfo>> {

@@ -49,6 +49,8 @@ pub struct Destination {
     pub watches: Watches,
     /// The Secret it was built from (`None` for `in-cluster`).
     pub secret: Option<ClusterSecret>,
+    /// Write requests of syncs in flight there, shared by every Application that deploys there.
+    pub sync_writes: std::sync::Arc<tokio::sync::Semaphore>,
     usable: bool,
     state: Mutex<ConnectionState>,
 }
@@ -64,6 +66,7 @@ impl Destination {
         Self {
             discovery: Discovery::new(client.clone()),
             watches: Watches::new(client.clone(), trigger.clone()),
+            sync_writes: std::sync::Arc::new(tokio::sync::Semaphore::new(capstan_sync::execute::PARALLELISM)),
             client,
             name,
             server,

@@ -12,14 +12,14 @@ use capstan_api::operation::{Operation, SyncOperation, TERMINATE_ANNOTATION};
 use capstan_compare::annotations;
 use capstan_compare::normalize::Tracking;
 use capstan_compare::{ObjectKey, SyncCode, describe_kube_error};
-use capstan_sync::{Progress, SyncOptions};
+use capstan_sync::{Progress, Recorded, SyncOptions};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
 use crate::pipeline::{AppState, short};
-use crate::reconcile::{Ctx, ReconcileError, now, write_status};
+use crate::reconcile::{Ctx, ReconcileError, now, now_precise, write_status};
 
 /// How the message of a terminated operation starts.
 pub const TERMINATED_PREFIX: &str = "terminated by ";
@@ -77,15 +77,24 @@ pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState
         "Running" => None,
         // A person stopped it: not retried at the same revision.
         _ if last.message.starts_with(TERMINATED_PREFIX) => None,
-        _ => {
-            let retry = policy.retry.as_ref()?;
-            let allowed = retry.limit < 0 || last.retry_count < retry.limit;
-            (allowed && backoff_elapsed(last, retry)).then_some(op)
-        }
+        _ => retry_due_in(app, status).is_some_and(|due| due.is_zero()).then_some(op),
     }
 }
 
-fn backoff_elapsed(last: &OperationState, retry: &capstan_api::application::RetryStrategy) -> bool {
+/// When the failed automated sync in `status` may be retried (zero: now), per `syncPolicy.retry`;
+/// `None` when it is not retried (no retry policy, the limit reached, stopped by a person, or the
+/// last operation did not fail).
+pub fn retry_due_in(app: &Application, status: &ApplicationStatus) -> Option<Duration> {
+    let policy = app.spec.sync_policy.as_ref()?;
+    policy.automated.as_ref()?;
+    let retry = policy.retry.as_ref()?;
+    let last = status.operation_state.as_ref()?;
+    if matches!(last.phase.as_str(), "Succeeded" | "Running") || last.message.starts_with(TERMINATED_PREFIX) {
+        return None;
+    }
+    if retry.limit >= 0 && last.retry_count >= retry.limit {
+        return None;
+    }
     let backoff = retry.backoff.clone().unwrap_or_default();
     let base = parse_duration(&backoff.duration).unwrap_or(Duration::from_secs(5));
     let max = parse_duration(&backoff.max_duration).unwrap_or(Duration::from_secs(180));
@@ -98,10 +107,11 @@ fn backoff_elapsed(last: &OperationState, retry: &capstan_api::application::Retr
         .as_deref()
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
     else {
-        return true;
+        return Some(Duration::ZERO);
     };
     let elapsed = k8s_openapi::jiff::Timestamp::now().duration_since(finished);
-    elapsed.as_secs_f64() >= delay.as_secs_f64()
+    let elapsed = Duration::try_from_secs_f64(elapsed.as_secs_f64().max(0.0)).unwrap_or(Duration::ZERO);
+    Some(delay.saturating_sub(elapsed))
 }
 
 /// Parse `5s`, `2m`, `1h`, `1m30s`.
@@ -267,7 +277,7 @@ pub async fn run(
         ctx.unwatch_terminate(&op_key);
         op_state.phase = "Failed".into();
         op_state.message = message.clone();
-        op_state.finished_at = Some(now());
+        op_state.finished_at = Some(now_precise());
         status.operation_state = Some(op_state);
         ctx.event(app, EventType::Warning, "OperationFailed", message).await;
         write_status(ctx, app, status, Some(&work_state), None).await?;
@@ -298,19 +308,8 @@ pub async fn run(
         "OperationStarted",
         format!("{what} to {} started ({})", short(&op_state.revision), op.initiated_by),
     );
-    let recorded = async {
-        if nothing_to_do {
-            return Ok(Duration::ZERO);
-        }
-        let started = Instant::now();
-        write_status(ctx, app, status, Some(&work_state), None).await?;
-        let cost = started.elapsed();
-        tracing::debug!(app = %op_key, elapsed_ms = cost.as_millis() as u64, "Running recorded");
-        Ok(cost)
-    };
     // Published while the operation runs; the event of its end waits for it (events keep their order).
     let started_event = tokio::spawn(started_event);
-    let mut write_cost = recorded.await?;
 
     let options: Vec<String> = app
         .spec
@@ -333,63 +332,112 @@ pub async fn run(
         selected,
         wave_timeout: ctx.config.wave_timeout,
         completed_hooks,
+        writes: work_state.destination.sync_writes.clone(),
+    };
+    let app_name = app.name_any();
+    let app_namespace = app.namespace().unwrap_or_default();
+    let terminate_asked = app.annotations().get(TERMINATE_ANNOTATION).cloned();
+
+    // The `Running` record is written while the first stage's objects are applied (applying twice
+    // changes nothing); hooks and later stages wait for it, so a restart resumes the operation
+    // instead of running its hooks again. A resumed operation is recorded already.
+    let (recording, recorded) = Recorded::gate();
+    let reporter_gate = recorded.clone();
+    let write_cost = WriteCost::default();
+    let record = async {
+        if nothing_to_do || resuming {
+            recording.finish(Ok(()));
+            if nothing_to_do {
+                return Ok(());
+            }
+            return write_status(ctx, app, status, Some(&work_state), None).await;
+        }
+        let started = Instant::now();
+        let written = write_status(ctx, app, status, Some(&work_state), None).await;
+        write_cost.set(started.elapsed());
+        tracing::debug!(app = %op_key, elapsed_ms = started.elapsed().as_millis() as u64, "Running recorded");
+        recording.finish(written.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+        written
     };
 
     let (tx, mut rx) = tokio::sync::watch::channel(Progress::default());
     let so_far = tx.subscribe();
-    let progress_app = app.clone();
     // Progress is a small merge patch: the message, and the hook results a resumed operation needs.
     // The full status is written once at the end (rewriting thousands of resources every half
-    // second would cost more than the sync).
+    // second would cost more than the sync). A completed hook is written at once: until it is, a
+    // restart would run it again.
     let reporter = async {
-        let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &progress_app.namespace().unwrap_or_default());
+        let mut gate = reporter_gate;
+        if gate.wait().await.is_err() {
+            return;
+        }
+        let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app_namespace);
+        let mut hooks_written = 0;
         while rx.changed().await.is_ok() {
             // Coalesce updates, but stop as soon as the sync ends: its final status write follows,
             // and waiting here would only delay it.
-            let coalesce = async { while rx.changed().await.is_ok() {} };
-            if tokio::time::timeout(progress_interval(write_cost), coalesce)
-                .await
-                .is_ok()
-            {
+            let ended = hooks_done(&rx.borrow()) <= hooks_written && {
+                let written = hooks_written;
+                let coalesce = async {
+                    while rx.changed().await.is_ok() {
+                        if hooks_done(&rx.borrow()) > written {
+                            return false;
+                        }
+                    }
+                    true
+                };
+                tokio::time::timeout(progress_interval(write_cost.get()), coalesce)
+                    .await
+                    .unwrap_or(false)
+            };
+            if ended {
                 break;
             }
             let p = rx.borrow_and_update().clone();
             let hooks: Vec<_> = p.results.into_iter().filter(|r| r.hook).collect();
+            hooks_written = hooks.iter().filter(|r| r.status == "Synced").count();
             let patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});
             let pp = PatchParams::default();
             let written = Instant::now();
-            if let Err(err) = apps
-                .patch_status(&progress_app.name_any(), &pp, &Patch::Merge(patch))
-                .await
-            {
+            if let Err(err) = apps.patch_status(&app_name, &pp, &Patch::Merge(patch)).await {
                 tracing::debug!(err = %describe_kube_error(&err), "progress update");
             }
-            write_cost = written.elapsed();
+            write_cost.set(written.elapsed());
         }
     };
     // The cluster the comparison was made against, never one looked up again.
     let client = work_state.destination.client.clone();
     let execution = async {
-        let outcome = capstan_sync::execute(&client, &work_state.comparison, &sync_opts, Some(&tx)).await;
+        let outcome = capstan_sync::execute(&client, &work_state.comparison, &sync_opts, Some(&tx), recorded).await;
         drop(tx);
         outcome
     };
     let sync_started = Instant::now();
-    let terminated = terminate_requested(app, terminate_rx);
+    let terminated = terminate_requested(terminate_asked, terminate_rx);
     let mut was_terminated = false;
-    let outcome = tokio::select! {
-        (outcome, ()) = async { tokio::join!(execution, reporter) } => outcome,
-        who = terminated => {
-            was_terminated = true;
-            // Dropping the execution stops it between requests: waves not started are not applied.
-            let results = so_far.borrow().results.clone();
-            capstan_sync::SyncOutcome {
-                succeeded: false,
-                message: format!("{TERMINATED_PREFIX}{who}"),
-                results,
+    let running = async {
+        tokio::select! {
+            (outcome, ()) = async { tokio::join!(execution, reporter) } => outcome,
+            who = terminated => {
+                was_terminated = true;
+                // Dropping the execution stops it between requests: waves not started are not applied.
+                let results = so_far.borrow().results.clone();
+                capstan_sync::SyncOutcome {
+                    succeeded: false,
+                    message: format!("{TERMINATED_PREFIX}{who}"),
+                    results,
+                    ..Default::default()
+                }
             }
         }
     };
+    // The record is never abandoned half-way: the final write below is computed from it.
+    let (outcome, recorded) = tokio::join!(running, record);
+    if let Err(err) = recorded {
+        // Nothing but the first stage's applies ran; the request is still there and runs again.
+        ctx.unwatch_terminate(&op_key);
+        return Err(err);
+    }
 
     tracing::info!(
         app = %app.name_any(),
@@ -413,7 +461,8 @@ pub async fn run(
         "Failed".into()
     };
     op_state.message = outcome.message.clone();
-    op_state.finished_at = Some(now());
+    op_state.finished_at = Some(now_precise());
+    let observed = outcome.observed;
     let (listed, unlisted) = listed_results(outcome.results);
     op_state.resources = listed;
     if unlisted > 0 {
@@ -470,6 +519,13 @@ pub async fn run(
             return Ok(Some(work_state));
         }
         let compared = Instant::now();
+        if op.rollback.is_none() && !was_terminated {
+            // What the sync applied, waited for and deleted is known from the API server's
+            // answers: no need to read every object again.
+            let after = ctx.pipeline.after_sync(app, &work_state, observed).await;
+            tracing::debug!(app = %op_key, elapsed_ms = compared.elapsed().as_millis() as u64, "compared after the sync");
+            return Ok(Some(after.unwrap_or(work_state)));
+        }
         let after = ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok();
         tracing::debug!(app = %op_key, elapsed_ms = compared.elapsed().as_millis() as u64, "compared after the sync");
         let after = match after {
@@ -487,6 +543,26 @@ pub async fn run(
     };
     let (after, ()) = tokio::join!(after, finished_event);
     after
+}
+
+/// Hooks a running operation has completed so far.
+fn hooks_done(p: &Progress) -> usize {
+    p.results.iter().filter(|r| r.hook && r.status == "Synced").count()
+}
+
+/// How long the last write of the Application took (shared by the record and the progress writes).
+#[derive(Default)]
+struct WriteCost(std::sync::atomic::AtomicU64);
+
+impl WriteCost {
+    fn set(&self, cost: Duration) {
+        self.0
+            .store(cost.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Duration {
+        Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// How long progress updates of a running operation are coalesced, given how long the last write
@@ -540,10 +616,10 @@ pub fn nothing_to_do(app: &Application, op: &Operation, state: &AppState) -> boo
 }
 
 /// Resolves with who asked once the Application carries the terminate annotation (seen by the
-/// controller's Application watch, see [`Ctx::observe`], or already there when the operation starts).
-async fn terminate_requested(app: &Application, mut rx: tokio::sync::watch::Receiver<Option<String>>) -> String {
-    if let Some(who) = app.annotations().get(TERMINATE_ANNOTATION) {
-        return if who.is_empty() { "a user".into() } else { who.clone() };
+/// controller's Application watch, see [`Ctx::observe`], or `asked`: there when the operation started).
+async fn terminate_requested(asked: Option<String>, mut rx: tokio::sync::watch::Receiver<Option<String>>) -> String {
+    if let Some(who) = asked {
+        return if who.is_empty() { "a user".into() } else { who };
     }
     let asked = rx
         .wait_for(Option::is_some)
@@ -584,18 +660,24 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
         return Ok(());
     }
     let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
-    let resources = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
-    let mut kinds: Vec<(String, String)> = resources
+    // The kinds of its objects, and of the hooks its last operation ran (hooks are not among its
+    // resources, but a hook left behind carries its tracking label too).
+    let status = app.status.clone().unwrap_or_default();
+    let last_results = status.operation_state.iter().flat_map(|o| &o.resources);
+    let mut kinds: Vec<(String, String)> = status
+        .resources
         .iter()
-        .filter(|r| !r.version.is_empty())
-        .map(|r| {
+        .map(|r| (&r.group, &r.version, &r.kind))
+        .chain(last_results.map(|r| (&r.group, &r.version, &r.kind)))
+        .filter(|(_, version, _)| !version.is_empty())
+        .map(|(group, version, kind)| {
             (
-                if r.group.is_empty() {
-                    r.version.clone()
+                if group.is_empty() {
+                    version.clone()
                 } else {
-                    format!("{}/{}", r.group, r.version)
+                    format!("{group}/{version}")
                 },
-                r.kind.clone(),
+                kind.clone(),
             )
         })
         .collect();

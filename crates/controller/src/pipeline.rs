@@ -189,6 +189,52 @@ impl Pipeline {
         self.compare_with(app, resolved, false).await
     }
 
+    /// The state after a sync of `before`: the objects the sync `observed` (the API server's
+    /// answers to its applies and reads; `None`: deleted) replace their live state in `before`, and
+    /// the comparison is made again against the same desired objects. A large sync is not followed
+    /// by reading all its objects again; changes made by others meanwhile arrive through the watches.
+    pub async fn after_sync(
+        &self,
+        app: &Application,
+        before: &AppState,
+        observed: HashMap<ObjectKey, Option<Value>>,
+    ) -> Result<AppState, PipelineError> {
+        let dest = before.destination.clone();
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
+        let mut desired = Vec::new();
+        let mut live = Vec::new();
+        for r in &before.comparison.resources {
+            if let Some(object) = &r.desired {
+                desired.push(Desired {
+                    object: object.clone(),
+                    info: r.info.clone(),
+                });
+            }
+            let now = match observed.get(&r.key) {
+                Some(seen) => seen.as_ref(),
+                None => r.live.as_ref(),
+            };
+            if let Some(obj) = now {
+                live.push((obj.clone(), r.info.clone()));
+            }
+        }
+        let comparison = capstan_compare::compare(&dest.client, desired, live, &tracking, &app.spec.ignore_differences)
+            .await
+            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+        let (resources, health) = summarize(&comparison);
+        let (project_violations, prune_violations) = project_violations(&project, &rules, &dest, app, &comparison);
+        Ok(AppState {
+            revision: before.revision.clone(),
+            comparison,
+            resources,
+            health,
+            project_violations,
+            prune_violations,
+            destination: dest,
+        })
+    }
+
     async fn compare_with(
         &self,
         app: &Application,
@@ -218,13 +264,22 @@ impl Pipeline {
                 ))
             })?;
         }
+        // Helm charts may ask which APIs the destination serves (`.Capabilities.APIVersions`).
+        let api_versions = if Renderer::tool_for(&tree, source) == Some(capstan_render::Tool::Helm) {
+            match discovery.api_versions().await {
+                Ok(list) => list.as_ref().clone(),
+                Err(err) => return Err(PipelineError::Destination(format!("{}: {err}", dest.describe()))),
+            }
+        } else {
+            Vec::new()
+        };
         let request = RenderRequest {
             repo_root: &tree,
             source,
             app_name: &app.name_any(),
             namespace: &namespace,
             kube_version,
-            api_versions: Vec::new(),
+            api_versions,
         };
         let rendered = self.renderer.render(&request, &resolved.sha).await.map_err(|e| {
             PipelineError::Comparison(format!(
@@ -654,16 +709,20 @@ pub fn summarize(comparison: &Comparison) -> (Vec<ResourceStatus>, HealthStatus)
                     message: format!("refused by the API server: {error}"),
                 },
                 (Some(live), None) => capstan_health::assess(live),
+                // "Missing" says it all (and a message per missing object would make a large
+                // Application's first status, and every write of it until the first sync, larger).
                 (None, None) => capstan_health::Health {
                     code: HealthCode::Missing,
-                    message: "not found in the cluster".into(),
+                    message: String::new(),
                 },
             };
             if !r.requires_pruning {
                 codes.push(health.code);
                 if capstan_health::worst([worst, health.code]) != worst {
                     worst = health.code;
-                    worst_message = if health.message.is_empty() {
+                    worst_message = if health.code == HealthCode::Missing && health.message.is_empty() {
+                        format!("{} {}: not found in the cluster", r.key.kind, r.key.name)
+                    } else if health.message.is_empty() {
                         format!("{} {}", r.key.kind, r.key.name)
                     } else {
                         format!("{} {}: {}", r.key.kind, r.key.name, health.message)

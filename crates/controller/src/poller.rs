@@ -63,7 +63,7 @@ impl Pollers {
             let apps = poll_apps;
             let mut last: Option<Vec<(String, String)>> = None;
             loop {
-                tokio::time::sleep(interval).await;
+                tokio::time::sleep(poll_delay(interval, &url)).await;
                 let creds = crate::credentials::for_repo(&pipeline.client, &pipeline.namespace, &url)
                     .await
                     .unwrap_or_default();
@@ -115,6 +115,12 @@ fn release(repos: &mut HashMap<String, Poller>, app: &ObjectRef<Application>, ke
     })
 }
 
+/// The time between two polls of `url`: `interval` plus up to 10 % that is stable per URL, so the
+/// pollers of repositories watched at the same moment (a controller start) spread out.
+fn poll_delay(interval: Duration, url: &str) -> Duration {
+    crate::reconcile::jitter(interval, url)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -133,6 +139,32 @@ mod tests {
             },
             task,
         )
+    }
+
+    #[test]
+    fn poll_delays_stay_within_ten_percent_and_differ_between_repositories() {
+        let interval = Duration::from_secs(180);
+        let urls: Vec<String> = (0..50)
+            .map(|i| format!("https://git.example.com/team-{i}/deploy.git"))
+            .collect();
+        let delays: Vec<Duration> = urls.iter().map(|u| poll_delay(interval, u)).collect();
+        for (url, delay) in urls.iter().zip(&delays) {
+            assert!(
+                *delay >= interval && *delay <= interval.mul_f64(1.1),
+                "{url}: {delay:?} outside [{interval:?}, 1.1 × {interval:?}]"
+            );
+            assert_eq!(poll_delay(interval, url), *delay, "stable per repository");
+        }
+        let distinct: HashSet<Duration> = delays.iter().copied().collect();
+        assert!(
+            distinct.len() > 40,
+            "delays spread out across repositories: {} distinct of {}",
+            distinct.len(),
+            delays.len()
+        );
+        assert!(delays.iter().any(|d| *d > interval), "some delay has jitter");
+        // A tiny interval stays as it is rather than failing.
+        assert_eq!(poll_delay(Duration::from_millis(5), &urls[0]), Duration::from_millis(5));
     }
 
     #[tokio::test]

@@ -28,8 +28,8 @@ pub struct Ctx {
     pub pollers: crate::poller::Pollers,
     /// Settings.
     pub config: Config,
-    /// Kubernetes Events.
-    pub recorder: Recorder,
+    /// Who publishes Kubernetes Events.
+    reporter: Reporter,
     /// Per Application, the resourceVersion of this controller's last status write and of the
     /// last version its watch delivered (see [`Ctx::cache_is_fresh`]).
     written: std::sync::Mutex<std::collections::HashMap<String, Versions>>,
@@ -45,7 +45,7 @@ impl Ctx {
             instance: std::env::var("HOSTNAME").ok(),
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            reporter,
             client,
             pipeline,
             pollers,
@@ -127,7 +127,10 @@ impl Ctx {
             action: "Sync".into(),
             secondary: None,
         };
-        let recorder = self.recorder.clone();
+        // A recorder per event: one shared recorder folds every later event of the same type and
+        // reason about an Application into a series of the first one, keeping the first one's
+        // message (a second failure would still name the first failed object).
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         let reference = app.object_ref(&());
         async move {
             if let Err(err) = recorder.publish(&event, &reference).await {
@@ -243,6 +246,14 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
 
     let annotations = app.metadata.annotations.clone().unwrap_or_default();
     let refresh = annotations.get(REFRESH_ANNOTATION).cloned();
+    if refresh.as_deref() == Some("hard") {
+        // A hard refresh renders again instead of reusing the render cache (as Argo CD's does).
+        let dropped = ctx
+            .pipeline
+            .renderer
+            .invalidate(&app.spec.source, &name, &app.spec.destination.namespace);
+        tracing::debug!(app = %key, dropped, "hard refresh: the next render runs again");
+    }
     let raw_request = annotations.get(OPERATION_ANNOTATION).cloned();
     // A request the operation in status carries is being (or has been) handled.
     let requested: Option<Result<Operation, String>> = raw_request
@@ -379,15 +390,11 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     write_status(&ctx, &mut app, &mut status, Some(&state), None).await?;
     tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
     clear_handled_request(&ctx, &app, raw_request).await?;
-    let automated_pending = app
-        .spec
-        .sync_policy
-        .as_ref()
-        .is_some_and(|p| p.automated.is_some() && p.retry.is_some())
-        && state.comparison.sync() == capstan_compare::SyncCode::OutOfSync;
-    if automated_pending {
-        // A failed automated sync may be retried once its backoff has passed.
-        return Ok(Action::requeue(Duration::from_secs(5)));
+    if state.comparison.sync() == capstan_compare::SyncCode::OutOfSync
+        && let Some(due) = operation::retry_due_in(&app, &status)
+    {
+        // A failed automated sync is retried once its backoff has passed.
+        return Ok(Action::requeue(due.max(Duration::from_millis(50))));
     }
     Ok(Action::requeue(jitter(ctx.config.poll_interval, &key)))
 }
@@ -404,7 +411,7 @@ fn with_failed_request(
             phase: "Failed".into(),
             message: format!("the operation could not start: {err}"),
             started_at: now(),
-            finished_at: Some(now()),
+            finished_at: Some(now_precise()),
             operation: Some(op.clone()),
             ..Default::default()
         });
@@ -643,8 +650,9 @@ pub fn now_precise() -> String {
         .to_string()
 }
 
-/// `base` plus up to 10 % that is stable per Application, so polls spread out.
-fn jitter(base: Duration, key: &str) -> Duration {
+/// `base` plus up to 10 % that is stable per `key` (an Application, a repository URL), so polls
+/// spread out.
+pub(crate) fn jitter(base: Duration, key: &str) -> Duration {
     let hash = {
         use std::hash::Hasher;
         let mut h = fnv::FnvHasher::default();

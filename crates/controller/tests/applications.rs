@@ -672,7 +672,12 @@ async fn helm_and_kustomize_apps_from_an_authenticated_https_repo_with_a_private
     let template = r#"apiVersion: v1
 kind: ConfigMap
 metadata: {name: {{ .Release.Name }}-config}
-data: {message: {{ .Values.message | quote }}, kube: {{ .Capabilities.KubeVersion.Version | quote }}}
+data:
+  message: {{ .Values.message | quote }}
+  kube: {{ .Capabilities.KubeVersion.Version | quote }}
+  crd: {{ .Capabilities.APIVersions.Has "capstan.dev/v1alpha1/Application" | quote }}
+  crdVersion: {{ .Capabilities.APIVersions.Has "capstan.dev/v1alpha1" | quote }}
+  unknown: {{ .Capabilities.APIVersions.Has "example.com/v9" | quote }}
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -744,6 +749,10 @@ spec:
         Some(&json!("v1.20.2")),
         "--kube-version comes from the destination"
     );
+    // --api-versions too: helm knows built-in APIs by itself, but a CRD only from the destination.
+    assert_eq!(cm.pointer("/data/crd"), Some(&json!("true")), "{cm}");
+    assert_eq!(cm.pointer("/data/crdVersion"), Some(&json!("true")), "{cm}");
+    assert_eq!(cm.pointer("/data/unknown"), Some(&json!("false")), "{cm}");
     let (v, k, p) = DEPLOY_API;
     let d = env.get(v, k, p, "hello", "hello").await?.expect("helm deployment");
     assert_eq!(

@@ -15,7 +15,8 @@
 //! on them, and tools that must write (`kustomize edit`, `helm dependency build`) work in a scratch
 //! copy, never in the shared checkout.
 //!
-//! Results are cached by revision, path, render parameters and tool version.
+//! Results are cached by revision, path, render parameters and tool version. A hard refresh drops an
+//! Application's cached results with [`Renderer::invalidate`], so its next render runs the tool again.
 
 pub mod directory;
 mod error;
@@ -222,11 +223,14 @@ impl Renderer {
             app_name: req.app_name,
             namespace: req.namespace,
             kube_version: &req.kube_version,
-            api_versions: &req.api_versions,
+            // Only Helm reads them: other renders stay cached when the cluster's APIs change.
+            api_versions: if tool == Tool::Helm { &req.api_versions } else { &[] },
             tool,
             tool_identity: &tool_identity,
         };
         let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
+        // Read before the lookup: a result rendered across an invalidation is not stored.
+        let epoch = self.cache.epoch();
         let hit = self.cache.get(&key);
         capstan_metrics::global().render_cache_lookup(hit.is_some());
         if let Some(hit) = hit {
@@ -275,14 +279,43 @@ impl Renderer {
             "rendered"
         );
         let rendered = Rendered { objects, tool };
-        self.cache.insert(key, rendered.clone());
+        let scope = cache_scope(&source.repo_url, &app_rel, req.app_name, req.namespace);
+        if !self.cache.insert(key, scope, rendered.clone(), epoch) {
+            tracing::debug!(path = %app_rel, revision = cache_key_revision, "render result not cached");
+        }
         Ok(rendered)
+    }
+
+    /// Drop every cached result of `source`'s repository and path for the Application `app_name`
+    /// deploying to `namespace` (at any revision, with any parameters), so that its next render runs
+    /// the tool again and replaces the cache entry: a hard refresh. A render already under way when
+    /// this is called does not store its result. Returns how many results were dropped.
+    pub fn invalidate(&self, source: &ApplicationSource, app_name: &str, namespace: &str) -> usize {
+        let path = normalise_app_path(&source.path);
+        let dropped = self
+            .cache
+            .invalidate(&cache_scope(&source.repo_url, &path, app_name, namespace));
+        tracing::debug!(path = %path, app = app_name, namespace, dropped, "render cache invalidated");
+        dropped
+    }
+
+    /// The tool `source`'s path calls for in the checkout at `repo_root` (the path confined to the
+    /// checkout as for a render); `None` when the path cannot be used (the render says why).
+    pub fn tool_for(repo_root: &Path, source: &ApplicationSource) -> Option<Tool> {
+        let root = std::fs::canonicalize(repo_root).ok()?;
+        let dir = resolve_in_repo(&root, &root, &normalise_app_path(&source.path)).ok()?;
+        dir.is_dir().then(|| Tool::detect(&dir))
     }
 
     /// Cache hits and misses so far.
     pub fn cache_stats(&self) -> (u64, u64) {
         self.cache.stats()
     }
+}
+
+/// What [`Renderer::invalidate`] drops: one Application's renders of one repository path.
+fn cache_scope(repo_url: &str, path: &str, app_name: &str, namespace: &str) -> String {
+    serde_json::json!([repo_url, path, app_name, namespace]).to_string()
 }
 
 /// `spec.source.path` as used in messages and keys: `.` for the root, no leading `./` or trailing `/`.

@@ -291,6 +291,51 @@ async fn cache_hits_and_misses() {
     assert_eq!(renderer.cache_stats(), (2, 4));
 }
 
+/// A hard refresh: after `invalidate`, the next render runs `helm template` again (it sees a values
+/// file changed in the checkout without a new revision, which the cache key cannot notice) and its
+/// result replaces the cached one.
+#[tokio::test]
+async fn invalidate_makes_the_next_render_run_helm_again() {
+    let repo = Repo::new();
+    chart(&repo, "chart");
+    let renderer = renderer();
+    let s = helm_source("chart", ApplicationSourceHelm::default());
+    let first = renderer.render(&request(&repo, &s), REVISION).await.unwrap();
+    assert_eq!(data(&first, "myapp-values")["a"], "chart");
+    assert_eq!(renderer.cache_stats(), (0, 1));
+
+    // Changed behind the cache's back: same revision, same parameters.
+    repo.file(
+        "chart/values.yaml",
+        "a: changed\nb: chart\nc: chart\nd: chart\nport: 80\n",
+    );
+    let cached = renderer.render(&request(&repo, &s), REVISION).await.unwrap();
+    assert_eq!(data(&cached, "myapp-values")["a"], "chart", "served from the cache");
+    assert_eq!(renderer.cache_stats(), (1, 1));
+
+    // Another Application's (or another path's) invalidation leaves this one cached.
+    assert_eq!(renderer.invalidate(&s, "other-app", "team-a"), 0);
+    assert_eq!(
+        renderer.invalidate(&helm_source("elsewhere", Default::default()), "myapp", "team-a"),
+        0
+    );
+    let still = renderer.render(&request(&repo, &s), REVISION).await.unwrap();
+    assert_eq!(data(&still, "myapp-values")["a"], "chart");
+    assert_eq!(renderer.cache_stats(), (2, 1));
+
+    // `./chart/` names the same path as `chart`.
+    let spelled = helm_source("./chart/", ApplicationSourceHelm::default());
+    assert_eq!(renderer.invalidate(&spelled, "myapp", "team-a"), 1);
+    let fresh = renderer.render(&request(&repo, &s), REVISION).await.unwrap();
+    assert_eq!(data(&fresh, "myapp-values")["a"], "changed", "helm ran again");
+    assert_eq!(renderer.cache_stats(), (2, 2));
+
+    // The fresh result replaced the cached one.
+    let again = renderer.render(&request(&repo, &s), REVISION).await.unwrap();
+    assert_eq!(again, fresh);
+    assert_eq!(renderer.cache_stats(), (3, 2));
+}
+
 #[tokio::test]
 async fn template_error_carries_helms_message() {
     let repo = Repo::new();

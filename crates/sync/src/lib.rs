@@ -12,5 +12,5 @@
 pub mod execute;
 pub mod plan;
 
-pub use execute::{Progress, SyncOptions, SyncOutcome, execute};
+pub use execute::{Progress, Recorded, Recording, SyncOptions, SyncOutcome, execute};
 pub use plan::{Action, Task, kind_order, plan};

@@ -96,7 +96,9 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
             continue;
         }
         if r.requires_pruning {
-            if !opts.prune || r.sync == SyncCode::Synced {
+            // `IgnoreExtraneous` (compared as Synced) only affects the sync status, as in Argo CD: a
+            // sync that prunes deletes the object too (`Prune=false` keeps it).
+            if !opts.prune {
                 continue;
             }
             let prune_last = opts.prune_last

@@ -58,7 +58,7 @@ enum AppCommand {
         /// Ask the controller to compare with Git now, and wait for it.
         #[arg(long)]
         refresh: bool,
-        /// Like --refresh, also bypassing caches.
+        /// Like --refresh, also rendering the manifests again instead of using the render cache.
         #[arg(long)]
         hard_refresh: bool,
     },
@@ -222,6 +222,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                 operation: operation.then(String::new),
                 sync,
                 health,
+                stop_when_only_pruning_left: false,
             };
             let app = wait_for(&api, &name, &spec, Duration::from_secs(timeout)).await?;
             println!("{}", summary_line(&app));
@@ -512,7 +513,7 @@ async fn request(
     wait: bool,
     timeout: u64,
 ) -> anyhow::Result<ExitCode> {
-    get(api, name).await?;
+    let app = get(api, name).await?;
     let body = serde_json::to_string(op)?;
     annotate(api, name, OPERATION_ANNOTATION, &body).await?;
     let what = if op.rollback.is_some() { "rollback" } else { "sync" };
@@ -521,10 +522,19 @@ async fn request(
         return Ok(ExitCode::SUCCESS);
     }
     let dry_run = op.sync.as_ref().is_some_and(|s| s.dry_run);
+    // A sync without prune never makes an Application Synced while objects removed from Git are
+    // left: unless automated sync will prune them, say so instead of waiting for the timeout.
+    let automated_prune = app
+        .spec
+        .sync_policy
+        .as_ref()
+        .and_then(|p| p.automated.as_ref())
+        .is_some_and(|a| a.prune);
     let spec = WaitFor {
         operation: Some(op.id.clone()),
         sync: !dry_run && op.rollback.is_none(),
         health: !dry_run,
+        stop_when_only_pruning_left: op.sync.as_ref().is_some_and(|s| !s.prune) && !automated_prune,
     };
     let app = wait_for(api, name, &spec, Duration::from_secs(timeout)).await?;
     if let Some(os) = app.status.as_ref().and_then(|s| s.operation_state.as_ref()) {
@@ -558,6 +568,9 @@ struct WaitFor {
     operation: Option<String>,
     sync: bool,
     health: bool,
+    /// Fail once the operation is done if the Application is OutOfSync only because of objects that
+    /// require pruning (a sync without prune leaves them, so waiting for Synced would be in vain).
+    stop_when_only_pruning_left: bool,
 }
 
 /// Wait until `spec` holds for Application `name`, following it with a watch (a large Application
@@ -617,7 +630,7 @@ async fn wait_for(
                 } else if let Some(bar) = &bar {
                     bar.set_message(format!("{name}: {}", o.message));
                 }
-            } else if wanted.is_empty() && op.as_ref().is_none_or(|o| o.phase != "Running") {
+            } else if wanted.is_empty() && !pending && op.as_ref().is_none_or(|o| o.phase != "Running") {
                 operation_done = true;
             }
         }
@@ -626,6 +639,23 @@ async fn wait_for(
         if operation_done && sync_ok && health_ok {
             finish_bar();
             return Ok(app);
+        }
+        if operation_done && !sync_ok && spec.stop_when_only_pruning_left {
+            let out_of_sync: Vec<_> = status.resources.iter().filter(|r| r.status == "OutOfSync").collect();
+            let compared_at_op =
+                status.sync.as_ref().map(|s| s.revision.as_str()) == op.as_ref().map(|o| o.revision.as_str());
+            if compared_at_op && !out_of_sync.is_empty() && out_of_sync.iter().all(|r| r.requires_pruning) {
+                finish_bar();
+                let names: Vec<String> = out_of_sync
+                    .iter()
+                    .map(|r| format!("{}/{}/{}", r.kind, r.namespace, r.name))
+                    .collect();
+                bail!(
+                    "{name} stays OutOfSync: {} object(s) no longer in Git require pruning, and the sync did not prune (sync with --prune): {}",
+                    names.len(),
+                    names.join(", ")
+                );
+            }
         }
         if operation_done && let Some(bar) = &bar {
             bar.set_message(summary_line(&app));

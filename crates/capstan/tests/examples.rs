@@ -1,0 +1,419 @@
+//! The example Applications that `make playground` deploys (`examples/apps/*.yaml`) reach Synced and
+//! Healthy against a real control plane, with the real `capstan controller` binary and the files of
+//! `examples/` served from a real git server — exactly as `scripts/playground.sh` sets them up:
+//! `capstan install`, the whole of `examples/` committed to branch `main` of a repository served over
+//! `git://`, the metadata-only `in-cluster` Secret labelled `env=staging`, then every
+//! `examples/apps/*.yaml` and then `examples/appsets/*.yaml` with the `REPO_URL` placeholder replaced
+//! by that repository's URL, applied with `kubectl`. So an example that no longer deploys fails here,
+//! not in front of a user.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use capstan_api::Application;
+use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
+use capstan_testkit::{GitServer, TestCluster};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::ResourceExt;
+use kube::api::Api;
+
+use common::{Controller, capstan, kubectl, text};
+
+const NS: &str = "capstan";
+/// The Applications of `examples/apps/`.
+const TOP: [&str; 4] = ["guestbook", "helm-guestbook", "kustomize-guestbook", "root"];
+/// The children `root` creates from `examples/app-of-apps/`.
+const CHILDREN: [&str; 2] = ["platform", "frontend"];
+/// What the ApplicationSets of `examples/appsets/` generate in the playground: `platform`'s guestbook
+/// for the `env`-labelled in-cluster, and `services`' one Application per services-root file.
+const GENERATED: [&str; 4] = [
+    "guestbook-in-cluster",
+    "checkout-staging",
+    "checkout-production",
+    "payments-staging",
+];
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// Every file under `dir`, as (path relative to `dir` with `/`, contents).
+fn files_under(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> anyhow::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                walk(root, &path, out)?;
+            } else {
+                let rel = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
+                out.push((rel, std::fs::read_to_string(&path)?));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
+/// The controller's log, for failure messages.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// One line per Application: name, sync, health, operation and first condition.
+async fn summary(apps: &Api<Application>) -> String {
+    match apps.list(&Default::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|a| {
+                let status = a.status.clone().unwrap_or_default();
+                format!(
+                    "{}: sync={:?} health={:?} ({}) operation={:?} condition={:?}",
+                    a.name_any(),
+                    sync_of(a),
+                    health_of(a),
+                    status.health.map(|h| h.message).unwrap_or_default(),
+                    status.operation_state.map(|o| format!("{}: {}", o.phase, o.message)),
+                    status.conditions.first().map(|c| format!("{}: {}", c.type_, c.message)),
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(err) => format!("listing Applications failed: {err}"),
+    }
+}
+
+async fn deployment(client: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Deployment> {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("Deployment {ns}/{name} exists"))
+}
+
+/// The Deployment's desired replicas, available replicas, image and Pod template labels.
+fn facts(d: &Deployment) -> (i32, i32, String, std::collections::BTreeMap<String, String>) {
+    let spec = d.spec.clone();
+    let template = spec.template;
+    let image = template
+        .spec
+        .as_ref()
+        .and_then(|p| p.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    (
+        spec.replicas.unwrap_or(1),
+        d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0),
+        image,
+        template.metadata.and_then(|m| m.labels).unwrap_or_default(),
+    )
+}
+
+fn tracking_id(obj: &impl ResourceExt) -> Option<String> {
+    obj.annotations().get("capstan.dev/tracking-id").cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_playground_example_applications_become_synced_and_healthy() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    let kc = cluster.kubeconfig().to_string_lossy().to_string();
+    let client = cluster.client().await?;
+    let out = capstan(&kc, &["install"]);
+    assert!(out.status.success(), "capstan install: {}", text(&out));
+
+    // examples/ as it is, published to branch main, as scripts/playground.sh does.
+    let files = files_under(&examples())?;
+    for wanted in [
+        "apps/guestbook.yaml",
+        "guestbook/preflight-job.yaml",
+        "kustomize-guestbook/overlays/staging/kustomization.yaml",
+        "helm-guestbook/Chart.yaml",
+        "app-of-apps/Chart.yaml",
+    ] {
+        assert!(files.iter().any(|(p, _)| p == wanted), "examples/{wanted} exists");
+    }
+    git.create_repo("examples")?;
+    let commit: Vec<(&str, Option<&str>)> = files.iter().map(|(p, t)| (p.as_str(), Some(t.as_str()))).collect();
+    let sha = git.commit("examples", "main", &commit, "Publish examples/")?;
+    let repo = git.git_url("examples");
+
+    // The playground's metadata-only in-cluster Secret, then examples/apps/*.yaml with REPO_URL
+    // replaced (sed "s|REPO_URL|$REPO_URL|g" | kubectl apply -f -).
+    let work = tempfile::tempdir()?;
+    let secret = work.path().join("cluster-in-cluster.yaml");
+    std::fs::write(
+        &secret,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cluster-in-cluster\n  namespace: capstan\n  labels:\n    capstan.dev/secret-type: cluster\n    env: staging\ntype: Opaque\nstringData:\n  name: in-cluster\n  server: https://kubernetes.default.svc\n",
+    )?;
+    let out = kubectl(&kc, &["apply", "-f", &secret.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut applied = Vec::new();
+    for (path, contents) in files
+        .iter()
+        .filter(|(p, _)| p.starts_with("apps/") && p.ends_with(".yaml"))
+    {
+        assert!(
+            contents.contains("REPO_URL"),
+            "examples/{path} names the REPO_URL placeholder"
+        );
+        let file = work.path().join(path.replace('/', "-"));
+        std::fs::write(&file, contents.replace("REPO_URL", &repo))?;
+        let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+        assert!(out.status.success(), "kubectl apply examples/{path}: {}", text(&out));
+        applied.push(path.trim_start_matches("apps/").trim_end_matches(".yaml").to_string());
+    }
+    assert_eq!(
+        applied, TOP,
+        "examples/apps/ holds the four Applications the README describes"
+    );
+    // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
+    let sets: String = files
+        .iter()
+        .filter(|(p, _)| p.starts_with("appsets/") && p.ends_with(".yaml"))
+        .map(|(_, contents)| format!("---\n{}", contents.replace("REPO_URL", &repo)))
+        .collect();
+    let file = work.path().join("appsets.yaml");
+    std::fs::write(&file, sets)?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "kubectl apply examples/appsets/: {}", text(&out));
+
+    // The controller, as the playground runs it (without the HTTP server, which is not under test).
+    let cache = work.path().join("cache");
+    let log = work.path().join("controller.log");
+    let _controller = Controller(
+        Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(["controller", "--kubeconfig", &kc, "--log", "info", "--cache-dir"])
+            .arg(&cache)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?,
+    );
+
+    // Every Application, the children of `root` included, ends Synced and Healthy at the commit.
+    let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(75);
+    loop {
+        let list = apps.list(&Default::default()).await?;
+        let done = TOP
+            .iter()
+            .chain(&CHILDREN)
+            .chain(&GENERATED)
+            .all(|name| list.items.iter().any(|a| a.name_any() == *name && synced_healthy(a)));
+        if done {
+            break;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {:?} waiting for every example Application to be Synced and Healthy:\n{}\ncontroller log:\n{}",
+                started.elapsed(),
+                summary(&apps).await,
+                log_tail(&log)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("every example Synced and Healthy {:?} after start", started.elapsed());
+
+    let mut names: Vec<String> = apps
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(|a| a.name_any())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "checkout-production",
+            "checkout-staging",
+            "frontend",
+            "guestbook",
+            "guestbook-in-cluster",
+            "helm-guestbook",
+            "kustomize-guestbook",
+            "payments-staging",
+            "platform",
+            "root"
+        ],
+        "the four entry points, root's two children and the ApplicationSets' four, nothing else"
+    );
+    for name in TOP.iter().chain(&CHILDREN).chain(&GENERATED) {
+        let app = apps.get(name).await?;
+        let status = app.status.clone().unwrap_or_default();
+        assert_eq!(
+            status.sync.map(|s| s.revision),
+            Some(sha.clone()),
+            "{name} at the published commit"
+        );
+        assert_eq!(app.spec.source.repo_url, repo, "{name} reads the published repository");
+        assert!(
+            status.conditions.is_empty(),
+            "{name} has no conditions: {:?}",
+            status.conditions
+        );
+        let op = status.operation_state.expect("an automated sync ran");
+        assert_eq!(op.phase, "Succeeded", "{name}: {}", op.message);
+    }
+
+    // guestbook: the PreSync hook ran first and was deleted once it succeeded; then the ConfigMap
+    // (wave -1), the Deployment (wave 0, both replicas available) and the Service (wave 1).
+    let app = apps.get("guestbook").await?;
+    let op = app.status.and_then(|s| s.operation_state).unwrap_or_default();
+    let hook = op
+        .resources
+        .iter()
+        .find(|r| r.kind == "Job" && r.name == "guestbook-preflight")
+        .unwrap_or_else(|| panic!("the preflight hook ran: {:?}", op.resources));
+    assert!(hook.hook && hook.sync_phase == "PreSync", "{hook:?}");
+    assert_eq!(hook.status, "Synced", "the hook succeeded: {hook:?}");
+    // The operation's results are in the order they were applied.
+    let order: Vec<(&str, i64, &str)> = op
+        .resources
+        .iter()
+        .filter(|r| r.kind != "Namespace")
+        .map(|r| (r.sync_phase.as_str(), r.sync_wave, r.kind.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("PreSync", 0, "Job"),
+            ("Sync", -1, "ConfigMap"),
+            ("Sync", 0, "Deployment"),
+            ("Sync", 1, "Service")
+        ],
+        "{:?}",
+        op.resources
+    );
+    assert!(
+        Api::<Job>::namespaced(client.clone(), "guestbook")
+            .get_opt("guestbook-preflight")
+            .await?
+            .is_none(),
+        "the succeeded hook is deleted (hook-delete-policy: HookSucceeded)"
+    );
+    let config = Api::<ConfigMap>::namespaced(client.clone(), "guestbook")
+        .get("guestbook-config")
+        .await?;
+    assert_eq!(tracking_id(&config).as_deref(), Some("capstan/guestbook"));
+    let d = deployment(&client, "guestbook", "guestbook-ui").await?;
+    assert_eq!(tracking_id(&d).as_deref(), Some("capstan/guestbook"));
+    let (replicas, available, image, _) = facts(&d);
+    assert_eq!((replicas, available), (2, 2), "guestbook-ui: both replicas available");
+    assert_eq!(image, "gcr.io/heptio-images/ks-guestbook-demo:0.2");
+    let service = Api::<Service>::namespaced(client.clone(), "guestbook")
+        .get("guestbook-ui")
+        .await?;
+    assert_eq!(tracking_id(&service).as_deref(), Some("capstan/guestbook"));
+
+    // kustomize-guestbook: the staging overlay (prefix, label on Pods, image tag, 3 replicas).
+    let d = deployment(&client, "kustomize-guestbook", "staging-guestbook-ui").await?;
+    let (replicas, available, image, labels) = facts(&d);
+    assert_eq!(
+        (replicas, available),
+        (3, 3),
+        "the overlay's patch: 3 replicas, all available"
+    );
+    assert_eq!(image, "gcr.io/heptio-images/ks-guestbook-demo:0.2");
+    assert_eq!(labels.get("environment").map(String::as_str), Some("staging"));
+    assert!(
+        Api::<Service>::namespaced(client.clone(), "kustomize-guestbook")
+            .get_opt("staging-guestbook-ui")
+            .await?
+            .is_some(),
+        "the overlay's Service"
+    );
+
+    // helm-guestbook: values-production.yaml over values.yaml, release name = Application name.
+    let d = deployment(&client, "helm-guestbook", "helm-guestbook").await?;
+    let (replicas, available, image, labels) = facts(&d);
+    assert_eq!((replicas, available), (3, 3), "values-production.yaml: replicaCount 3");
+    assert_eq!(image, "gcr.io/heptio-images/ks-guestbook-demo:0.2");
+    assert_eq!(labels.get("environment").map(String::as_str), Some("production"));
+    assert_eq!(
+        labels.get("app.kubernetes.io/instance").map(String::as_str),
+        Some("helm-guestbook")
+    );
+
+    // root: its chart's objects are the Applications platform (wave 0) and frontend (wave 1),
+    // tracked by root and pointed at the repository through helm.parameters.
+    let root = apps.get("root").await?;
+    let op = root.status.and_then(|s| s.operation_state).unwrap_or_default();
+    for (child, wave) in [("platform", 0), ("frontend", 1)] {
+        let app = apps.get(child).await?;
+        assert_eq!(
+            tracking_id(&app).as_deref(),
+            Some("capstan/root"),
+            "{child} belongs to root"
+        );
+        assert_eq!(app.spec.source.target_revision, "main");
+        let result = op
+            .resources
+            .iter()
+            .find(|r| r.kind == "Application" && r.name == child)
+            .unwrap_or_else(|| panic!("root's sync applied {child}: {:?}", op.resources));
+        assert_eq!(
+            (result.sync_wave, result.status.as_str()),
+            (wave, "Synced"),
+            "{child}: {result:?}"
+        );
+    }
+    // frontend (wave 1) was created only once platform (wave 0) had synced: platform's first sync
+    // finished no later than frontend's creation (both to the second).
+    let platform = apps.get("platform").await?;
+    let frontend = apps.get("frontend").await?;
+    let platform_deployed = platform
+        .status
+        .as_ref()
+        .and_then(|s| s.history.first())
+        .map(|h| h.deployed_at.clone())
+        .expect("platform has a sync in its history");
+    let frontend_created = frontend
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .expect("frontend has a creation time");
+    assert!(
+        platform_deployed <= frontend_created,
+        "frontend (wave 1) created at {frontend_created}, before platform (wave 0) finished syncing at {platform_deployed}"
+    );
+    let (replicas, available, _, _) = facts(&deployment(&client, "platform-guestbook", "guestbook-ui").await?);
+    assert_eq!((replicas, available), (2, 2), "platform deploys the guestbook");
+    let d = deployment(&client, "frontend", "staging-guestbook-ui").await?;
+    assert_eq!(tracking_id(&d).as_deref(), Some("capstan/frontend"));
+    let (replicas, available, _, _) = facts(&d);
+    assert_eq!((replicas, available), (3, 3), "frontend deploys the staging overlay");
+
+    // The ApplicationSets: platform's guestbook in namespace guestbook-<env label of in-cluster>, and
+    // one Deployment per services-root file, running that file's imageTag.
+    let (replicas, available, _, _) = facts(&deployment(&client, "guestbook-staging", "guestbook-ui").await?);
+    assert_eq!(
+        (replicas, available),
+        (2, 2),
+        "guestbook-in-cluster deploys the guestbook"
+    );
+    for (ns, name, tag) in [
+        ("checkout", "checkout-staging", "1.4.2"),
+        ("checkout", "checkout-production", "1.4.1"),
+        ("payments", "payments-staging", "0.9.0"),
+    ] {
+        let d = deployment(&client, ns, name).await?;
+        assert_eq!(tracking_id(&d).as_deref(), Some(format!("capstan/{name}").as_str()));
+        let (replicas, available, image, _) = facts(&d);
+        assert_eq!((replicas, available), (1, 1), "{name} available");
+        assert_eq!(image, format!("registry.example/services/app:{tag}"), "{name}");
+    }
+    eprintln!("done in {:?}", started.elapsed());
+    Ok(())
+}
