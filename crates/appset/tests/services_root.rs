@@ -44,26 +44,6 @@ fn example_set(name: &str, repo_url: &str) -> anyhow::Result<Value> {
     Ok(serde_saphyr::from_str(&text.replace("REPO_URL", repo_url))?)
 }
 
-/// Every file under `dir`, as (path relative to `dir` with `/`, contents), sorted.
-fn files_under(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> anyhow::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                walk(root, &path, out)?;
-            } else {
-                let rel = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
-                out.push((rel, std::fs::read_to_string(&path)?));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out)?;
-    out.sort();
-    Ok(out)
-}
-
 fn service_file(cluster: &str, service: &str, tag: &str) -> String {
     format!("cluster: {cluster}\nservice: {service}\nimageTag: \"{tag}\"\ntargetRevision: main\n")
 }
@@ -311,7 +291,7 @@ async fn service_files_deploy_the_shared_chart_to_the_cluster_they_name() -> any
     // One repository holding the chart (from examples/, as is) and the services root: checkout's
     // staging on the hub, its production on the spoke.
     git.create_repo("platform")?;
-    let chart = files_under(&examples().join("charts/service"))?;
+    let chart = capstan_testkit::files_under(&examples().join("charts/service"))?;
     assert!(chart.iter().any(|(p, _)| p == "Chart.yaml"), "{chart:?}");
     let mut files: Vec<(String, String)> = chart
         .into_iter()
@@ -524,7 +504,7 @@ fn the_examples_generate_the_applications_the_readme_describes() -> anyhow::Resu
     // with the file's values.
     let root = examples().join("services-root/services");
     let mut expected = BTreeMap::new();
-    for (path, text) in files_under(&root)? {
+    for (path, text) in capstan_testkit::files_under(&root)? {
         let env = path.rsplit('/').next().unwrap_or_default().trim_end_matches(".yaml");
         let file: BTreeMap<String, String> = serde_saphyr::from_str(&text)?;
         let keys: Vec<&str> = file.keys().map(String::as_str).collect();

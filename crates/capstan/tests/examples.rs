@@ -42,26 +42,6 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
-/// Every file under `dir`, as (path relative to `dir` with `/`, contents).
-fn files_under(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> anyhow::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                walk(root, &path, out)?;
-            } else {
-                let rel = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
-                out.push((rel, std::fs::read_to_string(&path)?));
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out)?;
-    out.sort();
-    Ok(out)
-}
-
 /// The controller's log, for failure messages.
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -132,7 +112,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     assert!(out.status.success(), "capstan install: {}", text(&out));
 
     // examples/ as it is, published to branch main, as scripts/playground.sh does.
-    let files = files_under(&examples())?;
+    let files = capstan_testkit::files_under(&examples())?;
     for wanted in [
         "apps/guestbook.yaml",
         "guestbook/preflight-job.yaml",

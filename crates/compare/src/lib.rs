@@ -13,11 +13,13 @@ pub mod diff;
 pub mod discovery;
 pub mod key;
 pub mod normalize;
+pub mod own_writes;
 pub mod owned;
 
 pub use diff::{Comparison, ResourceState, SyncCode, compare, render_diff};
 pub use discovery::{Discovery, KindInfo};
 pub use key::ObjectKey;
+pub use own_writes::OwnWrites;
 
 /// What can go wrong comparing.
 #[derive(Debug, thiserror::Error)]

@@ -51,6 +51,8 @@ pub struct Destination {
     pub secret: Option<ClusterSecret>,
     /// Write requests of syncs in flight there, shared by every Application that deploys there.
     pub sync_writes: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Versions of objects there that Capstan's syncs wrote (their watch events trigger nothing).
+    pub own_writes: capstan_compare::OwnWrites,
     usable: bool,
     state: Mutex<ConnectionState>,
 }
@@ -63,9 +65,11 @@ impl Destination {
         secret: Option<ClusterSecret>,
         trigger: &Trigger,
     ) -> Self {
+        let own_writes = capstan_compare::OwnWrites::default();
         Self {
             discovery: Discovery::new(client.clone()),
-            watches: Watches::new(client.clone(), trigger.clone()),
+            watches: Watches::new(client.clone(), trigger.clone(), own_writes.clone()),
+            own_writes,
             sync_writes: std::sync::Arc::new(tokio::sync::Semaphore::new(capstan_sync::execute::PARALLELISM)),
             client,
             name,

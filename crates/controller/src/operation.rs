@@ -156,6 +156,12 @@ pub async fn run(
     // being prepared or recorded as Running is not missed.
     let op_key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
     let terminate_rx = ctx.watch_terminate(&op_key);
+    // Changes to the Application's objects while it runs are decided when it ends, once every
+    // version it wrote is known: its own writes' echoes trigger no reconcile, others' changes do.
+    let _hold = state
+        .destination
+        .watches
+        .hold(kube::runtime::reflector::ObjectRef::from_obj(&*app));
     let resuming = status
         .operation_state
         .as_ref()
@@ -250,9 +256,14 @@ pub async fn run(
         _ => 0,
     };
     let started_at = if resuming {
-        previous.as_ref().map(|p| p.started_at.clone()).unwrap_or_else(now)
+        previous
+            .as_ref()
+            .map(|p| p.started_at.clone())
+            .unwrap_or_else(now_precise)
     } else {
-        now()
+        // To the millisecond, as `finishedAt`: operations that follow each other within a second
+        // (a rollout's steps) keep their order.
+        now_precise()
     };
     let mut op_state = OperationState {
         phase: "Running".into(),
@@ -333,6 +344,7 @@ pub async fn run(
         wave_timeout: ctx.config.wave_timeout,
         completed_hooks,
         writes: work_state.destination.sync_writes.clone(),
+        own_writes: work_state.destination.own_writes.clone(),
     };
     let app_name = app.name_any();
     let app_namespace = app.namespace().unwrap_or_default();

@@ -410,7 +410,7 @@ fn with_failed_request(
         status.operation_state = Some(capstan_api::application::OperationState {
             phase: "Failed".into(),
             message: format!("the operation could not start: {err}"),
-            started_at: now(),
+            started_at: now_precise(),
             finished_at: Some(now_precise()),
             operation: Some(op.clone()),
             ..Default::default()

@@ -7,7 +7,12 @@
 //! - trigger a reconcile of the Application named in a changed object's tracking annotation, at once
 //!   for the first change and at most once per [`THROTTLE`] after it: a rollout's burst of status
 //!   updates (a Deployment reports progress several times a second) becomes two comparisons instead
-//!   of one each, while a single drift is still noticed immediately.
+//!   of one each, while a single drift is still noticed immediately. The echoes of Capstan's own
+//!   writes (a version its sync wrote, see [`OwnWrites`]) trigger nothing: the sync reports the state
+//!   after itself, and an echo would take the place of the next drift's immediate reconcile. While
+//!   an Application's operation runs ([`Watches::hold`]) the changes to its objects are held back
+//!   (its reconcile could not run before the operation ends anyway); when it ends, every write's
+//!   answer is known, so its echoes are told apart exactly and any other change triggers a reconcile.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use capstan_api::labels::TRACKING_LABEL;
-use capstan_compare::KindInfo;
+use capstan_compare::{KindInfo, ObjectKey, OwnWrites};
 
 use crate::clusters::Trigger;
 use capstan_compare::normalize::TRACKING_ANNOTATION;
@@ -34,7 +39,88 @@ pub struct Watches {
     kinds: Mutex<HashMap<(String, String), Cache>>,
     trigger: Trigger,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
-    throttle: Arc<Throttle>,
+    changes: Arc<Changes>,
+}
+
+type AppRef = ObjectRef<capstan_api::Application>;
+
+/// What becomes of the changes the watches see.
+struct Changes {
+    own_writes: OwnWrites,
+    throttle: Throttle,
+    /// Applications whose operation is running, with the versions of their objects seen meanwhile.
+    held: Mutex<HashMap<AppRef, Vec<(ObjectKey, String)>>>,
+}
+
+impl Changes {
+    /// A watch saw `key` of `app` change to `version` (`None`: deleted).
+    fn seen(&self, app: AppRef, key: ObjectKey, version: Option<String>, trigger: &Sender) {
+        let Some(version) = version else {
+            capstan_metrics::global().managed_object_change(false);
+            return self.notify(app, trigger);
+        };
+        if self.own_writes.take(&key, &version) {
+            capstan_metrics::global().managed_object_change(true);
+            return;
+        }
+        if let Some(held) = lock(&self.held).get_mut(&app) {
+            held.push((key, version));
+            return;
+        }
+        capstan_metrics::global().managed_object_change(false);
+        self.notify(app, trigger);
+    }
+
+    /// The operation of `app` has ended: its held changes that are not its own writes trigger a
+    /// reconcile.
+    fn release(&self, app: &AppRef, trigger: Option<&Sender>) {
+        let Some(held) = lock(&self.held).remove(app) else {
+            return;
+        };
+        let mut others = 0;
+        for (key, version) in held {
+            let own = self.own_writes.take(&key, &version);
+            capstan_metrics::global().managed_object_change(own);
+            others += usize::from(!own);
+        }
+        if let Some(trigger) = trigger.filter(|_| others > 0) {
+            self.notify(app.clone(), trigger);
+        }
+    }
+
+    /// Reconcile `app` now, or once the throttle allows.
+    fn notify(&self, app: AppRef, trigger: &Sender) {
+        match self.throttle.decide(&app, Instant::now()) {
+            Some(Duration::ZERO) => {
+                let _ = trigger.unbounded_send(app);
+            }
+            Some(delay) => {
+                let (throttle, trigger) = (self.throttle.clone(), trigger.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    throttle.sent(&app, Instant::now());
+                    let _ = trigger.unbounded_send(app);
+                });
+            }
+            None => {}
+        }
+    }
+}
+
+type Sender = futures::channel::mpsc::UnboundedSender<AppRef>;
+
+/// Holds back the changes to an Application's objects while its operation runs (see
+/// [`Watches::hold`]); dropping it lets them through.
+pub struct Hold {
+    changes: Arc<Changes>,
+    app: AppRef,
+    trigger: Option<Sender>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.changes.release(&self.app, self.trigger.as_ref());
+    }
 }
 
 /// The managed objects of one kind, as the watch last saw them.
@@ -46,9 +132,9 @@ struct Cache {
 }
 
 /// Per Application: when its last object-change reconcile was sent, and whether one is scheduled.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Throttle {
-    apps: Mutex<HashMap<ObjectRef<capstan_api::Application>, (Instant, bool)>>,
+    apps: Arc<Mutex<HashMap<AppRef, (Instant, bool)>>>,
 }
 
 impl Throttle {
@@ -73,20 +159,35 @@ impl Throttle {
     }
 
     /// A scheduled send went out at `now`.
-    fn sent(&self, app: &ObjectRef<capstan_api::Application>, now: Instant) {
+    fn sent(&self, app: &AppRef, now: Instant) {
         lock(&self.apps).insert(app.clone(), (now, false));
     }
 }
 
 impl Watches {
-    /// Watches sending triggers to `trigger`.
-    pub fn new(client: kube::Client, trigger: Trigger) -> Self {
+    /// Watches sending triggers to `trigger`, except for the versions in `own_writes`.
+    pub fn new(client: kube::Client, trigger: Trigger, own_writes: OwnWrites) -> Self {
         Self {
             client,
             kinds: Mutex::new(HashMap::new()),
             trigger,
             tasks: Mutex::new(Vec::new()),
-            throttle: Arc::default(),
+            changes: Arc::new(Changes {
+                own_writes,
+                throttle: Throttle::default(),
+                held: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Hold back the changes to `app`'s objects until the returned guard is dropped (when its
+    /// operation has ended and every version it wrote is recorded).
+    pub fn hold(&self, app: AppRef) -> Hold {
+        lock(&self.changes.held).entry(app.clone()).or_default();
+        Hold {
+            changes: self.changes.clone(),
+            app,
+            trigger: self.trigger.get().cloned(),
         }
     }
 
@@ -123,7 +224,8 @@ impl Watches {
         }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &info.resource);
         let kind = info.resource.kind.clone();
-        let throttle = self.throttle.clone();
+        let group = info.resource.group.clone();
+        let changes = self.changes.clone();
         let task = tokio::spawn(async move {
             tracing::debug!(%kind, "watching managed objects");
             let stream = watcher(api, watcher::Config::default().labels(TRACKING_LABEL))
@@ -138,14 +240,16 @@ impl Watches {
             let mut stream = std::pin::pin!(stream);
             let mut listed = false;
             while let Some(event) = stream.next().await {
-                let objs = match event {
-                    Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::Delete(o)) => {
-                        // A watch resumed after an error (from its last resourceVersion) missed
-                        // nothing: its first event shows it is healthy again.
-                        if listed {
-                            ready.store(true, Ordering::SeqCst);
+                let (obj, deleted) = match event {
+                    Ok(watcher::Event::Apply(o)) => (o, false),
+                    Ok(watcher::Event::Delete(o)) => (o, true),
+                    Ok(watcher::Event::InitApply(o)) => {
+                        // A version Capstan wrote may come as part of a (re)listing instead of as
+                        // an event: it is not waited for any more.
+                        if let Some(version) = &o.metadata.resource_version {
+                            changes.own_writes.take(&object_key(&group, &kind, &o), version);
                         }
-                        vec![o]
+                        continue;
                     }
                     Ok(watcher::Event::InitDone) => {
                         listed = true;
@@ -160,32 +264,27 @@ impl Watches {
                         continue;
                     }
                 };
-                for obj in objs {
-                    let owner = obj
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(TRACKING_ANNOTATION));
-                    let Some((ns, name)) = owner.and_then(|o| o.split_once('/')) else {
-                        continue;
-                    };
-                    tracing::trace!(%kind, app = %name, "managed object changed");
-                    let app = ObjectRef::new(name).within(ns);
-                    match throttle.decide(&app, Instant::now()) {
-                        Some(Duration::ZERO) => {
-                            let _ = trigger.unbounded_send(app);
-                        }
-                        Some(delay) => {
-                            let (throttle, trigger) = (throttle.clone(), trigger.clone());
-                            tokio::spawn(async move {
-                                tokio::time::sleep(delay).await;
-                                throttle.sent(&app, Instant::now());
-                                let _ = trigger.unbounded_send(app);
-                            });
-                        }
-                        None => {}
-                    }
+                // A watch resumed after an error (from its last resourceVersion) missed nothing:
+                // its first event shows it is healthy again.
+                if listed {
+                    ready.store(true, Ordering::SeqCst);
                 }
+                let owner = obj
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(TRACKING_ANNOTATION));
+                let Some((ns, name)) = owner.and_then(|o| o.split_once('/')) else {
+                    continue;
+                };
+                tracing::trace!(%kind, app = %name, "managed object changed");
+                let key = object_key(&group, &kind, &obj);
+                let version = if deleted {
+                    None
+                } else {
+                    Some(obj.metadata.resource_version.clone().unwrap_or_default())
+                };
+                changes.seen(ObjectRef::new(name).within(ns), key, version, &trigger);
             }
         });
         lock(&self.tasks).push(task.abort_handle());
@@ -198,6 +297,16 @@ impl Drop for Watches {
         for task in lock(&self.tasks).drain(..) {
             task.abort();
         }
+    }
+}
+
+/// The key of a watched object of the kind `group`/`kind`.
+fn object_key(group: &str, kind: &str, obj: &DynamicObject) -> ObjectKey {
+    ObjectKey {
+        group: group.to_string(),
+        kind: kind.to_string(),
+        namespace: obj.metadata.namespace.clone().unwrap_or_default(),
+        name: obj.metadata.name.clone().unwrap_or_default(),
     }
 }
 
@@ -241,5 +350,77 @@ mod tests {
             Some(Duration::ZERO),
             "after a quiet period: now"
         );
+    }
+
+    fn changes() -> Changes {
+        Changes {
+            own_writes: OwnWrites::default(),
+            throttle: Throttle::default(),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: "n".into(),
+            name: name.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn own_echoes_trigger_nothing_and_changes_by_others_trigger_a_reconcile() {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let c = changes();
+        let app: AppRef = ObjectRef::new("web").within("capstan");
+        c.own_writes.record(&key("a"), "5");
+        c.seen(app.clone(), key("a"), Some("5".into()), &tx);
+        assert!(
+            rx.try_recv().is_err(),
+            "the echo of a write of Capstan's triggers nothing"
+        );
+        c.seen(app.clone(), key("a"), Some("6".into()), &tx);
+        assert_eq!(rx.try_recv().ok(), Some(app.clone()), "another version: at once");
+        let other: AppRef = ObjectRef::new("db").within("capstan");
+        c.seen(other.clone(), key("b"), None, &tx);
+        assert_eq!(rx.try_recv().ok(), Some(other), "a deletion triggers");
+    }
+
+    #[tokio::test]
+    async fn changes_during_an_operation_are_decided_when_it_ends() {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let c = Arc::new(changes());
+        let app: AppRef = ObjectRef::new("web").within("capstan");
+        let hold = |c: &Arc<Changes>| {
+            lock(&c.held).entry(app.clone()).or_default();
+            Hold {
+                changes: c.clone(),
+                app: app.clone(),
+                trigger: Some(tx.clone()),
+            }
+        };
+        // The echo arrives before the write's answer is recorded: held, then known as Capstan's.
+        let during = hold(&c);
+        c.seen(app.clone(), key("a"), Some("7".into()), &tx);
+        assert!(rx.try_recv().is_err(), "held while the operation runs");
+        c.own_writes.record(&key("a"), "7");
+        drop(during);
+        assert!(
+            rx.try_recv().is_err(),
+            "its own write: nothing to do after the operation"
+        );
+        assert!(c.own_writes.is_empty());
+        // Someone else changed an object during the operation: a reconcile when it ends.
+        let during = hold(&c);
+        c.seen(app.clone(), key("b"), Some("8".into()), &tx);
+        assert!(rx.try_recv().is_err());
+        drop(during);
+        assert_eq!(rx.try_recv().ok(), Some(app.clone()), "noticed when the operation ends");
+        // After the operation, changes go through again, throttled after that reconcile.
+        c.seen(app.clone(), key("b"), Some("9".into()), &tx);
+        assert!(rx.try_recv().is_err(), "within the throttle after the last reconcile");
+        tokio::time::sleep(THROTTLE + Duration::from_millis(50)).await;
+        assert_eq!(rx.try_recv().ok(), Some(app), "sent once the throttle allows");
     }
 }

@@ -74,6 +74,13 @@ pub struct WebhookLabels {
     pub result: String,
 }
 
+/// Labels of a watch event on an object Capstan manages.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    /// `capstan` (the echo of one of its own writes: no reconcile) or `other` (a reconcile follows).
+    pub origin: String,
+}
+
 /// Every metric family Capstan records.
 pub struct Metrics {
     registry: Registry,
@@ -95,6 +102,8 @@ pub struct Metrics {
     pub kube_requests: Family<KubeLabels, Counter>,
     /// Webhook deliveries by provider and result.
     pub webhooks: Family<WebhookLabels, Counter>,
+    /// Changes to managed objects seen by the watches, by who made them.
+    pub managed_object_changes: Family<ChangeLabels, Counter>,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -117,6 +126,7 @@ impl Metrics {
         let syncs = Family::<SyncLabels, Counter>::default();
         let kube_requests = Family::<KubeLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
+        let managed_object_changes = Family::<ChangeLabels, Counter>::default();
         registry.register("git_requests", "Git requests (ls-remote, fetch)", git_requests.clone());
         registry.register(
             "git_request_duration_seconds",
@@ -154,6 +164,11 @@ impl Metrics {
             "Git webhook deliveries by provider and result",
             webhooks.clone(),
         );
+        registry.register(
+            "managed_object_changes",
+            "Changes to managed objects seen by the watches: origin capstan (its own writes, no reconcile) or other",
+            managed_object_changes.clone(),
+        );
         Self {
             registry,
             git_requests,
@@ -165,6 +180,7 @@ impl Metrics {
             syncs,
             kube_requests,
             webhooks,
+            managed_object_changes,
         }
     }
 
@@ -209,6 +225,14 @@ impl Metrics {
                 name: name.into(),
                 phase: phase.into(),
             })
+            .inc();
+    }
+
+    /// Record a change to a managed object, made by Capstan itself (`own`) or by someone else.
+    pub fn managed_object_change(&self, own: bool) {
+        let origin = if own { "capstan" } else { "other" };
+        self.managed_object_changes
+            .get_or_create(&ChangeLabels { origin: origin.into() })
             .inc();
     }
 

@@ -8,7 +8,7 @@ use capstan_api::application::ResourceResult;
 use capstan_compare::annotations::{self, DeletePolicy, Phase};
 use capstan_compare::diff::FIELD_MANAGER;
 use capstan_compare::normalize::owner;
-use capstan_compare::{Comparison, ObjectKey, ResourceState, describe_kube_error};
+use capstan_compare::{Comparison, ObjectKey, OwnWrites, ResourceState, describe_kube_error};
 use capstan_health::HealthCode;
 use futures::{StreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -51,6 +51,9 @@ pub struct SyncOptions {
     /// The write requests (applies, prunes, validations) in flight to the destination, shared by
     /// the syncs of every Application that deploys there: at most [`PARALLELISM`].
     pub writes: Arc<Semaphore>,
+    /// Where the versions this sync writes are recorded, so the destination's watches know them as
+    /// Capstan's own (see [`OwnWrites`]).
+    pub own_writes: OwnWrites,
 }
 
 impl Default for SyncOptions {
@@ -66,6 +69,7 @@ impl Default for SyncOptions {
             wave_timeout: Duration::from_secs(600),
             completed_hooks: HashSet::new(),
             writes: Arc::new(Semaphore::new(PARALLELISM)),
+            own_writes: OwnWrites::default(),
         }
     }
 }
@@ -471,9 +475,14 @@ impl Run<'_> {
             Action::Hook | Action::Keep => None,
         };
         match task.action {
-            Action::Apply => apply(self.client, state, self.opts.dry_run)
-                .await
-                .map(|obj| ("Synced".to_string(), obj.map_or(Seen::Nothing, Seen::Object))),
+            Action::Apply => apply(self.client, state, self.opts.dry_run).await.map(|obj| {
+                if let Some(version) = obj.as_ref().and_then(resource_version)
+                    && !self.opts.dry_run
+                {
+                    self.opts.own_writes.record(&task.key, version);
+                }
+                ("Synced".to_string(), obj.map_or(Seen::Nothing, Seen::Object))
+            }),
             Action::Keep => Ok(("Synced".to_string(), Seen::Nothing)),
             Action::Prune => prune(self.client, state, self.opts.dry_run).await,
             Action::Hook => {
@@ -726,6 +735,11 @@ mod k8s_namespace {
 async fn read(client: &kube::Client, state: &ResourceState) -> Option<Value> {
     let api = api_for(client, state, &state.key.namespace);
     observed(api.get_opt(&state.key.name).await.ok()??)
+}
+
+/// The `resourceVersion` of an object the API server returned.
+fn resource_version(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/resourceVersion").and_then(Value::as_str)
 }
 
 /// An object the API server returned, as the comparison reads live objects: of `managedFields`

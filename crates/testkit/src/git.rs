@@ -190,6 +190,28 @@ pub fn run_git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Every file under `dir`, as (path relative to `dir` with `/`, contents), sorted: a directory of
+/// this repository (e.g. `examples/`) to commit into a test repository.
+pub fn files_under(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> anyhow::Result<()> {
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                walk(root, &path, out)?;
+            } else {
+                let rel = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
+                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+                out.push((rel, text));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
 /// Commit `files` onto `branch` of the bare repository at `bare`, through a temporary clone.
 pub fn commit_files(
     bare: &Path,

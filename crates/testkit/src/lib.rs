@@ -19,7 +19,7 @@ pub mod ssh;
 pub mod webdriver;
 
 pub use cluster::TestCluster;
-pub use git::{GitServer, commit_files, run_git};
+pub use git::{GitServer, commit_files, files_under, run_git};
 pub use ssh::SshGitServer;
 
 /// Initialise test logging once (honours `RUST_LOG`; silent by default).
