@@ -122,39 +122,74 @@ impl Discovery {
 
     /// Every API the cluster serves, as Helm's `--api-versions` takes them: `GROUP/VERSION` (`v1`
     /// for the core group) and `GROUP/VERSION/Kind`, sorted. A full discovery costs a request per
-    /// API group, so the answer is reused for [`API_VERSIONS_TTL`] (a CRD installed meanwhile is
-    /// seen after at most that long).
+    /// API group and version, so the answer is reused for [`API_VERSIONS_TTL`] (a CRD installed
+    /// meanwhile is seen after at most that long). A group version that cannot be read (an
+    /// aggregated API whose server is down) is left out rather than failing every Helm render on
+    /// the cluster; only a cluster that cannot list its groups at all is an error.
     pub async fn api_versions(&self) -> Result<Arc<Vec<String>>> {
+        use futures::{StreamExt, stream};
         let mut cached = self.api_versions.lock().await;
         if let Some((at, list)) = cached.as_ref()
             && at.elapsed() < API_VERSIONS_TTL
         {
             return Ok(list.clone());
         }
-        let discovery = kube::discovery::Discovery::new(self.client.clone())
-            .run()
-            .await
-            .map_err(|err| CompareError::Kube {
-                context: "discovering the cluster's APIs".into(),
-                message: describe_kube_error(&err),
-            })?;
-        let mut all = BTreeSet::new();
-        for group in discovery.groups() {
-            for version in group.versions() {
-                let group_version = if group.name().is_empty() {
-                    version.to_string()
+        let failed = |err: kube::Error| CompareError::Kube {
+            context: "discovering the cluster's APIs".into(),
+            message: describe_kube_error(&err),
+        };
+        let core = self.client.list_core_api_versions().await.map_err(failed)?;
+        let groups = self.client.list_api_groups().await.map_err(failed)?;
+        let group_versions: Vec<String> = core
+            .versions
+            .into_iter()
+            .chain(
+                groups
+                    .groups
+                    .into_iter()
+                    .flat_map(|g| g.versions.into_iter().map(|v| v.group_version)),
+            )
+            .collect();
+        let client = &self.client;
+        let listed: Vec<(String, Vec<String>)> = stream::iter(group_versions)
+            .map(|gv| async move {
+                let resources = if gv.contains('/') {
+                    client.list_api_group_resources(&gv).await
                 } else {
-                    format!("{}/{version}", group.name())
+                    client.list_core_api_resources(&gv).await
                 };
-                for (resource, _) in group.versioned_resources(version) {
-                    all.insert(format!("{group_version}/{}", resource.kind));
-                }
-                all.insert(group_version);
+                let kinds = match resources {
+                    Ok(list) => list
+                        .resources
+                        .into_iter()
+                        .filter(|r| !r.name.contains('/'))
+                        .map(|r| r.kind)
+                        .collect(),
+                    Err(err) => {
+                        tracing::debug!(group_version = %gv, err = %describe_kube_error(&err), "API left out of --api-versions");
+                        Vec::new()
+                    }
+                };
+                (gv, kinds)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        let mut all = BTreeSet::new();
+        for (group_version, kinds) in listed {
+            for kind in kinds {
+                all.insert(format!("{group_version}/{kind}"));
             }
+            all.insert(group_version);
         }
         let list = Arc::new(all.into_iter().collect::<Vec<_>>());
         *cached = Some((Instant::now(), list.clone()));
         Ok(list)
+    }
+
+    /// Forget the list of APIs (a hard refresh asks the cluster again).
+    pub async fn forget_api_versions(&self) {
+        *self.api_versions.lock().await = None;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), KindInfo>> {

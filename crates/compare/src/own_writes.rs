@@ -8,19 +8,27 @@
 //! once. Without this the echo of a self-heal used up the watch's immediate reconcile, and drift
 //! arriving just after it waited for the throttle.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use crate::ObjectKey;
 
-/// How many recorded versions are kept at most (about 200 bytes each). A version whose watch event
-/// never comes (the watch was listing, or restarted) is never taken, so the set could otherwise
-/// grow; forgetting a version only costs a reconcile.
+/// How many recorded versions are kept at most (a few hundred bytes each); the oldest are forgotten
+/// first. A version whose watch event never comes (an apply that changed nothing, a watch that was
+/// listing or restarted) is never taken, so the set could otherwise grow; forgetting a version only
+/// costs a reconcile.
 const CAPACITY: usize = 16_384;
 
 /// Versions of objects of one cluster that Capstan wrote and whose watch events have not arrived.
 #[derive(Debug, Clone, Default)]
-pub struct OwnWrites(Arc<Mutex<HashSet<(ObjectKey, String)>>>);
+pub struct OwnWrites(Arc<Mutex<Versions>>);
+
+/// The recorded versions, and the order they were recorded in (for forgetting the oldest).
+#[derive(Debug, Default)]
+struct Versions {
+    recorded: HashSet<(ObjectKey, String)>,
+    order: VecDeque<(ObjectKey, String)>,
+}
 
 impl OwnWrites {
     /// Capstan wrote `key` and the API server answered with `resource_version`.
@@ -28,22 +36,30 @@ impl OwnWrites {
         if resource_version.is_empty() {
             return;
         }
+        let entry = (key.clone(), resource_version.to_string());
         let mut versions = self.lock();
-        if versions.len() >= CAPACITY {
-            versions.clear();
+        if versions.recorded.insert(entry.clone()) {
+            versions.order.push_back(entry);
         }
-        versions.insert((key.clone(), resource_version.to_string()));
+        // The order may still name versions already taken: they are dropped on the way.
+        while versions.order.len() > CAPACITY {
+            if let Some(oldest) = versions.order.pop_front() {
+                versions.recorded.remove(&oldest);
+            }
+        }
     }
 
     /// Whether `key` at `resource_version` is a version Capstan wrote (forgetting it: the watch
     /// delivers each version once).
     pub fn take(&self, key: &ObjectKey, resource_version: &str) -> bool {
-        self.lock().remove(&(key.clone(), resource_version.to_string()))
+        self.lock()
+            .recorded
+            .remove(&(key.clone(), resource_version.to_string()))
     }
 
     /// How many versions wait for their watch event.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().recorded.len()
     }
 
     /// Whether no version waits for its watch event.
@@ -51,7 +67,7 @@ impl OwnWrites {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(ObjectKey, String)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Versions> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -89,5 +105,7 @@ mod tests {
         }
         assert!(own.len() <= CAPACITY);
         assert!(own.take(&key("a"), &(CAPACITY + 9).to_string()), "the newest is kept");
+        assert!(own.take(&key("a"), "10"), "only the oldest are forgotten");
+        assert!(!own.take(&key("a"), "0"), "the oldest is forgotten");
     }
 }

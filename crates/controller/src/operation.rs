@@ -27,34 +27,8 @@ pub const TERMINATED_PREFIX: &str = "terminated by ";
 /// The automated sync `app` needs now, if any: a new revision is synced once; with `selfHeal` drift at
 /// an already synced revision is reverted; a failed sync is retried per `retry` with backoff.
 pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState) -> Option<Operation> {
-    let policy = app.spec.sync_policy.as_ref()?;
-    let auto = policy.automated.as_ref()?;
-    if state.comparison.sync() == SyncCode::Synced {
-        return None;
-    }
-    // Only when a sync can change something: with prune off (or `Prune=false`), objects that merely
-    // require pruning would stay OutOfSync and re-trigger a sync forever.
-    let actionable = state.comparison.resources.iter().any(|r| {
-        !r.hook
-            && r.sync == SyncCode::OutOfSync
-            && (!r.requires_pruning
-                || (auto.prune
-                    && !r
-                        .live
-                        .as_ref()
-                        .is_some_and(|l| annotations::has_sync_option(l, "Prune=false"))))
-    });
-    if !actionable {
-        return None;
-    }
-    // An empty render would prune everything: refused unless `allowEmpty`, as in Argo CD.
-    let desired = state
-        .comparison
-        .resources
-        .iter()
-        .filter(|r| !r.hook && r.desired.is_some())
-        .count();
-    if desired == 0 && !auto.allow_empty {
+    let auto = app.spec.sync_policy.as_ref()?.automated.as_ref()?;
+    if !automated_could_act(app, &state.comparison) {
         return None;
     }
     let op = Operation {
@@ -79,6 +53,31 @@ pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState
         _ if last.message.starts_with(TERMINATED_PREFIX) => None,
         _ => retry_due_in(app, status).is_some_and(|due| due.is_zero()).then_some(op),
     }
+}
+
+/// Whether an automated sync of `state` could change something (whatever the last operation was).
+/// Not when it is Synced; not when the only differences are objects that require pruning while prune
+/// is off (or they say `Prune=false`): they would stay OutOfSync and trigger a sync forever; not when
+/// Git renders nothing and the sync would prune everything, unless `allowEmpty` (as in Argo CD).
+pub fn automated_could_act(app: &Application, comparison: &capstan_compare::Comparison) -> bool {
+    let Some(auto) = app.spec.sync_policy.as_ref().and_then(|p| p.automated.as_ref()) else {
+        return false;
+    };
+    if comparison.sync() == SyncCode::Synced {
+        return false;
+    }
+    let actionable = comparison.resources.iter().any(|r| {
+        !r.hook
+            && r.sync == SyncCode::OutOfSync
+            && (!r.requires_pruning
+                || (auto.prune
+                    && !r
+                        .live
+                        .as_ref()
+                        .is_some_and(|l| annotations::has_sync_option(l, "Prune=false"))))
+    });
+    let desired = comparison.resources.iter().any(|r| !r.hook && r.desired.is_some());
+    actionable && (desired || auto.allow_empty)
 }
 
 /// When the failed automated sync in `status` may be retried (zero: now), per `syncPolicy.retry`;
@@ -534,7 +533,11 @@ pub async fn run(
         if op.rollback.is_none() && !was_terminated {
             // What the sync applied, waited for and deleted is known from the API server's
             // answers: no need to read every object again.
-            let after = ctx.pipeline.after_sync(app, &work_state, observed).await;
+            let after = match ctx.pipeline.after_sync(app, &work_state, observed).await {
+                Ok(after) => Some(after),
+                // Read the objects again rather than report the state from before the sync.
+                Err(_) => ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok(),
+            };
             tracing::debug!(app = %op_key, elapsed_ms = compared.elapsed().as_millis() as u64, "compared after the sync");
             return Ok(Some(after.unwrap_or(work_state)));
         }
@@ -840,6 +843,74 @@ mod tests {
             .map(|i| result(&format!("cm-{i}"), "Synced", false, ""))
             .collect();
         assert_eq!(listed_results(few.clone()), (few, 0));
+    }
+
+    fn state(name: &str, sync: SyncCode, desired: bool, requires_pruning: bool) -> capstan_compare::ResourceState {
+        use kube::core::GroupVersionKind;
+        use kube::discovery::ApiResource;
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+        capstan_compare::ResourceState {
+            key: ObjectKey::of(&cm).expect("key"),
+            api_version: "v1".into(),
+            info: capstan_compare::KindInfo {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                    "configmaps",
+                ),
+                namespaced: true,
+            },
+            desired: desired.then(|| cm.clone()),
+            live: (!desired || sync == SyncCode::Synced).then(|| cm.clone()),
+            predicted: None,
+            sync,
+            requires_pruning,
+            hook: false,
+            wave: 0,
+            owned_by_other: None,
+            error: None,
+        }
+    }
+
+    fn automated_app(prune: bool, allow_empty: bool) -> Application {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "capstan"},
+            "spec": {
+                "source": {"repoURL": "file:///repo", "path": "."},
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": "n"},
+                "syncPolicy": {"automated": {"prune": prune, "allowEmpty": allow_empty},
+                    "retry": {"limit": 3}},
+            },
+        }))
+        .expect("application")
+    }
+
+    #[test]
+    fn automated_syncs_act_only_when_they_can_change_something() {
+        let comparison = |resources| capstan_compare::Comparison { resources };
+        let kept = state("kept", SyncCode::Synced, true, false);
+        let changed = state("changed", SyncCode::OutOfSync, true, false);
+        let removed = state("removed", SyncCode::OutOfSync, false, true);
+        // Only an object to prune, with prune off: a sync (or a retry of one) would change nothing,
+        // so a failed sync's retry must not be waited for either (it would requeue forever).
+        let only_prune = comparison(vec![kept.clone(), removed.clone()]);
+        assert!(!automated_could_act(&automated_app(false, false), &only_prune));
+        assert!(automated_could_act(&automated_app(true, false), &only_prune));
+        assert!(automated_could_act(
+            &automated_app(false, false),
+            &comparison(vec![kept.clone(), changed])
+        ));
+        assert!(!automated_could_act(
+            &automated_app(true, false),
+            &comparison(vec![kept])
+        ));
+        // Git renders nothing: pruning everything needs allowEmpty.
+        let empty = comparison(vec![removed]);
+        assert!(!automated_could_act(&automated_app(true, false), &empty));
+        assert!(automated_could_act(&automated_app(true, true), &empty));
+        let mut manual = automated_app(true, true);
+        manual.spec.sync_policy = None;
+        assert!(!automated_could_act(&manual, &empty));
     }
 
     #[test]

@@ -252,6 +252,10 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
             .pipeline
             .renderer
             .invalidate(&app.spec.source, &name, &app.spec.destination.namespace);
+        // And Helm is told the cluster's APIs as they are now.
+        if let Ok(dest) = ctx.pipeline.destination(&app).await {
+            dest.discovery.forget_api_versions().await;
+        }
         tracing::debug!(app = %key, dropped, "hard refresh: the next render runs again");
     }
     let raw_request = annotations.get(OPERATION_ANNOTATION).cloned();
@@ -390,11 +394,12 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     write_status(&ctx, &mut app, &mut status, Some(&state), None).await?;
     tracing::debug!(app = %key, elapsed_ms = started.elapsed().as_millis() as u64, "reconciled");
     clear_handled_request(&ctx, &app, raw_request).await?;
-    if state.comparison.sync() == capstan_compare::SyncCode::OutOfSync
+    if operation::automated_could_act(&app, &state.comparison)
         && let Some(due) = operation::retry_due_in(&app, &status)
     {
-        // A failed automated sync is retried once its backoff has passed.
-        return Ok(Action::requeue(due.max(Duration::from_millis(50))));
+        // A failed automated sync is retried once its backoff has passed (never sooner than in
+        // 250 ms: a reconcile that decides against the retry must not come back at once).
+        return Ok(Action::requeue(due.max(Duration::from_millis(250))));
     }
     Ok(Action::requeue(jitter(ctx.config.poll_interval, &key)))
 }

@@ -55,16 +55,15 @@ struct Changes {
 impl Changes {
     /// A watch saw `key` of `app` change to `version` (`None`: deleted).
     fn seen(&self, app: AppRef, key: ObjectKey, version: Option<String>, trigger: &Sender) {
-        let Some(version) = version else {
-            capstan_metrics::global().managed_object_change(false);
-            return self.notify(app, trigger);
-        };
-        if self.own_writes.take(&key, &version) {
+        if let Some(version) = &version
+            && self.own_writes.take(&key, version)
+        {
             capstan_metrics::global().managed_object_change(true);
             return;
         }
         if let Some(held) = lock(&self.held).get_mut(&app) {
-            held.push((key, version));
+            // A deletion is held with no version: no write of Capstan's has one.
+            held.push((key, version.unwrap_or_default()));
             return;
         }
         capstan_metrics::global().managed_object_change(false);

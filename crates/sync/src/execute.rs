@@ -27,6 +27,21 @@ pub const UNCHANGED: &str = "unchanged";
 /// mutating requests in flight is 200 by default (more are answered 429, which the client retries).
 pub const PARALLELISM: usize = 64;
 
+/// Kinds whose objects decide whether others are admitted: a sync that changes one is not validated
+/// in advance (see `Run::validate_new_objects`).
+const DECIDE_ADMISSION: &[&str] = &[
+    "CustomResourceDefinition",
+    "Namespace",
+    "ResourceQuota",
+    "LimitRange",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "PodSecurityPolicy",
+    "APIService",
+];
+
 /// Options of one sync operation.
 #[derive(Debug, Clone)]
 pub struct SyncOptions {
@@ -115,6 +130,11 @@ impl Recorded {
     pub fn gate() -> (Recording, Recorded) {
         let (tx, rx) = watch::channel(None);
         (Recording(tx), Recorded(rx))
+    }
+
+    /// Why the record could not be written, if it has failed already (without waiting).
+    pub fn failure(&self) -> Option<String> {
+        self.0.borrow().as_ref().and_then(|r| r.clone().err())
     }
 
     /// Wait until the record has been written; its error if it failed.
@@ -413,8 +433,14 @@ impl Run<'_> {
                 Action::Hook | Action::Keep => false,
             }
         });
+        // What an earlier wave changes may decide whether a new object is accepted (a quota, a
+        // limit range, an admission webhook or policy, a namespace's labels, a CRD's schema): the
+        // cluster as it is now would be the wrong judge.
+        let changes_admission = tasks
+            .iter()
+            .any(|t| t.action == Action::Apply && DECIDE_ADMISSION.contains(&t.key.kind.as_str()));
         let new: Vec<&Task> = tasks.iter().filter(is_new).collect();
-        if !touches_existing || new.is_empty() {
+        if !touches_existing || changes_admission || new.is_empty() {
             return Ok(());
         }
         self.report(format!("validating {} new object(s) with the API server", new.len()));
@@ -469,20 +495,23 @@ impl Run<'_> {
 
     async fn task(&self, task: &Task) -> TaskOutcome {
         let state = &self.resources[task.index];
-        // Hooks are created once and then waited for: only applies and prunes count as writes.
+        // Hooks are created once and then waited for: only applies (per request, see `apply`) and
+        // prunes count as writes.
         let _permit = match task.action {
-            Action::Apply | Action::Prune => Some(self.write_permit().await?),
-            Action::Hook | Action::Keep => None,
+            Action::Prune => Some(self.write_permit().await?),
+            Action::Apply | Action::Hook | Action::Keep => None,
         };
         match task.action {
-            Action::Apply => apply(self.client, state, self.opts.dry_run).await.map(|obj| {
-                if let Some(version) = obj.as_ref().and_then(resource_version)
-                    && !self.opts.dry_run
-                {
-                    self.opts.own_writes.record(&task.key, version);
-                }
-                ("Synced".to_string(), obj.map_or(Seen::Nothing, Seen::Object))
-            }),
+            Action::Apply => apply(self.client, state, self.opts.dry_run, &self.opts.writes)
+                .await
+                .map(|obj| {
+                    if let Some(version) = obj.as_ref().and_then(resource_version)
+                        && !self.opts.dry_run
+                    {
+                        self.opts.own_writes.record(&task.key, version);
+                    }
+                    ("Synced".to_string(), obj.map_or(Seen::Nothing, Seen::Object))
+                }),
             Action::Keep => Ok(("Synced".to_string(), Seen::Nothing)),
             Action::Prune => prune(self.client, state, self.opts.dry_run).await,
             Action::Hook => {
@@ -504,6 +533,10 @@ impl Run<'_> {
         let deadline = Instant::now() + self.opts.wave_timeout;
         let mut pending: Vec<&Task> = tasks.to_vec();
         loop {
+            // A record that failed ends the sync now, not after the wave's wait.
+            if let Some(err) = self.recorded.as_ref().and_then(Recorded::failure) {
+                return Err(err);
+            }
             let this = &*self;
             let checks: Vec<(usize, Option<Value>)> = stream::iter(0..pending.len())
                 .map(|i| {
@@ -608,12 +641,19 @@ fn api_for(client: &kube::Client, state: &ResourceState, namespace: &str) -> Api
 }
 
 /// Server-side apply (or replace, with `Replace=true`), retrying briefly while a just-created CRD's
-/// kind is not yet served. Returns the object as the API server answered.
-async fn apply(client: &kube::Client, state: &ResourceState, dry_run: bool) -> Result<Option<Value>, String> {
+/// kind is not yet served. Returns the object as the API server answered. Each request takes a place
+/// among `writes` (not held while waiting to retry).
+async fn apply(
+    client: &kube::Client,
+    state: &ResourceState,
+    dry_run: bool,
+    writes: &Semaphore,
+) -> Result<Option<Value>, String> {
     let Some(desired) = &state.desired else { return Ok(None) };
     let api = api_for(client, state, &state.key.namespace);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
+        let permit = writes.acquire().await.map_err(|_| "the sync was stopped".to_string())?;
         let res = if annotations::has_sync_option(desired, "Replace=true") {
             replace(&api, state, desired, dry_run).await
         } else {
@@ -623,6 +663,7 @@ async fn apply(client: &kube::Client, state: &ResourceState, dry_run: bool) -> R
             }
             api.patch(&state.key.name, &pp, &Patch::Apply(desired)).await
         };
+        drop(permit);
         match res {
             Ok(obj) => return Ok(observed(obj)),
             Err(kube::Error::Api(s)) if s.code == 404 && Instant::now() < deadline => {
