@@ -90,8 +90,8 @@ enum AppCommand {
         /// Wait for the sync to finish and the Application to be Synced and Healthy.
         #[arg(long)]
         wait: bool,
-        /// Seconds to wait (with --wait).
-        #[arg(long, default_value_t = 300)]
+        /// How long to wait with --wait: seconds, or 90s, 5m, 1h.
+        #[arg(long, default_value = "300", value_parser = super::seconds)]
         timeout: u64,
     },
     /// Show the sync history.
@@ -104,7 +104,8 @@ enum AppCommand {
         prune: bool,
         #[arg(long)]
         wait: bool,
-        #[arg(long, default_value_t = 300)]
+        /// How long to wait with --wait: seconds, or 90s, 5m, 1h.
+        #[arg(long, default_value = "300", value_parser = super::seconds)]
         timeout: u64,
     },
     /// Wait until an Application is Synced and/or Healthy (both when neither flag is given).
@@ -117,7 +118,8 @@ enum AppCommand {
         /// Also wait for a running operation to finish.
         #[arg(long)]
         operation: bool,
-        #[arg(long, default_value_t = 300)]
+        /// How long to wait: seconds, or 90s, 5m, 1h.
+        #[arg(long, default_value = "300", value_parser = super::seconds)]
         timeout: u64,
     },
     /// Delete an Application (with --cascade, the default, its objects too).
@@ -801,4 +803,34 @@ async fn delete(api: &Api<Application>, name: &str, cascade: bool, wait: bool) -
         if cascade { " with its resources" } else { "" }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{AppArgs, AppCommand};
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        app: AppArgs,
+    }
+
+    #[test]
+    fn timeouts_take_seconds_or_a_unit() {
+        let timeout = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.app.command) {
+            Ok(AppCommand::Sync { timeout, .. } | AppCommand::Wait { timeout, .. }) => Ok(timeout),
+            Ok(other) => panic!("parsed as {other:?}"),
+            Err(err) => Err(err.to_string()),
+        };
+        assert_eq!(timeout(&["app", "sync", "a", "--wait", "--timeout", "90"]), Ok(90));
+        assert_eq!(timeout(&["app", "wait", "a", "--timeout", "2m"]), Ok(120));
+        assert_eq!(timeout(&["app", "wait", "a"]), Ok(300));
+        let err = timeout(&["app", "wait", "a", "--timeout", "2d"]).expect_err("days are refused");
+        assert!(
+            err.contains("--timeout") && err.contains("\"2d\" is not a duration"),
+            "{err}"
+        );
+    }
 }

@@ -32,7 +32,7 @@ pub struct GenerateArgs {
     #[arg(short, long, value_enum, default_value = "yaml")]
     pub output: GenerateOutput,
     /// Time limit of each git operation, in seconds.
-    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    #[arg(long, default_value = "120", value_name = "SECONDS", value_parser = super::seconds)]
     pub git_timeout: u64,
 }
 

@@ -21,11 +21,11 @@ pub struct ControllerArgs {
     /// Directory for Git caches (default: $CAPSTAN_CACHE/controller or ~/.cache/capstan/controller).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// Seconds between Git polls per Application (and per ApplicationSet with Git generators).
-    #[arg(long, default_value_t = 180)]
+    /// Time between Git polls per Application (and per ApplicationSet with Git generators): seconds, or 90s, 5m, 1h.
+    #[arg(long, default_value = "180", value_parser = super::seconds)]
     poll_interval: u64,
-    /// Seconds a sync wave may take to become healthy (and a hook to complete).
-    #[arg(long, default_value_t = 600)]
+    /// How long a sync wave may take to become healthy (and a hook to complete): seconds, or 90s, 5m, 1h.
+    #[arg(long, default_value = "600", value_parser = super::seconds)]
     wave_timeout: u64,
     /// Applications reconciled at once.
     #[arg(long, default_value_t = 32)]

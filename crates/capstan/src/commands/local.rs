@@ -19,8 +19,8 @@ pub enum LocalCommand {
         /// Number of simulated nodes.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
-        /// Seconds to wait for the control plane to become ready.
-        #[arg(long, default_value_t = 120)]
+        /// How long to wait for the control plane to become ready: seconds, or 90s, 5m, 1h.
+        #[arg(long, default_value = "120", value_parser = super::seconds)]
         timeout: u64,
     },
     /// Stop the processes `up` started in DIR (safe to call twice).

@@ -10,3 +10,48 @@ pub mod crds;
 pub mod install;
 pub mod local;
 pub mod server;
+
+/// Parse a flag given in seconds: a plain number (`300`, as Argo CD's CLI takes it) or a number
+/// with a unit, `s`, `m` or `h` (`90s`, `5m`, `1h`, as kubectl takes it). Written here rather than
+/// pulling in a duration crate: these four forms are all the flags accept.
+pub fn seconds(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a duration: use seconds (300) or a number with s, m or h (90s, 5m, 1h)"
+            ));
+        }
+    };
+    let value: u64 = number.parse().map_err(|_| {
+        format!("{text:?} is not a duration: use seconds (300) or a number with s, m or h (90s, 5m, 1h)")
+    })?;
+    value
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too long a duration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds;
+
+    #[test]
+    fn durations_are_seconds_or_a_number_with_a_unit() {
+        assert_eq!(seconds("300"), Ok(300));
+        assert_eq!(seconds("90s"), Ok(90));
+        assert_eq!(seconds("5m"), Ok(300));
+        assert_eq!(seconds("1h"), Ok(3600));
+        for bad in ["", "m", "5 m", "1.5m", "-3", "10d", "5ms"] {
+            let err = seconds(bad).expect_err(bad);
+            assert!(err.contains("not a duration"), "{bad}: {err}");
+        }
+        assert!(seconds(&format!("{}h", u64::MAX)).is_err());
+    }
+}
