@@ -466,38 +466,16 @@ impl Bench {
         let (mut scaled, mut patched, mut kubectl_own) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..samples {
             let scale = i % 2 == 0;
-            let started = Instant::now();
-            if scale {
-                let replicas = format!("--replicas={}", 3 + i % 3);
-                run(
-                    &kubectl,
-                    &[
-                        "--kubeconfig",
-                        &kubeconfig,
-                        "-n",
-                        "heal-bench",
-                        "scale",
-                        "deployment/target",
-                        &replicas,
-                    ],
-                )?;
+            let replicas = format!("--replicas={}", 3 + i % 3);
+            let patch = json!({"data": {"value": format!("drift-{i}")}}).to_string();
+            let drift: &[&str] = if scale {
+                &["scale", "deployment/target", &replicas]
             } else {
-                let patch = json!({"data": {"value": format!("drift-{i}")}}).to_string();
-                run(
-                    &kubectl,
-                    &[
-                        "--kubeconfig",
-                        &kubeconfig,
-                        "-n",
-                        "heal-bench",
-                        "patch",
-                        "configmap/target",
-                        "--type=merge",
-                        "-p",
-                        &patch,
-                    ],
-                )?;
-            }
+                &["patch", "configmap/target", "--type=merge", "-p", &patch]
+            };
+            let args = [&["--kubeconfig", kubeconfig.as_str(), "-n", "heal-bench"], drift].concat();
+            let started = Instant::now();
+            run(&kubectl, &args)?;
             kubectl_own.push(started.elapsed());
             loop {
                 let reverted = if scale {

@@ -405,8 +405,8 @@ pub async fn run(
                 break;
             }
             let p = rx.borrow_and_update().clone();
+            hooks_written = hooks_done(&p);
             let hooks: Vec<_> = p.results.into_iter().filter(|r| r.hook).collect();
-            hooks_written = hooks.iter().filter(|r| r.status == "Synced").count();
             let patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});
             let pp = PatchParams::default();
             let written = Instant::now();
@@ -530,18 +530,17 @@ pub async fn run(
             return Ok(Some(work_state));
         }
         let compared = Instant::now();
-        if op.rollback.is_none() && !was_terminated {
-            // What the sync applied, waited for and deleted is known from the API server's
-            // answers: no need to read every object again.
-            let after = match ctx.pipeline.after_sync(app, &work_state, observed).await {
-                Ok(after) => Some(after),
-                // Read the objects again rather than report the state from before the sync.
-                Err(_) => ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok(),
-            };
-            tracing::debug!(app = %op_key, elapsed_ms = compared.elapsed().as_millis() as u64, "compared after the sync");
-            return Ok(Some(after.unwrap_or(work_state)));
-        }
-        let after = ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok();
+        // What a sync applied, waited for and deleted is known from the API server's answers: no
+        // need to read every object again (only if that fails, or after a rollback or a stop).
+        let from_answers = if op.rollback.is_none() && !was_terminated {
+            ctx.pipeline.after_sync(app, &work_state, observed).await.ok()
+        } else {
+            None
+        };
+        let after = match from_answers {
+            Some(after) => Some(after),
+            None => ctx.pipeline.compare_fresh(app, work_state.revision.clone()).await.ok(),
+        };
         tracing::debug!(app = %op_key, elapsed_ms = compared.elapsed().as_millis() as u64, "compared after the sync");
         let after = match after {
             Some(a) if op.rollback.is_none() => a,
@@ -677,11 +676,13 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
     let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
     // The kinds of its objects, and of the hooks its last operation ran (hooks are not among its
     // resources, but a hook left behind carries its tracking label too).
-    let status = app.status.clone().unwrap_or_default();
-    let last_results = status.operation_state.iter().flat_map(|o| &o.resources);
-    let mut kinds: Vec<(String, String)> = status
-        .resources
-        .iter()
+    let status = app.status.as_ref();
+    let resources = status.into_iter().flat_map(|s| &s.resources);
+    let last_results = status
+        .and_then(|s| s.operation_state.as_ref())
+        .into_iter()
+        .flat_map(|o| &o.resources);
+    let mut kinds: Vec<(String, String)> = resources
         .map(|r| (&r.group, &r.version, &r.kind))
         .chain(last_results.map(|r| (&r.group, &r.version, &r.kind)))
         .filter(|(_, version, _)| !version.is_empty())

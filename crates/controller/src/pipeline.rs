@@ -219,20 +219,16 @@ impl Pipeline {
                 live.push((obj.clone(), r.info.clone()));
             }
         }
-        let comparison = capstan_compare::compare(&dest.client, desired, live, &tracking, &app.spec.ignore_differences)
-            .await
-            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
-        let (resources, health) = summarize(&comparison);
-        let (project_violations, prune_violations) = project_violations(&project, &rules, &dest, app, &comparison);
-        Ok(AppState {
-            revision: before.revision.clone(),
-            comparison,
-            resources,
-            health,
-            project_violations,
-            prune_violations,
-            destination: dest,
-        })
+        conclude(
+            app,
+            dest,
+            (&project, &rules),
+            before.revision.clone(),
+            desired,
+            live,
+            &tracking,
+        )
+        .await
     }
 
     async fn compare_with(
@@ -295,21 +291,43 @@ impl Pipeline {
         let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
         let cache = cached.then_some(&dest.watches);
         let live = live_objects(client, discovery, &desired, &previous, &tracking, cache).await?;
-        let comparison = capstan_compare::compare(client, desired, live, &tracking, &app.spec.ignore_differences)
-            .await
-            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
-        let (resources, health) = summarize(&comparison);
-        let (project_violations, prune_violations) = project_violations(&project, &rules, &dest, app, &comparison);
-        Ok(AppState {
-            revision: resolved,
-            comparison,
-            resources,
-            health,
-            project_violations,
-            prune_violations,
-            destination: dest.clone(),
-        })
+        conclude(
+            app,
+            dest.clone(),
+            (&project, &rules),
+            resolved,
+            desired,
+            live,
+            &tracking,
+        )
+        .await
     }
+}
+
+/// Compare `desired` with `live` on `dest` and sum up the state of `app` at `revision`.
+async fn conclude(
+    app: &Application,
+    dest: Arc<Destination>,
+    (project, rules): (&str, &AppProjectSpec),
+    revision: Resolved,
+    desired: Vec<Desired>,
+    live: Vec<(Value, KindInfo)>,
+    tracking: &Tracking,
+) -> Result<AppState, PipelineError> {
+    let comparison = capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences)
+        .await
+        .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+    let (resources, health) = summarize(&comparison);
+    let (project_violations, prune_violations) = project_violations(project, rules, &dest, app, &comparison);
+    Ok(AppState {
+        revision,
+        comparison,
+        resources,
+        health,
+        project_violations,
+        prune_violations,
+        destination: dest,
+    })
 }
 
 /// What `rules` and the destination's registration do not permit: `(for any sync, for a sync that

@@ -448,7 +448,7 @@ impl Run<'_> {
             .map(|i| {
                 let state = &self.resources[new[i].index];
                 async move {
-                    let refusal = match self.write_permit().await {
+                    let refusal = match write_permit(&self.opts.writes).await {
                         Ok(_permit) => validate(self.client, state).await,
                         Err(stopped) => Some(stopped),
                     };
@@ -466,15 +466,6 @@ impl Run<'_> {
             Some((i, message)) => Err(format!("applying {}: {message}", new[i].key)),
             None => Ok(()),
         }
-    }
-
-    /// A place among the write requests in flight to the destination.
-    async fn write_permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, String> {
-        self.opts
-            .writes
-            .acquire()
-            .await
-            .map_err(|_| "the sync was stopped".to_string())
     }
 
     /// Remember what a task saw of its object (a dry run changes nothing, so it sees nothing).
@@ -498,7 +489,7 @@ impl Run<'_> {
         // Hooks are created once and then waited for: only applies (per request, see `apply`) and
         // prunes count as writes.
         let _permit = match task.action {
-            Action::Prune => Some(self.write_permit().await?),
+            Action::Prune => Some(write_permit(&self.opts.writes).await?),
             Action::Apply | Action::Hook | Action::Keep => None,
         };
         match task.action {
@@ -653,16 +644,8 @@ async fn apply(
     let api = api_for(client, state, &state.key.namespace);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let permit = writes.acquire().await.map_err(|_| "the sync was stopped".to_string())?;
-        let res = if annotations::has_sync_option(desired, "Replace=true") {
-            replace(&api, state, desired, dry_run).await
-        } else {
-            let mut pp = PatchParams::apply(FIELD_MANAGER).force();
-            if dry_run {
-                pp = pp.dry_run();
-            }
-            api.patch(&state.key.name, &pp, &Patch::Apply(desired)).await
-        };
+        let permit = write_permit(writes).await?;
+        let res = send(&api, state, desired, dry_run).await;
         drop(permit);
         match res {
             Ok(obj) => return Ok(observed(obj)),
@@ -679,17 +662,33 @@ async fn apply(
 async fn validate(client: &kube::Client, state: &ResourceState) -> Option<String> {
     let desired = state.desired.as_ref()?;
     let api = api_for(client, state, &state.key.namespace);
-    let res = if annotations::has_sync_option(desired, "Replace=true") {
-        replace(&api, state, desired, true).await
-    } else {
-        let pp = PatchParams::apply(FIELD_MANAGER).force().dry_run();
-        api.patch(&state.key.name, &pp, &Patch::Apply(desired)).await
-    };
-    match res {
+    match send(&api, state, desired, true).await {
         Ok(_) => None,
         Err(kube::Error::Api(s)) if s.code == 404 => None,
         Err(e) => Some(describe_kube_error(&e)),
     }
+}
+
+/// A place among the write requests in flight to the destination.
+async fn write_permit(writes: &Semaphore) -> Result<tokio::sync::SemaphorePermit<'_>, String> {
+    writes.acquire().await.map_err(|_| "the sync was stopped".to_string())
+}
+
+/// One request writing `desired`: a server-side apply, or a replace with `Replace=true`.
+async fn send(
+    api: &Api<DynamicObject>,
+    state: &ResourceState,
+    desired: &Value,
+    dry_run: bool,
+) -> Result<DynamicObject, kube::Error> {
+    if annotations::has_sync_option(desired, "Replace=true") {
+        return replace(api, state, desired, dry_run).await;
+    }
+    let mut pp = PatchParams::apply(FIELD_MANAGER).force();
+    if dry_run {
+        pp = pp.dry_run();
+    }
+    api.patch(&state.key.name, &pp, &Patch::Apply(desired)).await
 }
 
 async fn replace(

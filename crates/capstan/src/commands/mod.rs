@@ -16,6 +16,8 @@ pub mod server;
 /// pulling in a duration crate: these four forms are all the flags accept.
 pub fn seconds(text: &str) -> Result<u64, String> {
     let text = text.trim();
+    let not_a_duration =
+        || format!("{text:?} is not a duration: use seconds (300) or a number with s, m or h (90s, 5m, 1h)");
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => text.split_at(at),
         None => (text, ""),
@@ -24,15 +26,9 @@ pub fn seconds(text: &str) -> Result<u64, String> {
         "" | "s" => 1,
         "m" => 60,
         "h" => 3600,
-        _ => {
-            return Err(format!(
-                "{text:?} is not a duration: use seconds (300) or a number with s, m or h (90s, 5m, 1h)"
-            ));
-        }
+        _ => return Err(not_a_duration()),
     };
-    let value: u64 = number.parse().map_err(|_| {
-        format!("{text:?} is not a duration: use seconds (300) or a number with s, m or h (90s, 5m, 1h)")
-    })?;
+    let value: u64 = number.parse().map_err(|_| not_a_duration())?;
     value
         .checked_mul(scale)
         .ok_or_else(|| format!("{text:?} is too long a duration"))
