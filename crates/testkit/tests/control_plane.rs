@@ -1,5 +1,5 @@
-//! A real control plane with the node simulator: workloads reach real health through the real
-//! kube-controller-manager, and the simulate annotation changes pod outcomes.
+//! A real control plane with kwok nodes and the real kube-scheduler: workloads reach real health
+//! through the real kube-controller-manager, and the simulate annotation changes pod outcomes.
 
 use std::time::{Duration, Instant};
 
@@ -122,7 +122,7 @@ async fn workloads_reach_health_through_the_real_controllers() -> anyhow::Result
     )
     .await?;
 
-    // Deleting a Deployment removes its pods (the simulator completes graceful deletion).
+    // Deleting a Deployment removes its pods (kwok completes graceful deletion).
     deployments.delete("web", &Default::default()).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     eventually("web pods to be deleted", Duration::from_secs(30), || async {
@@ -239,8 +239,8 @@ async fn two_clusters_run_side_by_side_and_stop_cleanly() -> anyhow::Result<()> 
         .collect();
     assert_eq!(
         pids.len(),
-        3,
-        "etcd, kube-apiserver and kube-controller-manager run as processes"
+        5,
+        "etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok run as processes"
     );
     drop(a);
     for pid in pids {

@@ -1,12 +1,11 @@
-//! `capstan local up | down | status`: the playground control plane, and the hidden
-//! `capstan local nodesim` that `up` starts in the background.
+//! `capstan local up | down | status`: the playground control plane.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use capstan_playground::{Playground, Simulator, UpOptions, nodesim};
+use capstan_playground::{Playground, UpOptions};
 
 /// Playground subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -35,16 +34,6 @@ pub enum LocalCommand {
         #[arg(long, default_value = ".capstan/local")]
         dir: PathBuf,
     },
-    /// Run the node simulator in the foreground (started by `up`).
-    #[command(hide = true)]
-    Nodesim {
-        /// Kubeconfig of the cluster to simulate nodes for.
-        #[arg(long)]
-        kubeconfig: PathBuf,
-        /// Number of nodes.
-        #[arg(long, default_value_t = 3)]
-        nodes: usize,
-    },
 }
 
 /// Run a playground subcommand.
@@ -62,20 +51,11 @@ pub async fn run(cmd: LocalCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         LocalCommand::Status { dir } => Ok(status(&dir)),
-        LocalCommand::Nodesim { kubeconfig, nodes } => {
-            let client = capstan_playground::kubeconfig::client(&kubeconfig).await?;
-            tokio::select! {
-                res = nodesim::run(client, nodesim::Options { nodes }) => res.context("node simulator")?,
-                _ = shutdown_signal() => tracing::info!("node simulator stopping"),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
     }
 }
 
 async fn up(dir: PathBuf, nodes: usize, timeout: u64) -> anyhow::Result<ExitCode> {
-    let exe = std::env::current_exe().context("locating the capstan binary")?;
-    let mut opts = UpOptions::new(&dir, Simulator::Process(exe));
+    let mut opts = UpOptions::new(&dir);
     opts.nodes = nodes;
     opts.timeout = Duration::from_secs(timeout);
     eprintln!("starting local control plane in {}", dir.display());
@@ -84,8 +64,9 @@ async fn up(dir: PathBuf, nodes: usize, timeout: u64) -> anyhow::Result<ExitCode
         .await
         .with_context(|| format!("starting the playground in {}", dir.display()))?;
     eprintln!(
-        "API server {} ready in {:.1} s",
+        "API server {} (Kubernetes {}) ready in {:.1} s",
         pg.server,
+        pg.version.tag,
         started.elapsed().as_secs_f64()
     );
     eprintln!("stop it with: capstan local down --dir {}", dir.display());
