@@ -6,7 +6,8 @@
 //! comparison itself ([`diff`]): a cheap check that every field Git sets has that value live and that
 //! Git still sets every field Capstan's last apply set ([`owned`]), and a server-side-apply dry run
 //! only when that check fails, so that defaults filled in by the API server are never drift, a field
-//! removed from Git is, and a comparison with nothing changed makes no write requests.
+//! removed from Git is, and a comparison with nothing changed makes no write requests. API versions
+//! that current clusters no longer serve are named with their replacement ([`removed_apis`]).
 
 pub mod annotations;
 pub mod diff;
@@ -15,6 +16,7 @@ pub mod key;
 pub mod normalize;
 pub mod own_writes;
 pub mod owned;
+pub mod removed_apis;
 
 pub use diff::{Comparison, ResourceState, SyncCode, compare, render_diff};
 pub use discovery::{Discovery, KindInfo};

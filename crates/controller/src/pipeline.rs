@@ -490,7 +490,10 @@ async fn prepare(
             }
             None => {
                 let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
-                unknown.insert(format!("{kind} {name:?} ({api_version})"));
+                match capstan_compare::removed_apis::removal_hint(&api_version, &kind) {
+                    Some(hint) => unknown.insert(format!("{kind} {name:?} ({api_version}: {hint})")),
+                    None => unknown.insert(format!("{kind} {name:?} ({api_version})")),
+                };
             }
         }
     }

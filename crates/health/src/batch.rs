@@ -6,12 +6,20 @@ use crate::Health;
 use crate::json::{condition, int_at, is_true};
 
 /// batch/v1 Job: Failed=True is Degraded, Complete=True is Healthy, a suspended Job is Suspended, and
-/// anything else is still running.
+/// anything else is still running. Since Kubernetes 1.31 a Job's verdict comes first as
+/// `FailureTarget` / `SuccessCriteriaMet` while its remaining Pods terminate; those count as the
+/// verdict, so a failing Job is Degraded as soon as the API server has decided it.
 pub(crate) fn job(obj: &Value) -> Health {
-    if let Some(failed) = condition(obj, "Failed").filter(|c| c.is_true()) {
+    let failed = condition(obj, "Failed")
+        .filter(|c| c.is_true())
+        .or_else(|| condition(obj, "FailureTarget").filter(|c| c.is_true()));
+    if let Some(failed) = failed {
         return Health::degraded(failed.describe(|| "Job failed".into()));
     }
-    if let Some(complete) = condition(obj, "Complete").filter(|c| c.is_true()) {
+    let complete = condition(obj, "Complete")
+        .filter(|c| c.is_true())
+        .or_else(|| condition(obj, "SuccessCriteriaMet").filter(|c| c.is_true()));
+    if let Some(complete) = complete {
         return Health::healthy(complete.message);
     }
     if is_true(obj, &["spec", "suspend"]) {
@@ -95,6 +103,28 @@ mod tests {
             }),
         );
         assert_eq!(assess(&j).code, Healthy);
+    }
+
+    #[test]
+    fn a_job_decided_by_the_api_server_has_its_verdict_before_its_pods_are_gone() {
+        let failing = job(
+            json!({"template": template()}),
+            json!({"active": 1, "conditions": [
+                {"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy", "message": "Container main for pod default/migrate-x failed with exit code 42"}
+            ]}),
+        );
+        assert_eq!(
+            assess(&failing),
+            Health::new(
+                Degraded,
+                "Container main for pod default/migrate-x failed with exit code 42"
+            )
+        );
+        let succeeding = job(
+            json!({"template": template()}),
+            json!({"active": 1, "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "reason": "SuccessPolicy"}]}),
+        );
+        assert_eq!(assess(&succeeding).code, Healthy);
     }
 
     #[test]

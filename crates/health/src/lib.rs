@@ -13,6 +13,7 @@ mod batch;
 mod generic;
 mod json;
 mod pod;
+mod policy;
 mod services;
 mod storage;
 mod workloads;
@@ -150,6 +151,7 @@ pub fn assess(obj: &Value) -> Health {
         "Pod" if in_group(&[""]) => pod::pod,
         "Job" if in_group(&["batch"]) => batch::job,
         "CronJob" if in_group(&["batch"]) => batch::cron_job,
+        "PodDisruptionBudget" if in_group(&["policy"]) => policy::pod_disruption_budget,
         "PersistentVolumeClaim" if in_group(&[""]) => storage::persistent_volume_claim,
         "Service" if in_group(&[""]) => services::service,
         "Ingress" if in_group(&["networking.k8s.io", "extensions"]) => services::ingress,
