@@ -86,6 +86,8 @@ pub struct AppSetConfig {
     pub poll_interval: Duration,
     /// Limit of one git command.
     pub git_timeout: Duration,
+    /// Whether `file://` repository URLs and local paths are allowed.
+    pub allow_local_repositories: bool,
     /// ApplicationSets reconciled at once.
     pub concurrency: u16,
 }
@@ -97,6 +99,7 @@ impl Default for AppSetConfig {
             cache_dir: std::env::temp_dir().join("capstan-cache"),
             poll_interval: Duration::from_secs(180),
             git_timeout: Duration::from_secs(120),
+            allow_local_repositories: false,
             concurrency: 8,
         }
     }
@@ -227,7 +230,8 @@ pub async fn run(
             config.git_timeout,
             // Every reconcile in between shares one answer per repository; a refresh asks Git now.
             config.poll_interval.mul_f64(0.9),
-        ),
+        )
+        .with_local_repositories(config.allow_local_repositories),
         client,
         config: config.clone(),
         clusters: cluster_reader,

@@ -192,7 +192,7 @@ async fn directories_generator_lists_directories_of_the_checkout() -> anyhow::Re
         ],
         "addons",
     )?;
-    let url = git.file_url("platform");
+    let url = git.git_url("platform");
     let yaml = format!(
         r#"
 apiVersion: capstan.dev/v1alpha1

@@ -161,6 +161,8 @@ impl Bench {
         let cluster = TestCluster::start().await?;
         let git = GitServer::start().await?;
         let client = cluster.client().await?;
+        let version = client.apiserver_version().await?;
+        println!("# Kubernetes {} (kwok nodes, real kube-scheduler)", version.git_version);
         let kubeconfig = cluster.kubeconfig().to_string_lossy().to_string();
         run(&capstan, &["install", "--kubeconfig", &kubeconfig])?;
         let cache = tempfile::tempdir()?;

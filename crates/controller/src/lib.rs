@@ -52,6 +52,8 @@ pub struct Config {
     pub render_timeout: Duration,
     /// Applications reconciled at once.
     pub concurrency: u16,
+    /// Whether `file://` repository URLs and local paths are allowed.
+    pub allow_local_repositories: bool,
 }
 
 impl Default for Config {
@@ -63,6 +65,7 @@ impl Default for Config {
             wave_timeout: Duration::from_secs(600),
             render_timeout: Duration::from_secs(60),
             concurrency: 32,
+            allow_local_repositories: false,
         }
     }
 }
@@ -89,12 +92,13 @@ pub async fn run(
     // Each repository's poller refreshes its refs every interval; Applications resolve from that
     // answer in between (a refresh or an operation still asks Git directly).
     let refs_ttl = config.poll_interval + Duration::from_secs(5);
-    let pipeline = Pipeline::new(
+    let pipeline = Pipeline::with_local_repositories(
         client.clone(),
         config.cache_dir.clone(),
         &config.namespace,
         config.render_timeout,
         refs_ttl,
+        config.allow_local_repositories,
     );
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
     pipeline.clusters.spawn(trigger_tx.clone());

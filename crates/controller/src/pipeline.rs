@@ -108,6 +108,22 @@ impl Pipeline {
         Self::guarding(client, cache_dir, guard, namespace, render_timeout, refs_ttl)
     }
 
+    /// [`Pipeline::new`], with `file://` repository URLs and local paths allowed or not (the
+    /// operator's `--allow-local-repositories`).
+    pub fn with_local_repositories(
+        client: Client,
+        cache_dir: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+        allow_local: bool,
+    ) -> Arc<Self> {
+        let guard = cache_dir.clone();
+        let mut pipeline = Self::build(client, cache_dir, guard, namespace, render_timeout, refs_ttl);
+        pipeline.repos = pipeline.repos.with_local_repositories(allow_local);
+        Arc::new(pipeline)
+    }
+
     /// Like [`Pipeline::new`], refusing repositories anywhere under `guard` (a directory holding
     /// `cache_dir` and other Git caches, e.g. the controller's when a server runs beside it).
     pub fn guarding(
@@ -118,7 +134,25 @@ impl Pipeline {
         render_timeout: Duration,
         refs_ttl: Duration,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::build(
+            client,
+            cache_dir,
+            guard,
+            namespace,
+            render_timeout,
+            refs_ttl,
+        ))
+    }
+
+    fn build(
+        client: Client,
+        cache_dir: PathBuf,
+        guard: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+    ) -> Self {
+        Self {
             repos: RepoCache::new(cache_dir, Duration::from_secs(120), refs_ttl),
             renderer: Renderer::new(render_timeout),
             cache_dir: guard,
@@ -126,7 +160,7 @@ impl Pipeline {
             projects: Projects::new(client.clone(), namespace),
             client,
             namespace: namespace.to_string(),
-        })
+        }
     }
 
     /// The destination of `app`.

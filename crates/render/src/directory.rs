@@ -59,6 +59,10 @@ fn compile(field: &'static str, pattern: &str) -> Result<Option<GlobMatcher>, Re
         })
 }
 
+/// Largest manifest file read (a whole chart's CRDs fit many times over); bigger ones are refused
+/// before they are read.
+pub const MAX_MANIFEST_FILE_BYTES: u64 = 32 * 1024 * 1024;
+
 fn is_manifest_name(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")
 }
@@ -85,6 +89,14 @@ pub(crate) fn render(
         let path = resolve_in_repo(root, root, &repo_rel)?;
         if path.is_dir() {
             continue;
+        }
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if size > MAX_MANIFEST_FILE_BYTES {
+            return Err(RenderError::FileTooLarge {
+                file: repo_rel,
+                size,
+                limit: MAX_MANIFEST_FILE_BYTES,
+            });
         }
         let bytes = std::fs::read(&path).map_err(|e| RenderError::io(format!("cannot read {repo_rel}"), e))?;
         let text = String::from_utf8(bytes).map_err(|_| RenderError::InvalidManifest {

@@ -186,6 +186,62 @@ pub enum RenderError {
         #[source]
         source: std::io::Error,
     },
+    /// `helm.releaseName` (or the Application's name used as one) is not a name Helm accepts.
+    #[error("invalid Helm release name {name:?}: {reason}")]
+    InvalidReleaseName {
+        /// The name (at most 80 characters of it).
+        name: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A chart's lock file pins a dependency to a repository the chart does not declare.
+    #[error("{file}: refused: {message}")]
+    ForgedLock {
+        /// The lock file, relative to the repository root.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A kustomization refers to something outside the repository by URL (a remote base, a Git URL,
+    /// `file://`); Capstan renders only what the Application's own repository holds.
+    #[error(
+        "{file}: remote reference {reference:?} refused: kustomizations may only refer to files of the \
+         Application's own repository (vendor the base into the repository, or make it an Application source)"
+    )]
+    RemoteReference {
+        /// The kustomization, relative to the repository root.
+        file: String,
+        /// The reference.
+        reference: String,
+    },
+    /// Two rendered objects have the same group, kind, namespace and name.
+    #[error("duplicate object {key}: the source defines it {count} times; each object may be defined once")]
+    DuplicateObject {
+        /// `group/Kind namespace/name`.
+        key: String,
+        /// How many times.
+        count: usize,
+    },
+    /// A tool wrote more output than Capstan reads.
+    #[error("{command} for path '{path}' wrote more than {limit} of output; refused")]
+    OutputTooLarge {
+        /// What ran.
+        command: String,
+        /// The Application's path.
+        path: String,
+        /// The limit, for people.
+        limit: String,
+    },
+    /// A manifest file is larger than Capstan reads.
+    #[error("{file} is {size} bytes, more than the {limit} bytes a manifest file may have; refused")]
+    FileTooLarge {
+        /// The file, relative to the repository root.
+        file: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A background task of the renderer failed (a panic in a blocking task).
     #[error("render task failed: {0}")]
     Task(String),

@@ -3,7 +3,12 @@
 //! and data directories in a scratch directory, so it never reads or writes the user's Helm state and
 //! never reaches a chart repository. Local `file://` dependencies that are not vendored under `charts/`
 //! are built with `helm dependency build` in a scratch copy of the repository, never in the shared
-//! checkout. Value files and dependency paths must stay inside the repository.
+//! checkout. Value files and dependency paths must stay inside the repository, and a lock file may
+//! only pin the repositories `Chart.yaml` declares.
+//!
+//! Nothing from the Application or the repository reaches Helm's command line as an option: the
+//! release name is checked as Helm checks it (DNS-1123, at most 53 characters), values are passed as
+//! `--flag=value`, and positional arguments follow `--`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,7 +43,40 @@ struct Prepared {
     build_dependencies: bool,
 }
 
+/// Longest release name Helm accepts.
+const MAX_RELEASE_NAME: usize = 53;
+
+/// Check a release name as Helm does: a DNS-1123 subdomain of at most 53 characters. Anything else
+/// (notably a value starting with `-`, which Helm would read as a flag) is refused before Helm runs.
+pub fn check_release_name(name: &str) -> Result<(), RenderError> {
+    let invalid = |reason: &str| RenderError::InvalidReleaseName {
+        name: name.chars().take(80).collect(),
+        reason: reason.to_string(),
+    };
+    if name.is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    if name.len() > MAX_RELEASE_NAME {
+        return Err(invalid("it is longer than 53 characters"));
+    }
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if !name.split('.').all(label_ok) {
+        return Err(invalid(
+            "it must consist of lower case letters, digits, '-' and '.', and start and end with a letter or digit",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
+    check_release_name(&job.release)?;
     let prepared = {
         let root = job.root.clone();
         let app_rel = job.app_rel.clone();
@@ -48,7 +86,7 @@ pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
     let homes = prepared.scratch.path().join("helm");
     if prepared.build_dependencies {
         let mut cmd = helm_command(&job.binary, &homes);
-        cmd.args(["dependency", "build", "--skip-refresh"])
+        cmd.args(["dependency", "build", "--skip-refresh", "--"])
             .arg(&prepared.chart_dir)
             .current_dir(&prepared.chart_dir);
         tools::run(cmd, "helm dependency build", &job.app_rel, job.timeout).await?;
@@ -61,14 +99,10 @@ pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
     manifests::parse_yaml_stream(&output, &format!("output of helm template for path '{}'", job.app_rel))
 }
 
-/// A `helm` command isolated from the user's Helm configuration.
+/// A `helm` command isolated from the controller's environment and the user's Helm configuration:
+/// only a scrubbed environment ([`tools::sandboxed`]), with Helm's homes in the scratch directory.
 fn helm_command(binary: &Path, homes: &Path) -> Command {
-    let mut cmd = Command::new(binary);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("HELM_") {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = tools::sandboxed(binary, homes);
     cmd.env("HELM_CACHE_HOME", homes.join("cache"))
         .env("HELM_CONFIG_HOME", homes.join("config"))
         .env("HELM_DATA_HOME", homes.join("data"));
@@ -78,25 +112,29 @@ fn helm_command(binary: &Path, homes: &Path) -> Command {
 /// The arguments of `helm template`, in precedence order for values: value files, then `values` (or
 /// `valuesObject`, which replaces it, as in Argo CD), then parameters.
 fn template_args(job: &HelmJob, chart_dir: &Path, values_files: &[PathBuf]) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "template".into(),
-        job.release.clone().into(),
-        chart_dir.as_os_str().to_owned(),
-        "--include-crds".into(),
-    ];
+    let mut args: Vec<std::ffi::OsString> = vec!["template".into(), "--include-crds".into()];
+    // `--flag=value`: a value starting with `-` stays a value.
     if !job.namespace.is_empty() {
-        args.extend(["--namespace".into(), job.namespace.clone().into()]);
+        args.push(format!("--namespace={}", job.namespace).into());
     }
     if let Some(v) = job.kube_version.as_deref().filter(|v| !v.is_empty()) {
-        args.extend(["--kube-version".into(), v.into()]);
+        args.push(format!("--kube-version={v}").into());
     }
     for api in job.api_versions.iter().filter(|a| !a.is_empty()) {
-        args.extend(["--api-versions".into(), api.into()]);
+        args.push(format!("--api-versions={api}").into());
     }
     for file in values_files {
-        args.extend(["--values".into(), file.as_os_str().to_owned()]);
+        let mut arg = std::ffi::OsString::from("--values=");
+        arg.push(file.as_os_str());
+        args.push(arg);
     }
     args.extend(parameter_args(&job.options.parameters).into_iter().map(Into::into));
+    // Positional arguments after `--`: neither can be read as an option.
+    args.extend([
+        "--".into(),
+        job.release.clone().into(),
+        chart_dir.as_os_str().to_owned(),
+    ]);
     args
 }
 
@@ -105,8 +143,9 @@ fn template_args(job: &HelmJob, chart_dir: &Path, values_files: &[PathBuf]) -> V
 pub fn parameter_args(parameters: &[HelmParameter]) -> Vec<String> {
     let mut args = Vec::new();
     for p in parameters {
-        args.push(if p.force_string { "--set-string" } else { "--set" }.to_string());
-        args.push(format!("{}={}", p.name, escape_set_value(&p.value)));
+        // One argument, `--set=NAME=VALUE`: a parameter can never become a flag of its own.
+        let flag = if p.force_string { "--set-string" } else { "--set" };
+        args.push(format!("{flag}={}={}", p.name, escape_set_value(&p.value)));
     }
     args
 }
@@ -153,6 +192,7 @@ fn prepare(root: &Path, app_rel: &str, options: &ApplicationSourceHelm) -> Resul
     }
 
     scan_symlinks(root)?;
+    check_lock_files(root, &chart_dir)?;
     let build_dependencies = dependencies_to_build(root, &chart_dir, &chart_label)?;
     let scratch = tempfile::Builder::new()
         .prefix("capstan-render-")
@@ -247,6 +287,57 @@ fn dependencies_to_build(root: &Path, chart_dir: &Path, chart_label: &str) -> Re
     Ok(build)
 }
 
+/// A lock file (`Chart.lock`, `requirements.lock`) decides where `helm dependency build` fetches from:
+/// each entry must name a dependency the chart declares, with the very repository it declares (whose
+/// `file://` paths were checked to stay in the repository). A lock naming another repository — an
+/// `oci://` registry, `file:///` anywhere on the controller's disk — is refused.
+fn check_lock_files(root: &Path, chart_dir: &Path) -> Result<(), RenderError> {
+    let declared: Vec<(String, String)> = chart_dependencies(chart_dir)
+        .into_iter()
+        .flat_map(|(_, deps)| deps)
+        .map(|d| {
+            let field = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+            (field("name"), field("repository"))
+        })
+        .collect();
+    for lock in ["Chart.lock", "requirements.lock"] {
+        let path = chart_dir.join(lock);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let file = display_rel(root, &path);
+        let doc = manifests::parse_yaml_value(&text).map_err(|message| RenderError::ForgedLock {
+            file: file.clone(),
+            message: format!("cannot be read: {message}"),
+        })?;
+        let entries = match doc.get("dependencies") {
+            None | Some(Value::Null) => continue,
+            Some(Value::Array(entries)) => entries,
+            Some(_) => {
+                return Err(RenderError::ForgedLock {
+                    file,
+                    message: "dependencies is not a list".into(),
+                });
+            }
+        };
+        for entry in entries {
+            let name = entry.get("name").and_then(Value::as_str).unwrap_or_default();
+            let repository = entry.get("repository").and_then(Value::as_str).unwrap_or_default();
+            let known = declared.iter().any(|(n, r)| n == name && r == repository);
+            if !known {
+                return Err(RenderError::ForgedLock {
+                    file,
+                    message: format!(
+                        "it pins dependency {name:?} to repository {repository:?}, which the chart's \
+                         dependencies do not declare"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `dependencies` of `Chart.yaml` (API v2) and `requirements.yaml` (API v1). Unreadable files are
 /// Helm's to report.
 fn chart_dependencies(chart_dir: &Path) -> Vec<(&'static str, Vec<Value>)> {
@@ -305,18 +396,34 @@ mod tests {
         assert_eq!(
             args,
             [
-                "--set",
-                "image.tag=1.2",
-                "--set-string",
-                "port=80",
-                "--set",
-                r"hosts=a\,b",
-                "--set",
-                "list={a,b}",
-                "--set",
-                r"escaped=a\,b",
+                "--set=image.tag=1.2",
+                "--set-string=port=80",
+                r"--set=hosts=a\,b",
+                "--set=list={a,b}",
+                r"--set=escaped=a\,b",
             ]
         );
+    }
+
+    #[test]
+    fn release_names_are_checked_as_helm_does() {
+        for ok in ["web", "my-app", "a.b-c", "a1", &"a".repeat(53)] {
+            assert!(check_release_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "--post-renderer=./evil.sh",
+            "-x",
+            "Web",
+            "web-",
+            "a..b",
+            "a b",
+            "a/b",
+            &"a".repeat(54),
+        ] {
+            let err = check_release_name(bad).expect_err(bad).to_string();
+            assert!(err.contains("release name"), "{err}");
+        }
     }
 
     #[test]

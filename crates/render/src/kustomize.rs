@@ -1,7 +1,10 @@
 //! Kustomize overlays: `kustomize build` on `spec.source.path`. The checkout is first checked for
 //! symlinks and kustomization references (resources, patches, generator files, ...) that lead out of
-//! the repository. `spec.source.kustomize` options are applied with `kustomize edit` in a scratch copy
-//! of the repository, never in the shared checkout.
+//! the repository; references by URL (remote bases, Git URLs, `file://`) and remote Helm chart
+//! repositories are refused, so Kustomize never fetches anything or reads another team's files.
+//! `spec.source.kustomize` options are applied with `kustomize edit` in a scratch copy of the
+//! repository, never in the shared checkout. Kustomize runs sandboxed ([`tools::sandboxed`]), every
+//! value from the Application follows `--`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -9,7 +12,6 @@ use std::time::Duration;
 
 use capstan_api::application::ApplicationSourceKustomize;
 use serde_json::Value;
-use tokio::process::Command;
 
 use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
 use crate::{RenderError, blocking, manifests, tools};
@@ -43,21 +45,23 @@ pub(crate) async fn render(
     let (root_owned, app_owned) = (root.to_path_buf(), app_rel.to_string());
     let needs_copy = options.is_some();
     // Check the checkout, and copy it if `kustomize edit` must write.
-    let scratch = blocking(move || -> Result<Option<tempfile::TempDir>, RenderError> {
+    let (scratch, copied) = blocking(move || -> Result<(tempfile::TempDir, bool), RenderError> {
         scan_symlinks(&root_owned)?;
         let app_dir = resolve_in_repo(&root_owned, &root_owned, &app_owned)?;
         check_references(&root_owned, &app_dir, &mut HashSet::new())?;
-        if !needs_copy {
-            return Ok(None);
-        }
         let scratch = scratch_dir()?;
-        copy_tree(&root_owned, &scratch.path().join("repo"))?;
-        Ok(Some(scratch))
+        if needs_copy {
+            copy_tree(&root_owned, &scratch.path().join("repo"))?;
+        }
+        Ok((scratch, needs_copy))
     })
     .await?;
-    let work_root = match &scratch {
-        Some(s) => s.path().join("repo"),
-        None => root.to_path_buf(),
+    let home = scratch.path().join("home");
+    std::fs::create_dir_all(&home).map_err(|e| RenderError::io("cannot create a scratch directory", e))?;
+    let work_root = if copied {
+        scratch.path().join("repo")
+    } else {
+        root.to_path_buf()
     };
     let app_dir = if app_rel == "." {
         work_root.clone()
@@ -66,7 +70,7 @@ pub(crate) async fn render(
     };
     if let Some(k) = &options {
         for args in edit_commands(k) {
-            let mut cmd = Command::new(binary);
+            let mut cmd = tools::sandboxed(binary, &home);
             cmd.arg("edit").args(&args).current_dir(&app_dir);
             let command = format!(
                 "kustomize edit {}",
@@ -75,8 +79,10 @@ pub(crate) async fn render(
             tools::run(cmd, &command, app_rel, timeout).await?;
         }
     }
-    let mut cmd = Command::new(binary);
-    cmd.arg("build").arg(&app_dir).current_dir(&work_root);
+    let mut cmd = tools::sandboxed(binary, &home);
+    cmd.args(["build", "--load-restrictor=LoadRestrictionsRootOnly", "--"])
+        .arg(&app_dir)
+        .current_dir(&work_root);
     let output = tools::run(cmd, "kustomize build", app_rel, timeout).await?;
     drop(scratch);
     manifests::parse_yaml_stream(&output, &format!("output of kustomize build for path '{app_rel}'"))
@@ -100,13 +106,18 @@ pub fn edit_commands(k: &ApplicationSourceKustomize) -> Vec<Vec<String>> {
         commands.push(set("namesuffix", &k.name_suffix));
     }
     if !k.images.is_empty() {
-        let mut args = vec!["set".to_string(), "image".to_string()];
+        let mut args = vec!["set".to_string(), "image".to_string(), "--".to_string()];
         args.extend(k.images.iter().cloned());
         commands.push(args);
     }
     for (what, map) in [("label", &k.common_labels), ("annotation", &k.common_annotations)] {
         if !map.is_empty() {
-            let mut args = vec!["add".to_string(), what.to_string(), "--force".to_string()];
+            let mut args = vec![
+                "add".to_string(),
+                what.to_string(),
+                "--force".to_string(),
+                "--".to_string(),
+            ];
             args.extend(map.iter().map(|(key, value)| format!("{key}:{value}")));
             commands.push(args);
         }
@@ -135,8 +146,11 @@ fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> 
     };
     let file_label = display_rel(root, &file);
     for reference in references(&doc) {
-        if reference.contains("://") || reference.starts_with("git@") || reference.contains('\n') {
-            continue;
+        if is_remote(reference) {
+            return Err(RenderError::RemoteReference {
+                file: file_label,
+                reference: reference.chars().take(200).collect(),
+            });
         }
         match resolve_in_repo(root, dir, reference) {
             Ok(target) if target.is_dir() => check_references(root, &target, visited)?,
@@ -145,6 +159,23 @@ fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> 
         }
     }
     Ok(())
+}
+
+/// Whether Kustomize would fetch `reference` instead of reading a file of the repository: any URL
+/// (`https://`, `git::`, `file://`, `ssh://`…), scp-like Git addresses (`git@host:org/repo`), and
+/// the host-first forms Kustomize accepts (`github.com/org/repo//path`).
+fn is_remote(reference: &str) -> bool {
+    let r = reference.trim();
+    r.contains("://")
+        || r.starts_with("git@")
+        || r.starts_with("git::")
+        || r.contains("?ref=")
+        || r.contains("?version=")
+        || r.contains("//") && !r.starts_with("//")
+        || ["github.com/", "gitlab.com/", "bitbucket.org/"]
+            .iter()
+            .any(|h| r.starts_with(h))
+        || r.contains('\n')
 }
 
 /// The local paths named in a kustomization.
@@ -186,6 +217,8 @@ fn references(doc: &Value) -> Vec<&str> {
         for chart in charts {
             out.extend(strings(chart.get("valuesFile")));
             out.extend(strings(chart.get("additionalValuesFiles")));
+            // A chart repository is always remote.
+            out.extend(strings(chart.get("repo")));
         }
     }
     out
@@ -219,12 +252,30 @@ mod tests {
             edit_commands(&k),
             vec![
                 vec!["set", "nameprefix", "--", "p-"],
-                vec!["set", "image", "nginx=reg/nginx:1.2"],
-                vec!["add", "label", "--force", "app:web"],
+                vec!["set", "image", "--", "nginx=reg/nginx:1.2"],
+                vec!["add", "label", "--force", "--", "app:web"],
                 vec!["set", "namespace", "--", "ns"],
             ]
         );
         assert!(edit_commands(&ApplicationSourceKustomize::default()).is_empty());
+    }
+
+    #[test]
+    fn references_by_url_are_remote() {
+        for remote in [
+            "https://github.com/org/repo//base?ref=v1",
+            "git@github.com:org/repo.git//base",
+            "git::https://internal.example/base",
+            "file:///etc/kubernetes",
+            "ssh://git@host/org/repo",
+            "github.com/org/repo/base?ref=main",
+            "10.0.0.1//base",
+        ] {
+            assert!(is_remote(remote), "{remote}");
+        }
+        for local in ["../base", "base", "./overlays/prod", "cm.yaml"] {
+            assert!(!is_remote(local), "{local}");
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub mod tools;
 
 mod cache;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -269,6 +270,7 @@ impl Renderer {
             }
         };
         objects.retain_mut(hooks::map_helm_hooks);
+        check_duplicates(&objects, req.namespace)?;
         capstan_metrics::global().render(tool.as_str(), started.elapsed());
         tracing::debug!(
             path = %app_rel,
@@ -337,6 +339,59 @@ where
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| RenderError::Task(e.to_string()))?
+}
+
+/// Refuse a render that defines one object twice (same group, kind, namespace and name): applying
+/// it would silently keep whichever came last. Hooks are exempt (a hook may be recreated per phase).
+fn check_duplicates(objects: &[Value], default_namespace: &str) -> Result<(), RenderError> {
+    let mut seen: HashMap<(String, String, String, String), usize> = HashMap::new();
+    for object in objects {
+        let meta = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        let annotations = object.pointer("/metadata/annotations");
+        let is_hook = ["capstan.dev/hook", "argocd.argoproj.io/hook", hooks::HELM_HOOK]
+            .iter()
+            .any(|k| annotations.and_then(|a| a.get(*k)).is_some());
+        if is_hook {
+            continue;
+        }
+        let group = meta("/apiVersion")
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
+            .to_string();
+        let namespace = match meta("/metadata/namespace") {
+            "" => default_namespace,
+            ns => ns,
+        };
+        let key = (
+            group,
+            meta("/kind").to_string(),
+            namespace.to_string(),
+            meta("/metadata/name").to_string(),
+        );
+        *seen.entry(key).or_default() += 1;
+    }
+    let mut duplicates: Vec<_> = seen.into_iter().filter(|(_, n)| *n > 1).collect();
+    duplicates.sort();
+    match duplicates.first() {
+        None => Ok(()),
+        Some(((group, kind, namespace, name), count)) => Err(RenderError::DuplicateObject {
+            key: format!(
+                "{}{kind} {}{name}",
+                if group.is_empty() {
+                    String::new()
+                } else {
+                    format!("{group}/")
+                },
+                if namespace.is_empty() {
+                    String::new()
+                } else {
+                    format!("{namespace}/")
+                }
+            ),
+            count: *count,
+        }),
+    }
 }
 
 #[cfg(test)]

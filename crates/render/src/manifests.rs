@@ -8,13 +8,15 @@ use serde_saphyr::{Budget, Options, Spanned};
 use crate::RenderError;
 
 /// Parser options: Kubernetes-style YAML 1.1 octals, one-line errors, and a budget large enough for
-/// big CRDs and charts while still refusing alias bombs.
+/// big CRDs and whole charts (a kube-prometheus-stack render is ~10^5 nodes) while refusing alias
+/// bombs and absurd nesting: at most 5 million nodes and 128 levels (the API server's own
+/// limit for JSON is 10,000 levels, but no Kubernetes object comes close to 128).
 fn options() -> Options {
     let mut budget = Budget::default();
     budget.max_documents = 100_000;
-    budget.max_nodes = 50_000_000;
-    budget.max_events = 200_000_000;
-    budget.max_depth = 512;
+    budget.max_nodes = 5_000_000;
+    budget.max_events = 20_000_000;
+    budget.max_depth = 128;
     let mut options = Options::default();
     options.budget = Some(budget);
     options.legacy_octal_numbers = true;

@@ -1,6 +1,8 @@
 //! The external rendering tools: finding the `helm` and `kustomize` binaries (in
 //! `$CAPSTAN_CACHE/bin`, default `~/.cache/capstan/bin`, filled by `scripts/setup.sh`, then `$PATH`),
-//! running them with a timeout, and memoising their versions for render cache keys.
+//! running them sandboxed — a scrubbed environment with `HOME` in a scratch directory, so no cloud
+//! credentials, `KUBECONFIG`, SSH agent or proxy settings of the controller reach them — with a
+//! timeout and a cap on their output, and memoising their versions for render cache keys.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -48,6 +50,26 @@ fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Most standard output read from one tool run (a rendered stream of manifests).
+pub const MAX_OUTPUT_BYTES: u64 = 128 * 1024 * 1024;
+/// Most standard error kept from one tool run (for the error message).
+const MAX_STDERR_BYTES: u64 = 64 * 1024;
+
+/// A command for `binary` with nothing of the controller's environment but a fixed `PATH`, and
+/// `HOME`, the XDG directories and `TMPDIR` under `home` (a scratch directory the caller owns).
+pub(crate) fn sandboxed(binary: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LC_ALL", "C")
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("TMPDIR", home);
+    cmd
+}
+
 /// What identifies a tool for caching: its path, version output, size and modification time (the
 /// packaged `kustomize` reports only `(devel)`), computed once per binary and process.
 pub(crate) async fn identity(binary: &Path, version_args: &[&str], timeout: Duration) -> Result<String, RenderError> {
@@ -60,7 +82,8 @@ pub(crate) async fn identity(binary: &Path, version_args: &[&str], timeout: Dura
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut cmd = Command::new(binary);
+    let home = std::env::temp_dir();
+    let mut cmd = sandboxed(binary, &home);
     cmd.args(version_args);
     let command = format!("{name} {}", version_args.join(" "));
     // Asking for a version must not be cut short by a tiny render timeout.
@@ -91,12 +114,53 @@ pub(crate) async fn run(mut cmd: Command, command: &str, path: &str, timeout: Du
     let program = PathBuf::from(cmd.as_std().get_program());
     let args: Vec<&OsStr> = cmd.as_std().get_args().collect();
     tracing::debug!(program = %program.display(), ?args, "running");
-    let child = cmd.spawn().map_err(|source| RenderError::Spawn {
+    let mut child = cmd.spawn().map_err(|source| RenderError::Spawn {
         program: program.clone(),
         source,
     })?;
-    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(Ok(output)) => output,
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(RenderError::Task(format!("{command}: no output pipes")));
+    };
+    // Standard error is drained to its end (a tool blocked on a full pipe would never finish), and
+    // only its beginning kept.
+    let stderr_task = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut kept = Vec::new();
+        let mut limited = stderr.take(MAX_STDERR_BYTES);
+        limited.read_to_end(&mut kept).await?;
+        tokio::io::copy(&mut limited.into_inner(), &mut tokio::io::sink()).await?;
+        Ok::<_, std::io::Error>(kept)
+    });
+    let read = async {
+        use tokio::io::AsyncReadExt;
+        let mut out = Vec::new();
+        stdout.take(MAX_OUTPUT_BYTES + 1).read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    let output = match tokio::time::timeout(timeout, async {
+        let out = read.await?;
+        if out.len() as u64 > MAX_OUTPUT_BYTES {
+            // Killed on drop: the rest of the output is never read.
+            return Ok(None);
+        }
+        let status = child.wait().await?;
+        let err = stderr_task.await.map_err(std::io::Error::other)??;
+        Ok::<_, std::io::Error>(Some(std::process::Output {
+            status,
+            stdout: out,
+            stderr: err,
+        }))
+    })
+    .await
+    {
+        Ok(Ok(Some(output))) => output,
+        Ok(Ok(None)) => {
+            return Err(RenderError::OutputTooLarge {
+                command: command.to_string(),
+                path: path.to_string(),
+                limit: format!("{} MiB", MAX_OUTPUT_BYTES / 1024 / 1024),
+            });
+        }
         Ok(Err(e)) => return Err(RenderError::io(format!("waiting for {command}"), e)),
         // Dropping the future drops the child, which kills it.
         Err(_) => {

@@ -33,6 +33,7 @@ pub struct RepoCache {
     root: PathBuf,
     timeout: Duration,
     refs_ttl: Duration,
+    allow_local: bool,
     repos: Mutex<HashMap<String, Arc<Repo>>>,
 }
 
@@ -62,8 +63,16 @@ impl RepoCache {
             root: root.into(),
             timeout,
             refs_ttl,
+            allow_local: false,
             repos: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Allow `file://` URLs and absolute paths (off by default: on a shared controller they would
+    /// read any repository on its disk). For operators who mirror repositories locally, and tests.
+    pub fn with_local_repositories(mut self, allowed: bool) -> Self {
+        self.allow_local = allowed;
+        self
     }
 
     fn repo(&self, url: &str) -> Arc<Repo> {
@@ -99,7 +108,7 @@ impl RepoCache {
     /// Resolve `revision` (branch, tag, full or short SHA, `HEAD` or empty) of `url` to a commit that
     /// is present in the cache. With `force`, the remote's refs are listed again even if recent.
     pub async fn resolve(&self, url: &str, revision: &str, creds: &Credentials, force: bool) -> Result<Resolved> {
-        check_url(url)?;
+        check_url(url, self.allow_local)?;
         let repo = self.repo(url);
         let mut state = repo.state.lock().await;
         self.init(&repo, &mut state).await?;
@@ -152,7 +161,7 @@ impl RepoCache {
     /// List the remote's refs now and keep them for later resolutions. Returns the refs, so a
     /// poller can tell whether anything moved.
     pub async fn refresh(&self, url: &str, creds: &Credentials) -> Result<Vec<(String, String)>> {
-        check_url(url)?;
+        check_url(url, self.allow_local)?;
         let repo = self.repo(url);
         let mut state = repo.state.lock().await;
         self.init(&repo, &mut state).await?;
@@ -186,6 +195,7 @@ impl RepoCache {
             url: &repo.url,
             credentials: &none,
             timeout: self.timeout,
+            allow_local: self.allow_local,
             operation: "exporting",
         }
         .run(Some(&repo.dir), &["archive", "--format=tar", sha])
@@ -207,6 +217,7 @@ impl RepoCache {
                 url: &repo.url,
                 credentials: &none,
                 timeout: self.timeout,
+                allow_local: self.allow_local,
                 operation: "initialising cache for",
             }
             .run(Some(&repo.dir), &["init", "--bare", "--quiet", "."])
@@ -224,9 +235,10 @@ impl RepoCache {
             url: &repo.url,
             credentials: creds,
             timeout: self.timeout,
+            allow_local: self.allow_local,
             operation: "listing refs of",
         }
-        .run(Some(&repo.dir), &["ls-remote", &repo.url])
+        .run(Some(&repo.dir), &["ls-remote", "--end-of-options", &repo.url])
         .await;
         capstan_metrics::global().git_request("ls-remote", out.is_ok(), started.elapsed());
         let out = out?;
@@ -245,6 +257,7 @@ impl RepoCache {
             url: &repo.url,
             credentials: creds,
             timeout: self.timeout,
+            allow_local: self.allow_local,
             operation: "fetching",
         }
         .run(
@@ -255,6 +268,7 @@ impl RepoCache {
                 "--force",
                 "--prune",
                 "--no-tags",
+                "--end-of-options",
                 &repo.url,
                 "+refs/heads/*:refs/heads/*",
                 "+refs/tags/*:refs/tags/*",
@@ -272,6 +286,7 @@ impl RepoCache {
             url: &repo.url,
             credentials: &none,
             timeout: self.timeout,
+            allow_local: self.allow_local,
             operation: "reading",
         }
         .run(Some(&repo.dir), &["cat-file", "-e", &format!("{sha}^{{commit}}")])
@@ -285,6 +300,7 @@ impl RepoCache {
             url: &repo.url,
             credentials: &none,
             timeout: self.timeout,
+            allow_local: self.allow_local,
             operation: "reading",
         }
         .run(

@@ -48,18 +48,78 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
     out
 }
 
-/// Whether `url` is a transport Capstan accepts.
-pub fn check_url(url: &str) -> Result<()> {
-    let ok = ["https://", "http://", "ssh://", "git://", "file://"]
-        .iter()
-        .any(|p| url.starts_with(p))
-        || is_scp_like(url)
-        || url.starts_with('/');
-    if ok && !url.starts_with('-') {
-        Ok(())
-    } else {
-        Err(SourceError::UnsupportedUrl(url.to_string()))
+/// Whether `url` is a repository URL Capstan accepts, in the one spelling that project rules and
+/// credential matching compare: a supported transport (`https://`, `http://`, `ssh://`, `git://`,
+/// scp-like `user@host:path`; `file://` and absolute paths only when `allow_local`), and nothing
+/// that makes two spellings name one repository or hides the host:
+/// - no `.` or `..` path segments, empty segments (`//`), or percent-encoded dots, slashes or
+///   backslashes (Git would resolve them after the project's `sourceRepos` matched the raw text);
+/// - no query (`?`) or fragment (`#`), no backslashes, whitespace or control characters;
+/// - no user information in `http(s)://` and `git://` URLs (credentials belong in a repository
+///   Secret; `https://allowed.example@evil.example/` hides its real host), and only a user name in
+///   `ssh://`;
+/// - nothing starting with `-` (Git would read it as an option).
+pub fn check_url(url: &str, allow_local: bool) -> Result<()> {
+    let refuse = |why: &str| Err(SourceError::UnsupportedUrl(format!("{}: {why}", redact(url, &[]))));
+    if url.is_empty() || url.starts_with('-') {
+        return refuse("not a repository URL");
     }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
+        return refuse("whitespace, control characters and backslashes are not allowed");
+    }
+    let local = url.starts_with("file://") || url.starts_with('/');
+    if local && !allow_local {
+        return refuse(
+            "local repositories (file:// and paths) are disabled; an operator can enable them with \
+             --allow-local-repositories",
+        );
+    }
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (scheme, rest),
+        None if local => ("file", url),
+        None if is_scp_like(url) => ("scp", url),
+        None => return refuse("use https://, http://, ssh://, git@host:path or git://"),
+    };
+    if !matches!(scheme, "https" | "http" | "ssh" | "git" | "file" | "scp") {
+        return refuse("use https://, http://, ssh://, git@host:path or git://");
+    }
+    if url.contains('?') || url.contains('#') {
+        return refuse("a query (?) or fragment (#) is not allowed");
+    }
+    let lower = url.to_ascii_lowercase();
+    if ["%2e", "%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
+        return refuse("percent-encoded dots, slashes and backslashes are not allowed");
+    }
+    let (authority, path) = match scheme {
+        "scp" => match rest.split_once(':') {
+            Some((authority, path)) => (authority, path),
+            None => return refuse("not a repository URL"),
+        },
+        "file" => ("", rest),
+        _ => rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p)),
+    };
+    if let Some((userinfo, host)) = authority.rsplit_once('@') {
+        if !matches!(scheme, "ssh" | "scp") {
+            return refuse("user information in the URL is not allowed; put credentials in a repository Secret");
+        }
+        if userinfo.contains(':') || userinfo.is_empty() || host.is_empty() {
+            return refuse("only a user name may precede the host");
+        }
+        if host.contains('@') || host.starts_with('-') || userinfo.starts_with('-') {
+            return refuse("not a repository URL");
+        }
+    } else if authority.starts_with('-') {
+        return refuse("not a repository URL");
+    }
+    if !matches!(scheme, "file" | "scp") && authority.is_empty() {
+        return refuse("the URL names no host");
+    }
+    let segments: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
+    let bad_segment = |s: &&str| *s == "." || *s == ".." || (s.is_empty() && segments.len() > 1);
+    if segments.iter().any(bad_segment) {
+        return refuse("`.`, `..` and empty path segments are not allowed");
+    }
+    Ok(())
 }
 
 fn is_scp_like(url: &str) -> bool {
@@ -76,13 +136,35 @@ pub struct GitCommand<'a> {
     pub credentials: &'a Credentials,
     pub timeout: Duration,
     pub operation: &'a str,
+    /// Whether the `file` transport is allowed.
+    pub allow_local: bool,
 }
+
+/// ssh as git runs it: no configuration file, no agent, only the identities Capstan passes.
+const SSH_BASE: &str = "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes -o IdentityAgent=none \
+                        -o ForwardAgent=no -o ClearAllForwardings=yes -o PermitLocalCommand=no";
 
 impl GitCommand<'_> {
     /// Run `git ARGS` in `dir`; returns stdout.
     pub async fn run(&self, dir: Option<&Path>, args: &[&str]) -> Result<Vec<u8>> {
         let scratch = scratch_dir(self.credentials)?;
         let mut cmd = tokio::process::Command::new("git");
+        // Nothing of the controller's environment reaches git or ssh (no SSH agent, no cloud or proxy
+        // settings, no GIT_* overrides): only what is set here.
+        cmd.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", std::env::temp_dir().join("capstan-git-home-unused"))
+            .env(
+                "GIT_ALLOW_PROTOCOL",
+                if self.allow_local {
+                    "https:http:ssh:git:file"
+                } else {
+                    "https:http:ssh:git"
+                },
+            )
+            .env("GIT_PROTOCOL_FROM_USER", "0")
+            .env("GIT_NO_REPLACE_OBJECTS", "1")
+            .env("GIT_CONFIG_SYSTEM", "/dev/null");
         cmd.args(args)
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_ASKPASS", "/bin/false")
@@ -120,7 +202,7 @@ impl GitCommand<'_> {
         if let Some(dir) = scratch.as_ref().filter(|_| uses_ssh_files(self.credentials)) {
             cmd.env("GIT_SSH_COMMAND", ssh_command(dir.path(), self.credentials));
         } else {
-            cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes");
+            cmd.env("GIT_SSH_COMMAND", format!("{SSH_BASE} -o StrictHostKeyChecking=yes"));
         }
         let secrets = self.credentials.secrets();
         let url = redact(self.url, &secrets);
@@ -270,7 +352,7 @@ fn explain_ssh_failure(stderr: &str, creds: &Credentials) -> Option<String> {
 }
 
 fn ssh_command(dir: &Path, creds: &Credentials) -> String {
-    let mut cmd = String::from("ssh -o BatchMode=yes -o IdentitiesOnly=yes");
+    let mut cmd = String::from(SSH_BASE);
     if creds.ssh_private_key.is_some() {
         cmd.push_str(&format!(" -i '{}'", dir.join("id").display()));
     }
@@ -416,12 +498,52 @@ mod tests {
             "ssh://git@h/r",
             "git@h:org/r.git",
             "git://h/r",
-            "file:///tmp/r",
+            "https://h/org/team/r.git/",
         ] {
-            assert!(check_url(ok).is_ok(), "{ok}");
+            assert!(check_url(ok, false).is_ok(), "{ok}");
         }
-        for bad in ["ftp://h/r", "--upload-pack=evil", "r.git"] {
-            assert!(check_url(bad).is_err(), "{bad}");
+        assert!(check_url("file:///tmp/r", true).is_ok());
+        assert!(check_url("/tmp/r", true).is_ok());
+        for bad in [
+            "ftp://h/r",
+            "--upload-pack=evil",
+            "r.git",
+            "ext::sh -c touch% /tmp/pwned",
+            "fd::3",
+        ] {
+            assert!(check_url(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn local_repositories_need_the_operator() {
+        for local in ["file:///tmp/r", "file://host/tmp/r", "/tmp/r"] {
+            let err = check_url(local, false).expect_err(local).to_string();
+            assert!(err.contains("--allow-local-repositories"), "{err}");
+        }
+    }
+
+    #[test]
+    fn spellings_that_hide_the_repository_or_its_host_are_refused() {
+        for bad in [
+            "https://git.example/team-b/../team-a/secret.git",
+            "https://git.example/team-b/./r.git",
+            "https://git.example/team-b//r.git",
+            "https://git.example/team-b/%2e%2e/team-a/r.git",
+            "https://git.example/team-b%2f..%2fteam-a/r.git",
+            "https://git.example/team-b/r.git?x=/../../team-a",
+            "https://git.example/team-b/r.git#frag",
+            "https://git.example@evil.example/team-b/r.git",
+            "https://user:pw@git.example/team-b/r.git",
+            "git://x@git.example/r",
+            "ssh://user:pw@git.example/r",
+            "ssh://-oProxyCommand=touch%20x@h/r",
+            "-oProxyCommand=x@h:r",
+            "https://git.example/r.git\\..\\x",
+            "https://git.example/r .git",
+            "https:///r.git",
+        ] {
+            assert!(check_url(bad, true).is_err(), "{bad}");
         }
     }
 }

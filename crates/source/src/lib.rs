@@ -62,7 +62,7 @@ pub enum SourceError {
         source: std::io::Error,
     },
     /// The repository URL is not one Capstan accepts.
-    #[error("unsupported repository URL {0:?}: use https://, http://, ssh://, git@host:path, git:// or file://")]
+    #[error("unsupported repository URL {0}")]
     UnsupportedUrl(String),
 }
 

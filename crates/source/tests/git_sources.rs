@@ -6,7 +6,7 @@ use capstan_source::{Credentials, RepoCache, SourceError};
 use capstan_testkit::{GitServer, git, run_git};
 
 fn cache(dir: &std::path::Path) -> RepoCache {
-    RepoCache::new(dir, Duration::from_secs(30), Duration::from_secs(10))
+    RepoCache::new(dir, Duration::from_secs(30), Duration::from_secs(10)).with_local_repositories(true)
 }
 
 fn http_creds() -> Credentials {

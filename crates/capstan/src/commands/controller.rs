@@ -27,6 +27,10 @@ pub struct ControllerArgs {
     /// How long a sync wave may take to become healthy (and a hook to complete): seconds, or 90s, 5m, 1h.
     #[arg(long, default_value = "600", value_parser = super::seconds)]
     wave_timeout: u64,
+    /// Allow `file://` repository URLs and local paths (off: on a shared controller they would read
+    /// any repository on its disk).
+    #[arg(long)]
+    allow_local_repositories: bool,
     /// Applications reconciled at once.
     #[arg(long, default_value_t = 32)]
     concurrency: u16,
@@ -51,12 +55,14 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         wave_timeout: Duration::from_secs(args.wave_timeout.max(1)),
         render_timeout: Duration::from_secs(60),
         concurrency: args.concurrency.max(1),
+        allow_local_repositories: args.allow_local_repositories,
     };
     let appsets = capstan_appset::controller::AppSetConfig {
         namespace: config.namespace.clone(),
         // The ApplicationSet controller keeps its own subdirectory of the same root.
         cache_dir: config.cache_dir.clone(),
         poll_interval: config.poll_interval,
+        allow_local_repositories: config.allow_local_repositories,
         ..Default::default()
     };
     eprintln!(

@@ -1,0 +1,338 @@
+//! Hostile repositories and Application specs against the render stage, with the real `helm` and
+//! `kustomize`: one test per attack, each asserting the safe outcome — nothing executed, nothing
+//! outside the repository read, nothing fetched, and an error naming what was wrong.
+
+mod common;
+
+use capstan_api::application::{ApplicationSource, ApplicationSourceHelm, ApplicationSourceKustomize, HelmParameter};
+use capstan_render::RenderError;
+use common::*;
+
+/// A chart, plus `evil.sh` at the repository root: if Helm ever ran it (as a post-renderer) it
+/// would create `pwned` beside the repository.
+fn chart_with_payload(repo: &Repo) -> std::path::PathBuf {
+    repo.file("chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n")
+        .file(
+            "chart/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {a: b}\n",
+        );
+    let marker = repo.outside.join("pwned");
+    let script = format!("#!/bin/sh\ntouch '{}'\ncat\n", marker.display());
+    repo.file("evil.sh", &script).file("chart/evil.sh", &script);
+    for f in ["evil.sh", "chart/evil.sh"] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(repo.root.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    marker
+}
+
+fn helm(path: &str, helm: ApplicationSourceHelm) -> ApplicationSource {
+    let mut s = source(path);
+    s.helm = Some(helm);
+    s
+}
+
+#[tokio::test]
+async fn a_release_name_that_is_a_helm_flag_runs_nothing() {
+    let repo = Repo::new();
+    let marker = chart_with_payload(&repo);
+    for name in ["--post-renderer=./evil.sh", "--post-renderer=../evil.sh", "-x"] {
+        let s = helm(
+            "chart",
+            ApplicationSourceHelm {
+                release_name: name.into(),
+                ..Default::default()
+            },
+        );
+        let err = render(&repo, &s).await.unwrap_err();
+        assert!(matches!(err, RenderError::InvalidReleaseName { .. }), "{err}");
+        assert!(err.to_string().contains("invalid Helm release name"), "{err}");
+    }
+    assert!(!marker.exists(), "the post-renderer ran");
+}
+
+#[tokio::test]
+async fn a_release_name_longer_than_helm_allows_is_refused() {
+    let repo = Repo::new();
+    chart_with_payload(&repo);
+    let s = helm(
+        "chart",
+        ApplicationSourceHelm {
+            release_name: "a".repeat(54),
+            ..Default::default()
+        },
+    );
+    let err = render(&repo, &s).await.unwrap_err();
+    assert!(err.to_string().contains("longer than 53"), "{err}");
+}
+
+#[tokio::test]
+async fn a_parameter_named_like_a_flag_stays_a_value() {
+    let repo = Repo::new();
+    let marker = chart_with_payload(&repo);
+    let s = helm(
+        "chart",
+        ApplicationSourceHelm {
+            parameters: vec![HelmParameter {
+                name: "--post-renderer".into(),
+                value: "./evil.sh".into(),
+                force_string: false,
+            }],
+            ..Default::default()
+        },
+    );
+    // Helm may accept or refuse the odd key; it must never read it as its flag.
+    let _ = render(&repo, &s).await;
+    assert!(!marker.exists(), "the post-renderer ran");
+}
+
+#[tokio::test]
+async fn a_destination_namespace_named_like_a_flag_stays_a_value() {
+    let repo = Repo::new();
+    let marker = chart_with_payload(&repo);
+    let s = source("chart");
+    let mut req = request(&repo, &s);
+    req.namespace = "--post-renderer=./evil.sh";
+    let _ = renderer().render(&req, REVISION).await;
+    assert!(!marker.exists(), "the post-renderer ran");
+}
+
+#[tokio::test]
+async fn a_value_file_outside_the_repository_is_refused() {
+    let repo = Repo::new();
+    chart_with_payload(&repo);
+    std::fs::write(repo.outside.join("secrets.yaml"), "password: hunter2\n").unwrap();
+    for (file, expected) in [
+        ("../../outside/secrets.yaml", "escapes the repository"),
+        ("/etc/passwd", "absolute"),
+    ] {
+        let s = helm(
+            "chart",
+            ApplicationSourceHelm {
+                value_files: vec![file.into()],
+                ..Default::default()
+            },
+        );
+        let err = render(&repo, &s).await.unwrap_err().to_string();
+        assert!(err.contains(expected), "{file}: {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_symlinked_value_file_pointing_out_of_the_repository_is_refused() {
+    let repo = Repo::new();
+    chart_with_payload(&repo);
+    std::fs::write(repo.outside.join("secrets.yaml"), "password: hunter2\n").unwrap();
+    repo.symlink(repo.outside.join("secrets.yaml"), "chart/values-prod.yaml");
+    let s = helm(
+        "chart",
+        ApplicationSourceHelm {
+            value_files: vec!["values-prod.yaml".into()],
+            ..Default::default()
+        },
+    );
+    let err = render(&repo, &s).await.unwrap_err().to_string();
+    assert!(err.contains("symlink"), "{err}");
+}
+
+#[tokio::test]
+async fn a_forged_lock_file_pointing_at_the_controllers_disk_is_refused() {
+    let repo = Repo::new();
+    repo.file(
+        "chart/Chart.yaml",
+        "apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: lib\n  version: 0.1.0\n  repository: file://../lib\n",
+    )
+    .file("lib/Chart.yaml", "apiVersion: v2\nname: lib\nversion: 0.1.0\n")
+    .file(
+        "chart/Chart.lock",
+        "dependencies:\n- name: lib\n  repository: file:///var/lib/capstan/other-team/charts/lib\n  version: 0.1.0\ndigest: sha256:0\ngenerated: \"2026-01-01T00:00:00Z\"\n",
+    );
+    let err = render(&repo, &source("chart")).await.unwrap_err();
+    assert!(matches!(err, RenderError::ForgedLock { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("chart/Chart.lock") && msg.contains("lib"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_forged_requirements_lock_naming_a_registry_is_refused() {
+    let repo = Repo::new();
+    repo.file("chart/Chart.yaml", "apiVersion: v1\nname: web\nversion: 0.1.0\n")
+        .file(
+            "chart/requirements.yaml",
+            "dependencies:\n- name: lib\n  version: 0.1.0\n  repository: file://../lib\n",
+        )
+        .file("lib/Chart.yaml", "apiVersion: v1\nname: lib\nversion: 0.1.0\n")
+        .file(
+            "chart/requirements.lock",
+            "dependencies:\n- name: lib\n  repository: oci://127.0.0.1:5000/internal/lib\n  version: 0.1.0\n",
+        );
+    let err = render(&repo, &source("chart")).await.unwrap_err();
+    assert!(matches!(err, RenderError::ForgedLock { .. }), "{err}");
+}
+
+fn kustomization(repo: &Repo, text: &str) {
+    repo.file("app/kustomization.yaml", text)
+        .file("app/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n");
+}
+
+#[tokio::test]
+async fn kustomize_remote_bases_are_refused_before_kustomize_runs() {
+    for reference in [
+        "https://127.0.0.1:9/org/repo//base?ref=main",
+        "git@127.0.0.1:org/repo.git//base",
+        "ssh://git@127.0.0.1/org/repo//base",
+        "git::https://127.0.0.1:9/base",
+        "file:///etc/kubernetes",
+        "github.com/org/repo/base?ref=v1",
+        "http://169.254.169.254/latest/meta-data",
+    ] {
+        let repo = Repo::new();
+        kustomization(&repo, &format!("resources:\n- cm.yaml\n- {reference}\n"));
+        let err = render(&repo, &source("app")).await.unwrap_err();
+        assert!(matches!(err, RenderError::RemoteReference { .. }), "{reference}: {err}");
+        assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_kustomize_helm_chart_from_a_remote_repository_is_refused() {
+    let repo = Repo::new();
+    kustomization(
+        &repo,
+        "helmCharts:\n- name: internal\n  repo: http://127.0.0.1:9/charts\n  version: 1.0.0\n",
+    );
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    assert!(matches!(err, RenderError::RemoteReference { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_kustomize_base_outside_the_repository_is_refused() {
+    let repo = Repo::new();
+    std::fs::write(repo.outside.join("kustomization.yaml"), "resources: []\n").unwrap();
+    kustomization(&repo, "resources:\n- ../../outside\n");
+    let err = render(&repo, &source("app")).await.unwrap_err().to_string();
+    assert!(err.contains("escapes the repository"), "{err}");
+}
+
+#[tokio::test]
+async fn kustomize_options_starting_with_a_dash_stay_values() {
+    let repo = Repo::new();
+    kustomization(&repo, "resources:\n- cm.yaml\n");
+    let mut s = source("app");
+    s.kustomize = Some(ApplicationSourceKustomize {
+        images: vec!["--help".into()],
+        name_prefix: "--load-restrictor=LoadRestrictionsNone".into(),
+        ..Default::default()
+    });
+    // Whatever Kustomize makes of these values, it reads them as values: the build must not be
+    // replaced by help text or run with a relaxed load restrictor.
+    match render(&repo, &s).await {
+        Ok(rendered) => {
+            let names: Vec<String> = rendered
+                .objects
+                .iter()
+                .filter_map(|o| o.pointer("/metadata/name").and_then(|n| n.as_str()).map(String::from))
+                .collect();
+            assert_eq!(names, ["--load-restrictor=LoadRestrictionsNonecm"]);
+        }
+        Err(err) => assert!(matches!(err, RenderError::ToolFailed { .. }), "{err}"),
+    }
+}
+
+#[tokio::test]
+async fn a_yaml_alias_bomb_is_refused_by_the_parser_budget() {
+    let repo = Repo::new();
+    let mut bomb = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\ndata:\n  a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    let mut prev = 'a';
+    for name in ['b', 'c', 'd', 'e', 'f', 'g', 'h', 'i'] {
+        bomb.push_str(&format!(
+            "  {name}: &{name} [*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev},*{prev}]\n"
+        ));
+        prev = name;
+    }
+    repo.file("app/bomb.yaml", &bomb);
+    let started = std::time::Instant::now();
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    assert!(matches!(err, RenderError::InvalidYaml { .. }), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the bomb was expanded"
+    );
+}
+
+#[tokio::test]
+async fn a_200_mb_manifest_is_refused_before_it_is_read() {
+    let repo = Repo::new();
+    repo.file("app/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n");
+    let big = std::fs::File::create(repo.root.join("app/huge.yaml")).unwrap();
+    big.set_len(200 * 1024 * 1024).unwrap();
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    assert!(matches!(err, RenderError::FileTooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("app/huge.yaml"), "{err}");
+}
+
+#[tokio::test]
+async fn json_nested_10000_deep_is_refused() {
+    let repo = Repo::new();
+    let deep = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"deep\"}},\"data\":{}{}}}",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    repo.file("app/deep.json", &deep);
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    assert!(matches!(err, RenderError::InvalidJson { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn yaml_nested_10000_deep_is_refused() {
+    let repo = Repo::new();
+    let deep = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata: {}{}\n",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    repo.file("app/deep.yaml", &deep);
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    assert!(matches!(err, RenderError::InvalidYaml { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_symlink_to_the_controllers_files_is_refused() {
+    let repo = Repo::new();
+    repo.file("app/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n");
+    repo.symlink("/etc/passwd", "app/passwd.yaml");
+    let err = render(&repo, &source("app")).await.unwrap_err().to_string();
+    assert!(err.contains("symlink") && err.contains("passwd"), "{err}");
+}
+
+#[tokio::test]
+async fn an_object_defined_twice_is_refused_instead_of_last_one_wins() {
+    let repo = Repo::new();
+    repo.file(
+        "app/a.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {owner: team-a}\n",
+    )
+    .file(
+        "app/b.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: team-a}\ndata: {owner: attacker}\n",
+    );
+    let err = render(&repo, &source("app")).await.unwrap_err();
+    assert!(matches!(err, RenderError::DuplicateObject { .. }), "{err}");
+    assert!(err.to_string().contains("ConfigMap team-a/settings"), "{err}");
+}
+
+#[tokio::test]
+async fn an_app_path_escaping_the_repository_is_refused() {
+    let repo = Repo::new();
+    std::fs::write(
+        repo.outside.join("cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: stolen}\n",
+    )
+    .unwrap();
+    let err = render(&repo, &source("../outside")).await.unwrap_err().to_string();
+    assert!(err.contains("escapes the repository"), "{err}");
+}
