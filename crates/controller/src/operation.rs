@@ -241,6 +241,13 @@ pub async fn run(
                 work_state.project_violations.join("; ")
             ));
         }
+        // `CreateNamespace=true` given in the request (not in the spec) is held to the same rules.
+        let requested_namespace = extra_options
+            .iter()
+            .any(|o| annotations::has_option(o, "CreateNamespace=true"));
+        if requested_namespace && let Some(message) = &work_state.create_namespace_violation {
+            return Err(format!("the sync would break the project's rules: {message}"));
+        }
         Ok(())
     }
     .await;

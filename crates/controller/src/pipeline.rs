@@ -89,6 +89,9 @@ pub struct AppState {
     pub project_violations: Vec<String>,
     /// Tracked objects a pruning sync would delete although the project does not permit their kind.
     pub prune_violations: Vec<String>,
+    /// Why creating the destination namespace (`CreateNamespace=true`, in the spec or in a sync
+    /// request) is not permitted, if it is not.
+    pub create_namespace_violation: Option<String>,
     /// The destination the comparison was made against; a sync of this state goes there.
     pub destination: Arc<Destination>,
 }
@@ -352,7 +355,8 @@ async fn conclude(
         .await
         .map_err(|e| PipelineError::Comparison(e.to_string()))?;
     let (resources, health) = summarize(&comparison);
-    let (project_violations, prune_violations) = project_violations(project, rules, &dest, app, &comparison);
+    let (project_violations, prune_violations, create_namespace_violation) =
+        project_violations(project, rules, &dest, app, &comparison);
     Ok(AppState {
         revision,
         comparison,
@@ -360,22 +364,43 @@ async fn conclude(
         health,
         project_violations,
         prune_violations,
+        create_namespace_violation,
         destination: dest,
     })
 }
 
+/// Namespaces no Application may manage, create, adopt or prune, whatever its project allows: the
+/// cluster's own and Capstan's (where its Applications, projects and credentials live).
+const PROTECTED_NAMESPACES: [&str; 4] = ["kube-system", "kube-public", "kube-node-lease", "default"];
+
+/// Why the Namespace `name` may not be managed by any Application, if it may not.
+fn protected_namespace(name: &str, capstan_namespace: &str) -> Option<String> {
+    (PROTECTED_NAMESPACES.contains(&name) || name == capstan_namespace).then(|| {
+        format!(
+            "Namespace/{name} is protected: no Application may create, adopt or delete the cluster's own \
+             namespaces or Capstan's ({capstan_namespace})"
+        )
+    })
+}
+
 /// What `rules` and the destination's registration do not permit: `(for any sync, for a sync that
-/// prunes)`, one message each naming the object and the rule.
+/// prunes, for creating the destination namespace)`, one message each naming the object and the rule.
 fn project_violations(
     project: &str,
     rules: &AppProjectSpec,
     dest: &Destination,
     app: &Application,
     comparison: &Comparison,
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<String>, Vec<String>, Option<String>) {
     let app_namespace = app.spec.destination.namespace.as_str();
+    let capstan_namespace = app.namespace().unwrap_or_else(|| capstan_api::NAMESPACE.to_string());
     let check = |group: &str, kind: &str, namespaced: bool, namespace: &str, name: &str| -> Option<String> {
         let object = format!("{kind}/{name}");
+        if group.is_empty() && kind == "Namespace" && !namespaced {
+            if let Some(message) = protected_namespace(name, &capstan_namespace) {
+                return Some(message);
+            }
+        }
         if let Err(v) = capstan_project::check_resource(project, rules, group, kind, namespaced, &object) {
             return Some(v.to_string());
         }
@@ -403,17 +428,23 @@ fn project_violations(
             .iter()
             .any(|o| o.replace(' ', "") == "CreateNamespace=true")
     });
-    if create_namespace && !app_namespace.is_empty() {
-        if let Some(message) = check("", "Namespace", false, "", app_namespace) {
-            always.push(format!("{message} (CreateNamespace=true)"));
-        } else if !dest.permits(None) {
-            always.push(format!(
-                "Namespace/{app_namespace}: {} is registered for some namespaces only and may not create namespaces (CreateNamespace=true)",
-                dest.describe()
-            ));
-        }
+    // Checked whether or not the spec asks for it: a sync request may ask too.
+    let namespace_violation = if app_namespace.is_empty() {
+        None
+    } else if let Some(message) = check("", "Namespace", false, "", app_namespace) {
+        Some(format!("{message} (CreateNamespace=true)"))
+    } else if !dest.permits(None) {
+        Some(format!(
+            "Namespace/{app_namespace}: {} is registered for some namespaces only and may not create namespaces (CreateNamespace=true)",
+            dest.describe()
+        ))
+    } else {
+        None
+    };
+    if create_namespace && let Some(message) = &namespace_violation {
+        always.push(message.clone());
     }
-    (always, pruning)
+    (always, pruning, namespace_violation)
 }
 
 /// A cluster registered for some namespaces only may not receive objects outside them.

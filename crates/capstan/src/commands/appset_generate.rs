@@ -100,11 +100,14 @@ async fn generate(args: &GenerateArgs) -> Result<Vec<Application>, String> {
     };
 
     let cache_dir = TempDir::new().map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+    // This command runs as its user, on their machine, with their own rights: local repositories are
+    // theirs to read (unlike in the shared controller, where they are off by default).
     let cache = RepoCache::new(
         cache_dir.path(),
         Duration::from_secs(args.git_timeout.max(1)),
         Duration::from_secs(3600),
-    );
+    )
+    .with_local_repositories(true);
     let mut inputs = Inputs {
         clusters,
         ..Default::default()
