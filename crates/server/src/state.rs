@@ -14,7 +14,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::broadcast;
 
-use crate::auth::rbac::{self, Policy};
+use crate::auth::limit::LoginLimiter;
+use crate::auth::rbac::{self, Policy, PolicyCache};
+use crate::stream::StreamLimiter;
 
 /// Name of the Secret holding the admin password hash, local accounts, API tokens, the session
 /// signing key and webhook secrets.
@@ -43,6 +45,8 @@ pub struct ServerConfig {
     /// A directory holding `cache_dir` and every other Git cache of Capstan on this machine; no
     /// Application may read a repository from there.
     pub cache_root: std::path::PathBuf,
+    /// Accept webhook events of providers without a configured secret (unsigned); off by default.
+    pub webhook_allow_unsigned: bool,
 }
 
 /// Shared state of the server.
@@ -57,6 +61,11 @@ pub struct State {
     pub appsets: Store<ApplicationSet>,
     secret: Store<Secret>,
     rbac: Store<ConfigMap>,
+    policy: PolicyCache,
+    /// Failed-login counters and the bound on concurrent password checks.
+    pub logins: LoginLimiter,
+    /// Open live-update streams, per principal and in all.
+    pub streams: StreamLimiter,
     /// Application changes for live updates.
     pub events: broadcast::Sender<AppEvent>,
     ready: AtomicUsize,
@@ -96,6 +105,9 @@ impl State {
             appsets,
             secret,
             rbac: rbac_store,
+            policy: PolicyCache::default(),
+            logins: LoginLimiter::default(),
+            streams: StreamLimiter::default(),
             events,
             ready: AtomicUsize::new(0),
             pipeline,
@@ -217,19 +229,14 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// The RBAC policy; an unreadable policy grants nothing beyond the admin account (and says why
-    /// in the log).
-    pub fn policy(&self) -> Policy {
-        let text = self
-            .rbac
-            .state()
-            .into_iter()
-            .next()
-            .and_then(|cm| cm.data.as_ref().and_then(|d| d.get(rbac::KEY).cloned()))
-            .unwrap_or_default();
-        Policy::parse(&text).unwrap_or_else(|err| {
-            tracing::warn!(%err, "invalid RBAC policy: only the admin account has access");
-            Policy::default()
+    /// The RBAC policy, parsed once per version of the ConfigMap; an unreadable policy grants
+    /// nothing beyond the admin account (and says why in the log).
+    pub fn policy(&self) -> Arc<Policy> {
+        let cm = self.rbac.state().into_iter().next();
+        let version = cm.as_ref().map(|cm| cm.resource_version().unwrap_or_default());
+        self.policy.get(version.as_deref(), || {
+            cm.and_then(|cm| cm.data.as_ref().and_then(|d| d.get(rbac::KEY).cloned()))
+                .unwrap_or_default()
         })
     }
 

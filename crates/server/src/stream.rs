@@ -6,10 +6,13 @@
 //! becomes unreadable (project moved, grant removed) is reported `deleted` on the list stream and ends
 //! the single-Application stream, and every stream ends when the session expires, the token is revoked
 //! or the server shuts down.
+//!
+//! Open streams are bounded ([`StreamLimiter`]): at most [`PER_PRINCIPAL`] per principal and
+//! [`GLOBAL`] in all; over either, a new stream is refused with 429.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State as AxState};
@@ -22,12 +25,94 @@ use tokio::sync::broadcast;
 
 use crate::api::apps::{authorized, project_of, summary};
 use crate::auth::Auth;
-use crate::auth::rbac::Role;
+use crate::auth::rbac::{Principal, Role, Source};
 use crate::error::ApiError;
 use crate::state::{AppEvent, State};
 
 /// How often a quiet stream re-checks that its credentials are still good.
 const RECHECK: Duration = Duration::from_secs(15);
+/// Open streams allowed per principal.
+pub const PER_PRINCIPAL: usize = 8;
+/// Open streams allowed in all.
+pub const GLOBAL: usize = 256;
+/// What a client over a limit is told to wait before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(15);
+
+/// Counts of open streams, per principal and in all.
+#[derive(Debug, Default)]
+pub struct StreamLimiter {
+    open: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per: HashMap<(Source, String), usize>,
+}
+
+/// One open stream; dropping it (the stream ends or its client goes away) frees its place.
+pub struct StreamPermit {
+    limiter: Arc<State>,
+    key: (Source, String),
+}
+
+impl StreamLimiter {
+    /// Count one more stream of `key` unless it is over a limit.
+    fn acquire(&self, key: &(Source, String)) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = open.per.get(key).copied().unwrap_or(0);
+        if open.total >= GLOBAL || mine >= PER_PRINCIPAL {
+            return false;
+        }
+        open.total += 1;
+        open.per.insert(key.clone(), mine + 1);
+        true
+    }
+
+    fn release(&self, key: &(Source, String)) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.per.get_mut(key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.per.remove(key);
+            }
+        }
+    }
+
+    /// How many streams are open.
+    pub fn open(&self) -> usize {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).total
+    }
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        self.limiter.streams.release(&self.key);
+    }
+}
+
+/// A place for one more stream of `principal`, if it is under the limits.
+fn permit(state: &Arc<State>, principal: &Principal) -> Option<StreamPermit> {
+    let key = (principal.source, principal.name.clone());
+    if state.streams.acquire(&key) {
+        Some(StreamPermit {
+            limiter: state.clone(),
+            key,
+        })
+    } else {
+        tracing::info!(user = %principal.name, "live-update stream refused: too many open");
+        None
+    }
+}
+
+/// The 429 of a stream over the limits.
+fn too_many_streams() -> Response {
+    crate::auth::too_many(
+        &format!("too many open live-update streams (at most {PER_PRINCIPAL} per user, {GLOBAL} in all)"),
+        RETRY_AFTER,
+    )
+}
 
 fn sse(state: &State, s: impl Stream<Item = Event> + Send + 'static) -> Response {
     let s = s.take_until(state.stopping()).map(Ok::<Event, Infallible>);
@@ -54,6 +139,7 @@ struct ListStream {
     state: Arc<State>,
     auth: Auth,
     sent: HashSet<String>,
+    _permit: StreamPermit,
 }
 
 impl ListStream {
@@ -108,11 +194,15 @@ impl ListStream {
 
 /// `GET /api/stream/applications`.
 pub async fn applications(auth: Auth, AxState(state): AxState<Arc<State>>) -> Response {
+    let Some(permit) = permit(&state, &auth.principal) else {
+        return too_many_streams();
+    };
     let mut list = ListStream {
         rx: state.events.subscribe(),
         state: state.clone(),
         auth,
         sent: HashSet::new(),
+        _permit: permit,
     };
     let first = list.snapshot();
     let updates = stream::unfold(list, |mut list| async move {
@@ -144,11 +234,14 @@ pub async fn application(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
+    let Some(permit) = permit(&state, &auth.principal) else {
+        return Ok(too_many_streams());
+    };
     let rx = state.events.subscribe();
     let first = application_event(&app);
     let updates = stream::unfold(
-        (rx, state.clone(), auth, name),
-        |(mut rx, state, auth, name)| async move {
+        (rx, state.clone(), auth, name, permit),
+        |(mut rx, state, auth, name, permit)| async move {
             loop {
                 let received = tokio::time::timeout(RECHECK, rx.recv()).await;
                 if !auth.still_valid(&state) {
@@ -158,7 +251,7 @@ pub async fn application(
                     Err(_) => continue,
                     Ok(Ok(AppEvent::Applied(app))) if app.name_any() == name => app,
                     Ok(Ok(AppEvent::Deleted(n))) if n == name => {
-                        return Some((deleted_event(&n), (rx, state, auth, name)));
+                        return Some((deleted_event(&n), (rx, state, auth, name, permit)));
                     }
                     Ok(Ok(_)) => continue,
                     Ok(Err(broadcast::error::RecvError::Lagged(_))) => match state.app(&name) {
@@ -171,9 +264,35 @@ pub async fn application(
                 if auth.role(&state, project_of(&app)) < Role::ReadOnly {
                     return None;
                 }
-                return Some((application_event(&app), (rx, state, auth, name)));
+                return Some((application_event(&app), (rx, state, auth, name, permit)));
             }
         },
     );
     Ok(sse(&state, stream::iter([first]).chain(updates)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_bounded_per_principal_and_in_all() {
+        let l = StreamLimiter::default();
+        let dev = (Source::Local, "dev".to_string());
+        for _ in 0..PER_PRINCIPAL {
+            assert!(l.acquire(&dev));
+        }
+        assert!(!l.acquire(&dev), "the ninth stream of one principal");
+        assert!(
+            l.acquire(&(Source::Sso, "dev".to_string())),
+            "an SSO user of the same name is another principal"
+        );
+        l.release(&dev);
+        assert!(l.acquire(&dev), "a closed stream frees its place");
+        for i in l.open()..GLOBAL {
+            assert!(l.acquire(&(Source::Token, format!("bot-{i}"))));
+        }
+        assert_eq!(l.open(), GLOBAL);
+        assert!(!l.acquire(&(Source::Local, "fresh".to_string())), "over the global cap");
+    }
 }

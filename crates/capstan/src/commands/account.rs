@@ -1,5 +1,6 @@
 //! `capstan account …`: the HTTP server's local accounts and API tokens, kept in the Secret
-//! `capstan-secret` (password hashes and token hashes only; a token is shown once).
+//! `capstan-secret` (password hashes and token hashes only; a token is shown once), and the
+//! revocation of an account's sessions (its session generation).
 
 use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
@@ -29,14 +30,22 @@ pub struct AccountArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum AccountCommand {
-    /// Set (or create) a local account's password; read from --password or one line of stdin.
+    /// Set (or create) a local account's password (ending its sessions); read from --password or one
+    /// line of stdin.
     SetPassword {
         name: String,
         #[arg(long, env = "CAPSTAN_PASSWORD", hide_env_values = true)]
         password: Option<String>,
     },
     /// Create an API token for an account and print it (once).
-    GenerateToken { name: String },
+    GenerateToken {
+        name: String,
+        /// Let the token expire after this long: seconds, or 90s, 5m, 1h, 30d (default: never).
+        #[arg(long, value_parser = lifetime)]
+        expires_in: Option<u64>,
+    },
+    /// End every session of an account (session cookies issued before are refused).
+    RevokeSessions { name: String },
     /// Revoke an API token by its id (the part between `cst_` and the dot).
     DeleteToken { id: String },
     /// List accounts and token ids (never secrets).
@@ -59,14 +68,24 @@ pub async fn run(args: AccountArgs) -> anyhow::Result<ExitCode> {
             }
             let hash = password::hash(&password);
             set(&secrets, &auth::password_key(&name), &hash).await?;
-            println!("password of account {name} set");
+            bump_generation(&secrets, &name).await?;
+            println!("password of account {name} set; its sessions are ended");
         }
-        AccountCommand::GenerateToken { name } => {
+        AccountCommand::GenerateToken { name, expires_in } => {
             check_name(&name)?;
-            let (id, token, stored) = auth::new_token(&name);
+            let expires = expires_in.map(|s| auth::session::now_secs().saturating_add(s));
+            let (id, token, stored) = auth::new_token(&name, expires);
             set(&secrets, &auth::token_key(&id), &stored).await?;
-            eprintln!("token {id} for account {name} created; it is shown only now:");
+            match expires_in {
+                Some(s) => eprintln!("token {id} for account {name} created, expiring in {s} s; it is shown only now:"),
+                None => eprintln!("token {id} for account {name} created; it is shown only now:"),
+            }
             println!("{token}");
+        }
+        AccountCommand::RevokeSessions { name } => {
+            check_name(&name)?;
+            bump_generation(&secrets, &name).await?;
+            println!("sessions of account {name} revoked");
         }
         AccountCommand::DeleteToken { id } => {
             if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
@@ -106,6 +125,19 @@ pub async fn run(args: AccountArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A token lifetime: what `--timeout` flags take (seconds, or 90s, 5m, 1h), and days (30d), which
+/// only lifetimes need.
+fn lifetime(text: &str) -> Result<u64, String> {
+    match text.trim().strip_suffix('d') {
+        Some(days) if !days.is_empty() && days.chars().all(|c| c.is_ascii_digit()) => days
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(86_400))
+            .ok_or_else(|| format!("{text:?} is too long a duration")),
+        _ => super::seconds(text).map_err(|e| format!("{e}, or days (30d)")),
+    }
+}
+
 fn check_name(name: &str) -> anyhow::Result<()> {
     if !auth::valid_account(name) {
         bail!("invalid account name {name:?}: use lower-case letters, digits and '-' (at most 63)");
@@ -125,6 +157,36 @@ fn read_password() -> anyhow::Result<String> {
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
+/// Move `account`'s session generation on, so that its existing session cookies are refused. The
+/// write carries the Secret's resourceVersion, so two bumps at once cannot both read the same value.
+async fn bump_generation(secrets: &Api<Secret>, account: &str) -> anyhow::Result<()> {
+    let key = auth::generation_key(account);
+    for _ in 0..5 {
+        let secret = secrets
+            .get_opt(SECRET)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", describe(&e)))?
+            .with_context(|| format!("Secret {SECRET} not found: run `capstan install` first"))?;
+        let current = auth::parse_generation(secret.data.as_ref().and_then(|d| d.get(&key)).map(|v| v.0.as_slice()));
+        let encoded = base64::engine::general_purpose::STANDARD.encode((current + 1).to_string());
+        let patch = json!({
+            "metadata": {"resourceVersion": secret.metadata.resource_version},
+            "data": {&key: encoded},
+        });
+        match secrets
+            .patch(SECRET, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => {
+                return Err(anyhow::anyhow!("{}", describe(&e))).with_context(|| format!("updating Secret {SECRET}"));
+            }
+        }
+    }
+    bail!("Secret {SECRET} kept changing: try again")
+}
+
 /// Set one key of the server's Secret (created if missing).
 async fn set(secrets: &Api<Secret>, key: &str, value: &str) -> anyhow::Result<()> {
     let encoded = base64::engine::general_purpose::STANDARD.encode(value);
@@ -136,5 +198,21 @@ async fn set(secrets: &Api<Secret>, key: &str, value: &str) -> anyhow::Result<()
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => bail!("Secret {SECRET} not found: run `capstan install` first"),
         Err(e) => Err(anyhow::anyhow!("{}", describe(&e))).with_context(|| format!("updating Secret {SECRET}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lifetime;
+
+    #[test]
+    fn token_lifetimes_take_days_too() {
+        assert_eq!(lifetime("30d"), Ok(30 * 86_400));
+        assert_eq!(lifetime("2h"), Ok(7_200));
+        assert_eq!(lifetime("90"), Ok(90));
+        for bad in ["d", "-1d", "1.5d", "10w"] {
+            assert!(lifetime(bad).is_err(), "{bad}");
+        }
+        assert!(lifetime(&format!("{}d", u64::MAX)).is_err());
     }
 }

@@ -19,6 +19,10 @@ pub struct ServeArgs {
     /// address `/metrics` needs a session or an API token.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Accept Git webhook events of providers that have no secret (`webhook.PROVIDER.secret` in
+    /// capstan-secret) without any signature; by default such events are refused.
+    #[arg(long)]
+    pub webhook_allow_unsigned: bool,
 }
 
 /// Arguments of `capstan server`.
@@ -48,6 +52,7 @@ pub fn config(namespace: &str, cache_root: PathBuf, serve: &ServeArgs) -> capsta
         cache_dir: cache_root.join("server"),
         cache_root,
         metrics_addr: serve.metrics_listen,
+        webhook_allow_unsigned: serve.webhook_allow_unsigned,
     }
 }
 

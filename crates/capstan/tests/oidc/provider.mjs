@@ -26,7 +26,7 @@ const provider = new Provider(issuer, {
     grant_types: ['authorization_code'],
     response_types: ['code'],
   }],
-  claims: { openid: ['sub'], email: ['email'], profile: ['preferred_username'], groups: ['groups'] },
+  claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['preferred_username'], groups: ['groups'] },
   scopes: ['openid', 'email', 'profile', 'groups'],
   // Claims of the requested scopes go into the ID token, as Dex, Keycloak and Okta do by default.
   conformIdTokenClaims: false,
@@ -38,6 +38,8 @@ const provider = new Provider(issuer, {
         return {
           sub: id,
           email: `${id}@example.test`,
+          // Capstan takes the email as the user name only when the provider verified it.
+          email_verified: true,
           preferred_username: id,
           groups: id === 'dev' ? ['developers'] : [],
         };

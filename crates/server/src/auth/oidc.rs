@@ -476,6 +476,7 @@ async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Res
         sso: true,
         exp: session::now_secs() + session::LIFETIME_SECS,
         csrf: password::random_secret(24),
+        generation: 0,
     };
     Ok((super::session_cookie(state, &s, &key), flow.return_to))
 }
@@ -595,15 +596,29 @@ fn find_key(keys: &JwkSet, kid: Option<&str>, alg: Algorithm) -> Option<Decoding
     DecodingKey::from_jwk(jwk).ok()
 }
 
-/// The user name and groups the claims give.
+/// The user name and groups the claims give. When the user name is the `email` claim, the provider
+/// must have verified the address (`email_verified: true`): anyone can claim an unverified one.
 fn identity(config: &OidcConfig, claims: &Value) -> Result<(String, Vec<String>), String> {
     let string = |name: &str| claims.get(name).and_then(Value::as_str).filter(|s| !s.is_empty());
-    let user = match &config.username_claim {
-        Some(claim) => string(claim).ok_or_else(|| format!("the ID token has no claim {claim:?} (usernameClaim)"))?,
-        None => string("email")
-            .or_else(|| string("sub"))
-            .ok_or("the ID token has neither email nor sub")?,
+    let (claim, user) = match &config.username_claim {
+        Some(claim) => (
+            claim.as_str(),
+            string(claim).ok_or_else(|| format!("the ID token has no claim {claim:?} (usernameClaim)"))?,
+        ),
+        None => match string("email") {
+            Some(email) => ("email", email),
+            None => ("sub", string("sub").ok_or("the ID token has neither email nor sub")?),
+        },
     };
+    let verified = matches!(claims.get("email_verified"), Some(Value::Bool(true)))
+        || matches!(claims.get("email_verified"), Some(Value::String(s)) if s == "true");
+    if claim == "email" && !verified {
+        return Err(
+            "the provider has not verified this user's email address (email_verified is not true): \
+             it cannot be the user name; verify it at the provider, or set usernameClaim to another claim"
+                .into(),
+        );
+    }
     let groups = match claims.get(&config.groups_claim) {
         Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(String::from).collect(),
         Some(Value::String(one)) => vec![one.clone()],
@@ -696,8 +711,8 @@ url: https://capstan.example.test/
     #[test]
     fn user_and_groups_come_from_the_configured_claims() {
         let mut c = OidcConfig::parse(CONFIG.as_bytes()).unwrap();
-        let claims =
-            serde_json::json!({"sub": "123", "email": "dev@example.test", "groups": ["a", "b"], "name": "Dev"});
+        let claims = serde_json::json!({"sub": "123", "email": "dev@example.test", "email_verified": true,
+                                        "groups": ["a", "b"], "name": "Dev"});
         assert_eq!(
             identity(&c, &claims).unwrap(),
             ("dev@example.test".to_string(), vec!["a".to_string(), "b".to_string()])
@@ -709,6 +724,27 @@ url: https://capstan.example.test/
         assert!(identity(&c, &claims).unwrap_err().contains("nickname"));
         c.username_claim = None;
         assert_eq!(identity(&c, &serde_json::json!({"sub": "123"})).unwrap().0, "123");
+    }
+
+    #[test]
+    fn an_unverified_email_is_never_the_user_name() {
+        let mut c = OidcConfig::parse(CONFIG.as_bytes()).unwrap();
+        for unverified in [
+            serde_json::json!({"sub": "123", "email": "admin@example.test"}),
+            serde_json::json!({"sub": "123", "email": "admin@example.test", "email_verified": false}),
+            serde_json::json!({"sub": "123", "email": "admin@example.test", "email_verified": "false"}),
+        ] {
+            let err = identity(&c, &unverified).unwrap_err();
+            assert!(err.contains("email_verified"), "{err}");
+            c.username_claim = Some("email".into());
+            assert!(identity(&c, &unverified).is_err(), "usernameClaim: email");
+            // Another claim as the user name does not depend on the email.
+            c.username_claim = Some("sub".into());
+            assert_eq!(identity(&c, &unverified).unwrap().0, "123");
+            c.username_claim = None;
+        }
+        let verified = serde_json::json!({"sub": "1", "email": "a@example.test", "email_verified": "true"});
+        assert_eq!(identity(&c, &verified).unwrap().0, "a@example.test");
     }
 
     /// An ES256 key pair made here, and its public half as a JWK set with key id `k1`.

@@ -1,6 +1,7 @@
 //! Signed session cookies: `BASE64URL(JSON payload).BASE64URL(HMAC-SHA256(key, first part))`.
-//! Stateless: the server keeps no session table; a session ends when it expires or the signing key
-//! (`server.secretkey` in `capstan-secret`) changes.
+//! Stateless: the server keeps no session table; a session ends when it expires, the signing key
+//! (`server.secretkey` in `capstan-secret`) changes, or (local accounts) the account's session
+//! generation moves past the one the cookie carries.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -27,6 +28,10 @@ pub struct Session {
     pub exp: u64,
     /// The CSRF token state-changing requests must repeat in `X-CSRF-Token`.
     pub csrf: String,
+    /// The account's session generation at login (local accounts; cookies from before generations
+    /// existed read as 0).
+    #[serde(default)]
+    pub generation: u64,
 }
 
 /// Seconds since the epoch.
@@ -78,6 +83,7 @@ mod tests {
             sso: false,
             exp,
             csrf: "c".into(),
+            generation: 0,
         }
     }
 

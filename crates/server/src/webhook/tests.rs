@@ -105,33 +105,31 @@ fn signatures_are_checked_when_a_secret_is_configured() {
     let body = github_push();
     let good = format!("sha256={}", hmac_hex("s3cret", &body));
     let h = headers(&[("x-hub-signature-256", &good)]);
-    assert_eq!(verify(Provider::GitHub, &h, &body, Some(b"s3cret")), Ok(()));
+    assert_eq!(verify(Provider::GitHub, &h, &body, b"s3cret"), Ok(()));
     // Wrong secret, other body, no signature, garbage.
     let wrong = headers(&[("x-hub-signature-256", &format!("sha256={}", hmac_hex("other", &body)))]);
-    assert!(verify(Provider::GitHub, &wrong, &body, Some(b"s3cret")).is_err());
-    assert!(verify(Provider::GitHub, &h, b"{}", Some(b"s3cret")).is_err());
-    assert!(verify(Provider::GitHub, &HeaderMap::new(), &body, Some(b"s3cret")).is_err());
+    assert!(verify(Provider::GitHub, &wrong, &body, b"s3cret").is_err());
+    assert!(verify(Provider::GitHub, &h, b"{}", b"s3cret").is_err());
+    assert!(verify(Provider::GitHub, &HeaderMap::new(), &body, b"s3cret").is_err());
     let garbage = headers(&[("x-hub-signature-256", "sha256=zz")]);
     assert_eq!(
-        verify(Provider::GitHub, &garbage, &body, Some(b"s3cret")),
+        verify(Provider::GitHub, &garbage, &body, b"s3cret"),
         Err(WebhookError::Unauthorized("github"))
     );
     // Gitea: bare hex; GitLab: the token itself.
     let gitea = headers(&[("x-gitea-signature", &hmac_hex("s3cret", &body))]);
-    assert_eq!(verify(Provider::Gitea, &gitea, &body, Some(b"s3cret")), Ok(()));
+    assert_eq!(verify(Provider::Gitea, &gitea, &body, b"s3cret"), Ok(()));
     let gitlab = headers(&[("x-gitlab-token", "s3cret")]);
-    assert_eq!(verify(Provider::GitLab, &gitlab, &body, Some(b"s3cret")), Ok(()));
+    assert_eq!(verify(Provider::GitLab, &gitlab, &body, b"s3cret"), Ok(()));
     assert!(
         verify(
             Provider::GitLab,
             &headers(&[("x-gitlab-token", "s3cre")]),
             &body,
-            Some(b"s3cret")
+            b"s3cret"
         )
         .is_err()
     );
-    // Without a configured secret, unsigned events are accepted (as in Argo CD).
-    assert_eq!(verify(Provider::GitHub, &HeaderMap::new(), &body, None), Ok(()));
 }
 
 #[test]
@@ -785,35 +783,32 @@ fn github_signature_must_be_an_hmac_sha256_of_the_exact_body() {
     let unauthorized = Err(WebhookError::Unauthorized("github"));
 
     let h = headers(&[("X-GitHub-Event", "push"), ("X-Hub-Signature-256", &good)]);
-    assert_eq!(verify(Provider::GitHub, &h, &body, Some(SECRET)), Ok(()));
+    assert_eq!(verify(Provider::GitHub, &h, &body, SECRET), Ok(()));
 
     // Signed with another secret.
     let other_secret = format!("sha256={}", hmac_hex("not the secret", &body));
     let h = headers(&[("X-Hub-Signature-256", &other_secret)]);
-    assert_eq!(verify(Provider::GitHub, &h, &body, Some(SECRET)), unauthorized);
+    assert_eq!(verify(Provider::GitHub, &h, &body, SECRET), unauthorized);
 
     // A valid signature of another body (the payload was tampered with).
     let mut tampered = github_main_push();
     tampered["ref"] = json!("refs/heads/release");
     let h = headers(&[("X-Hub-Signature-256", &good)]);
-    assert_eq!(
-        verify(Provider::GitHub, &h, &bytes(&tampered), Some(SECRET)),
-        unauthorized
-    );
+    assert_eq!(verify(Provider::GitHub, &h, &bytes(&tampered), SECRET), unauthorized);
 
     // No signature at all.
     let h = headers(&[("X-GitHub-Event", "push")]);
-    assert_eq!(verify(Provider::GitHub, &h, &body, Some(SECRET)), unauthorized);
+    assert_eq!(verify(Provider::GitHub, &h, &body, SECRET), unauthorized);
 
     // The legacy SHA-1 header alone is not enough.
     let h = headers(&[("X-Hub-Signature", "sha1=7d38cdd689735b008b3c702edd92eea23791c5f6")]);
-    assert_eq!(verify(Provider::GitHub, &h, &body, Some(SECRET)), unauthorized);
+    assert_eq!(verify(Provider::GitHub, &h, &body, SECRET), unauthorized);
 
     // The right hex without its `sha256=` prefix, a truncated one, and an empty one.
     let bare = sign(&body);
     for sig in [bare.clone(), format!("sha256={}", &bare[..62]), "sha256=".to_string()] {
         let h = headers(&[("X-Hub-Signature-256", &sig)]);
-        assert_eq!(verify(Provider::GitHub, &h, &body, Some(SECRET)), unauthorized, "{sig}");
+        assert_eq!(verify(Provider::GitHub, &h, &body, SECRET), unauthorized, "{sig}");
     }
 }
 
@@ -823,24 +818,24 @@ fn gitea_and_forgejo_signatures_are_bare_hex_hmacs() {
     let unauthorized = Err(WebhookError::Unauthorized("gitea"));
 
     assert_eq!(
-        verify(Provider::Gitea, &gitea_headers("push", &body), &body, Some(SECRET)),
+        verify(Provider::Gitea, &gitea_headers("push", &body), &body, SECRET),
         Ok(())
     );
     let forgejo = headers(&[("X-Forgejo-Event", "push"), ("X-Forgejo-Signature", &sign(&body))]);
-    assert_eq!(verify(Provider::Gitea, &forgejo, &body, Some(SECRET)), Ok(()));
+    assert_eq!(verify(Provider::Gitea, &forgejo, &body, SECRET), Ok(()));
 
     let wrong = headers(&[
         ("X-Gitea-Event", "push"),
         ("X-Gitea-Signature", &hmac_hex("not the secret", &body)),
     ]);
-    assert_eq!(verify(Provider::Gitea, &wrong, &body, Some(SECRET)), unauthorized);
+    assert_eq!(verify(Provider::Gitea, &wrong, &body, SECRET), unauthorized);
     assert_eq!(
-        verify(Provider::Gitea, &gitea_headers("push", &body), b"{}", Some(SECRET)),
+        verify(Provider::Gitea, &gitea_headers("push", &body), b"{}", SECRET),
         unauthorized,
         "signature of another body"
     );
     let missing = headers(&[("X-Gitea-Event", "push"), ("X-GitHub-Event", "push")]);
-    assert_eq!(verify(Provider::Gitea, &missing, &body, Some(SECRET)), unauthorized);
+    assert_eq!(verify(Provider::Gitea, &missing, &body, SECRET), unauthorized);
 }
 
 #[test]
@@ -850,9 +845,9 @@ fn bitbucket_signature_is_an_x_hub_signature_hmac_sha256() {
         let good = format!("sha256={}", sign(&body));
         // Bitbucket Cloud and Server both send `X-Hub-Signature: sha256=<hex>`.
         let h = headers(&[("X-Event-Key", "repo:push"), ("X-Hub-Signature", &good)]);
-        assert_eq!(verify(Provider::Bitbucket, &h, &body, Some(SECRET)), Ok(()));
+        assert_eq!(verify(Provider::Bitbucket, &h, &body, SECRET), Ok(()));
         assert_eq!(
-            verify(Provider::Bitbucket, &h, b"{\"push\":{}}", Some(SECRET)),
+            verify(Provider::Bitbucket, &h, b"{\"push\":{}}", SECRET),
             Err(WebhookError::Unauthorized("bitbucket"))
         );
         let wrong = headers(&[(
@@ -860,7 +855,7 @@ fn bitbucket_signature_is_an_x_hub_signature_hmac_sha256() {
             &format!("sha256={}", hmac_hex("not the secret", &body)),
         )]);
         assert_eq!(
-            verify(Provider::Bitbucket, &wrong, &body, Some(SECRET)),
+            verify(Provider::Bitbucket, &wrong, &body, SECRET),
             Err(WebhookError::Unauthorized("bitbucket"))
         );
         assert_eq!(
@@ -868,7 +863,7 @@ fn bitbucket_signature_is_an_x_hub_signature_hmac_sha256() {
                 Provider::Bitbucket,
                 &headers(&[("X-Event-Key", "repo:push")]),
                 &body,
-                Some(SECRET)
+                SECRET
             ),
             Err(WebhookError::Unauthorized("bitbucket"))
         );
@@ -880,7 +875,7 @@ fn gitlab_token_must_equal_the_secret() {
     let body = bytes(&gitlab_push());
     let token = std::str::from_utf8(SECRET).unwrap();
     let h = headers(&[("X-Gitlab-Event", "Push Hook"), ("X-Gitlab-Token", token)]);
-    assert_eq!(verify(Provider::GitLab, &h, &body, Some(SECRET)), Ok(()));
+    assert_eq!(verify(Provider::GitLab, &h, &body, SECRET), Ok(()));
 
     let longer = format!("{token}!");
     let hmac = sign(&body);
@@ -893,7 +888,7 @@ fn gitlab_token_must_equal_the_secret() {
     ] {
         let h = headers(&[("X-Gitlab-Event", "Push Hook"), ("X-Gitlab-Token", wrong)]);
         assert_eq!(
-            verify(Provider::GitLab, &h, &body, Some(SECRET)),
+            verify(Provider::GitLab, &h, &body, SECRET),
             Err(WebhookError::Unauthorized("gitlab")),
             "{wrong:?}"
         );
@@ -904,29 +899,32 @@ fn gitlab_token_must_equal_the_secret() {
         ("X-Hub-Signature-256", &format!("sha256={hmac}")),
     ]);
     assert_eq!(
-        verify(Provider::GitLab, &h, &body, Some(SECRET)),
+        verify(Provider::GitLab, &h, &body, SECRET),
         Err(WebhookError::Unauthorized("gitlab"))
     );
 }
 
 #[test]
-fn without_a_configured_secret_every_provider_is_accepted_unsigned() {
-    let cases = [
-        (Provider::GitHub, "X-GitHub-Event", "push", github_main_push()),
-        (Provider::Gitea, "X-Gitea-Event", "push", gitea_payload()),
-        (Provider::GitLab, "X-Gitlab-Event", "Push Hook", gitlab_push()),
-        (Provider::Bitbucket, "X-Event-Key", "repo:push", bitbucket_cloud_push()),
-    ];
-    for (p, header, event, payload) in cases {
-        let body = bytes(&payload);
-        assert_eq!(verify(p, &headers(&[(header, event)]), &body, None), Ok(()), "{p:?}");
-        // Even a bogus signature does not matter then.
-        let h = headers(&[
-            (header, event),
-            ("X-Hub-Signature-256", "sha256=00"),
-            ("X-Gitlab-Token", "x"),
-        ]);
-        assert_eq!(verify(p, &h, &body, None), Ok(()), "{p:?}");
+fn without_a_configured_secret_every_provider_is_refused_unless_unsigned_events_are_allowed() {
+    for p in [Provider::GitHub, Provider::Gitea, Provider::GitLab, Provider::Bitbucket] {
+        // By default a secret is mandatory, and the refusal says how to configure one.
+        let err = must_verify(p, false, false, false).unwrap_err();
+        assert_eq!(err, WebhookError::NoSecret(p.as_str()));
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("webhook.{}.secret", p.as_str())) && message.contains("--webhook-allow-unsigned"),
+            "{message}"
+        );
+        // Only the explicit opt-out accepts unsigned events, and only while no provider has a secret.
+        assert_eq!(must_verify(p, false, false, true), Ok(false), "{p:?}");
+        assert_eq!(
+            must_verify(p, false, true, true),
+            Err(WebhookError::NoSecretWhileOthersHave(p.as_str())),
+            "{p:?}"
+        );
+        // With a secret, the signature is always checked.
+        assert_eq!(must_verify(p, true, true, false), Ok(true));
+        assert_eq!(must_verify(p, true, true, true), Ok(true));
     }
 }
 
