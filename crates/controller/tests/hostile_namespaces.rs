@@ -34,7 +34,11 @@ async fn project(env: &Env, name: &str, cluster_kinds: serde_json::Value) -> any
         },
     });
     projects
-        .patch(name, &kube::api::PatchParams::apply("test").force(), &kube::api::Patch::Apply(body))
+        .patch(
+            name,
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(body),
+        )
         .await?;
     Ok(())
 }
@@ -44,8 +48,12 @@ async fn a_project_allowing_namespaces_cannot_adopt_kube_system() -> anyhow::Res
     let env = Env::start().await?;
     project(&env, "team-a", json!([{"group": "", "kind": "Namespace"}])).await?;
     env.git.create_repo("takeover")?;
-    env.git
-        .commit("takeover", "main", &[("app/all.yaml", Some(TAKEOVER))], "adopt kube-system")?;
+    env.git.commit(
+        "takeover",
+        "main",
+        &[("app/all.yaml", Some(TAKEOVER))],
+        "adopt kube-system",
+    )?;
     let mut application = app("takeover", &env.git.git_url("takeover"), "app", "team-a-apps", true);
     application["spec"]["project"] = json!("team-a");
     env.create_app(application).await?;
@@ -87,7 +95,10 @@ async fn create_namespace_in_a_sync_request_is_held_to_the_project() -> anyhow::
     env.git.commit(
         "plain",
         "main",
-        &[("app/cm.yaml", Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: b}\n"))],
+        &[(
+            "app/cm.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: b}\n"),
+        )],
         "v1",
     )?;
     let mut application = app("plain", &env.git.git_url("plain"), "app", "team-b-new", false);
@@ -95,15 +106,19 @@ async fn create_namespace_in_a_sync_request_is_held_to_the_project() -> anyhow::
     // The spec does not ask for the namespace; the request below does.
     application["spec"]["syncPolicy"] = json!({});
     env.create_app(application).await?;
-    env.wait_app("plain", "OutOfSync", Duration::from_secs(60), |a| sync_of(a) == "OutOfSync")
-        .await?;
+    env.wait_app("plain", "OutOfSync", Duration::from_secs(60), |a| {
+        sync_of(a) == "OutOfSync"
+    })
+    .await?;
     env.request(
         "plain",
         json!({"sync": {"syncOptions": ["CreateNamespace=true"]}, "initiatedBy": "test", "id": "ns"}),
     )
     .await?;
     let refused = env
-        .wait_app("plain", "the sync is refused", Duration::from_secs(60), |a| op_phase(a) == "Failed")
+        .wait_app("plain", "the sync is refused", Duration::from_secs(60), |a| {
+            op_phase(a) == "Failed"
+        })
         .await?;
     let message = op_message(&refused);
     assert!(
@@ -111,6 +126,9 @@ async fn create_namespace_in_a_sync_request_is_held_to_the_project() -> anyhow::
         "the refusal names the rule: {message}"
     );
     let namespaces = env.api("v1", "Namespace", "namespaces", None);
-    assert!(namespaces.get_opt("team-b-new").await?.is_none(), "no namespace was created");
+    assert!(
+        namespaces.get_opt("team-b-new").await?.is_none(),
+        "no namespace was created"
+    );
     Ok(())
 }
