@@ -396,10 +396,12 @@ fn project_violations(
     let capstan_namespace = app.namespace().unwrap_or_else(|| capstan_api::NAMESPACE.to_string());
     let check = |group: &str, kind: &str, namespaced: bool, namespace: &str, name: &str| -> Option<String> {
         let object = format!("{kind}/{name}");
-        if group.is_empty() && kind == "Namespace" && !namespaced {
-            if let Some(message) = protected_namespace(name, &capstan_namespace) {
-                return Some(message);
-            }
+        if group.is_empty()
+            && kind == "Namespace"
+            && !namespaced
+            && let Some(message) = protected_namespace(name, &capstan_namespace)
+        {
+            return Some(message);
         }
         if let Err(v) = capstan_project::check_resource(project, rules, group, kind, namespaced, &object) {
             return Some(v.to_string());
