@@ -54,6 +54,8 @@ pub struct Config {
     pub concurrency: u16,
     /// Whether `file://` repository URLs and local paths are allowed.
     pub allow_local_repositories: bool,
+    /// Whether a missing `default` AppProject denies everything (instead of allowing everything).
+    pub deny_implicit_default_project: bool,
 }
 
 impl Default for Config {
@@ -66,6 +68,7 @@ impl Default for Config {
             render_timeout: Duration::from_secs(60),
             concurrency: 32,
             allow_local_repositories: false,
+            deny_implicit_default_project: false,
         }
     }
 }
@@ -102,6 +105,9 @@ pub async fn run(
     );
     let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded();
     pipeline.clusters.spawn(trigger_tx.clone());
+    pipeline
+        .projects
+        .deny_implicit_default(config.deny_implicit_default_project);
     pipeline.projects.spawn();
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
     let ctx = Arc::new(reconcile::Ctx::new(client.clone(), pipeline, pollers, config.clone()));

@@ -2,7 +2,7 @@
 //! for the destination, read the live state and compare. Used by the controller and by
 //! `capstan app diff`; it changes nothing in any cluster.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -325,9 +325,18 @@ impl Pipeline {
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
         check_namespaces(&dest, &desired)?;
+        // Objects the project denies are never read from the cluster: their live state (an existing
+        // kube-system ConfigMap named in a team's repository, say) must not reach the status, the
+        // tree or a diff. The sync is refused for them anyway.
+        let rules_for = ObjectRules::new(&project, &rules, &dest, app);
+        let denied: HashSet<ObjectKey> = desired
+            .iter()
+            .filter(|d| rules_for.desired_violation(d).is_some())
+            .filter_map(|d| ObjectKey::of(&d.object).ok())
+            .collect();
         let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
         let cache = cached.then_some(&dest.watches);
-        let live = live_objects(client, discovery, &desired, &previous, &tracking, cache).await?;
+        let live = live_objects(client, discovery, &desired, &previous, &tracking, cache, &denied).await?;
         conclude(
             app,
             dest.clone(),
@@ -383,6 +392,103 @@ fn protected_namespace(name: &str, capstan_namespace: &str) -> Option<String> {
     })
 }
 
+/// The project's rules for the objects of one Application.
+struct ObjectRules<'a> {
+    project: &'a str,
+    rules: &'a AppProjectSpec,
+    dest: &'a Destination,
+    app_namespace: &'a str,
+    capstan_namespace: String,
+    /// The implicit `default` project: everything is permitted but rendered Applications naming
+    /// another project.
+    implicit_default: bool,
+}
+
+impl<'a> ObjectRules<'a> {
+    fn new(project: &'a str, rules: &'a AppProjectSpec, dest: &'a Destination, app: &'a Application) -> Self {
+        ObjectRules {
+            project,
+            rules,
+            dest,
+            app_namespace: app.spec.destination.namespace.as_str(),
+            capstan_namespace: app.namespace().unwrap_or_else(|| capstan_api::NAMESPACE.to_string()),
+            implicit_default: capstan_project::is_implicit_default(project, rules),
+        }
+    }
+
+    /// Why a rendered object is not permitted, if it is not.
+    fn desired_violation(&self, d: &Desired) -> Option<String> {
+        let key = ObjectKey::of(&d.object).ok()?;
+        self.check(&key.group, &key.kind, d.info.namespaced, &key.namespace, &key.name)
+            .or_else(|| self.child_application_violation(&d.object))
+    }
+
+    /// An Application rendered by this one (app-of-apps) may only be in this Application's own
+    /// project: otherwise a team could hand itself a more permissive project.
+    fn child_application_violation(&self, object: &Value) -> Option<String> {
+        let kind = object.get("kind").and_then(Value::as_str)?;
+        let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        if kind != "Application" || !api_version.starts_with("capstan.dev/") && !api_version.starts_with("argoproj.io/")
+        {
+            return None;
+        }
+        let child = object
+            .pointer("/spec/project")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .unwrap_or(capstan_api::project::DEFAULT_PROJECT);
+        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
+        (child != self.project).then(|| {
+            format!(
+                "project \"{}\": Application/{name} names project \"{child}\"; an Application may only create \
+                 Applications of its own project",
+                self.project
+            )
+        })
+    }
+
+    /// Why an object of this group, kind, namespace and name is not permitted, if it is not.
+    fn check(&self, group: &str, kind: &str, namespaced: bool, namespace: &str, name: &str) -> Option<String> {
+        if group.is_empty()
+            && kind == "Namespace"
+            && !namespaced
+            && let Some(message) = protected_namespace(name, &self.capstan_namespace)
+        {
+            return Some(message);
+        }
+        self.check_rules(group, kind, namespaced, namespace, name)
+    }
+
+    /// [`ObjectRules::check`] without the protected namespaces: for `CreateNamespace=true`, which
+    /// creates a missing namespace and never touches an existing one.
+    fn check_rules(&self, group: &str, kind: &str, namespaced: bool, namespace: &str, name: &str) -> Option<String> {
+        let (project, rules, dest, app_namespace) = (self.project, self.rules, self.dest, self.app_namespace);
+        let object = format!("{kind}/{name}");
+        if let Err(v) = capstan_project::check_resource(project, rules, group, kind, namespaced, &object) {
+            return Some(v.to_string());
+        }
+        if !self.implicit_default {
+            let subject = capstan_project::Subject {
+                group,
+                kind,
+                namespaced,
+                namespace: if namespace.is_empty() { app_namespace } else { namespace },
+                object: &object,
+            };
+            if let Err(v) = capstan_project::check_capstan_grant(project, rules, &self.capstan_namespace, &subject) {
+                return Some(v.to_string());
+            }
+        }
+        // Objects that name their own namespace must stay within the project's destinations too.
+        if namespaced && !namespace.is_empty() && namespace != app_namespace {
+            return capstan_project::check_destination(project, rules, &dest.server, &dest.name, namespace)
+                .err()
+                .map(|v| format!("{object}: {v}"));
+        }
+        None
+    }
+}
+
 /// What `rules` and the destination's registration do not permit: `(for any sync, for a sync that
 /// prunes, for creating the destination namespace)`, one message each naming the object and the rule.
 fn project_violations(
@@ -392,33 +498,20 @@ fn project_violations(
     app: &Application,
     comparison: &Comparison,
 ) -> (Vec<String>, Vec<String>, Option<String>) {
-    let app_namespace = app.spec.destination.namespace.as_str();
-    let capstan_namespace = app.namespace().unwrap_or_else(|| capstan_api::NAMESPACE.to_string());
-    let check = |group: &str, kind: &str, namespaced: bool, namespace: &str, name: &str| -> Option<String> {
-        let object = format!("{kind}/{name}");
-        if group.is_empty()
-            && kind == "Namespace"
-            && !namespaced
-            && let Some(message) = protected_namespace(name, &capstan_namespace)
-        {
-            return Some(message);
-        }
-        if let Err(v) = capstan_project::check_resource(project, rules, group, kind, namespaced, &object) {
-            return Some(v.to_string());
-        }
-        // Objects that name their own namespace must stay within the project's destinations too.
-        if namespaced && !namespace.is_empty() && namespace != app_namespace {
-            return capstan_project::check_destination(project, rules, &dest.server, &dest.name, namespace)
-                .err()
-                .map(|v| format!("{object}: {v}"));
-        }
-        None
+    let object_rules = ObjectRules::new(project, rules, dest, app);
+    let app_namespace = object_rules.app_namespace;
+    let check = |group: &str, kind: &str, namespaced: bool, namespace: &str, name: &str| {
+        object_rules.check(group, kind, namespaced, namespace, name)
     };
     let mut always = Vec::new();
     let mut pruning = Vec::new();
     for r in comparison.resources.iter().filter(|r| r.owned_by_other.is_none()) {
         let k = &r.key;
-        let found = check(&k.group, &k.kind, r.info.namespaced, &k.namespace, &k.name);
+        let found = check(&k.group, &k.kind, r.info.namespaced, &k.namespace, &k.name).or_else(|| {
+            r.desired
+                .as_ref()
+                .and_then(|d| object_rules.child_application_violation(d))
+        });
         match (found, r.desired.is_some()) {
             (Some(message), true) => always.push(message),
             (Some(message), false) if r.requires_pruning => pruning.push(format!("{message} (it would be pruned)")),
@@ -433,7 +526,7 @@ fn project_violations(
     // Checked whether or not the spec asks for it: a sync request may ask too.
     let namespace_violation = if app_namespace.is_empty() {
         None
-    } else if let Some(message) = check("", "Namespace", false, "", app_namespace) {
+    } else if let Some(message) = object_rules.check_rules("", "Namespace", false, "", app_namespace) {
         Some(format!("{message} (CreateNamespace=true)"))
     } else if !dest.permits(None) {
         Some(format!(
@@ -583,6 +676,7 @@ async fn live_objects(
     previous: &[ResourceStatus],
     tracking: &Tracking,
     cache: Option<&crate::watches::Watches>,
+    denied: &HashSet<ObjectKey>,
 ) -> Result<Vec<(Value, KindInfo)>, PipelineError> {
     // Kinds and the namespaces they are used in (desired now, or managed before): listing per
     // namespace keeps each request proportional to the Application, not to the cluster.
@@ -681,7 +775,7 @@ async fn live_objects(
     let found: std::collections::HashSet<ObjectKey> = live.iter().filter_map(|(v, _)| ObjectKey::of(v).ok()).collect();
     let missing: Vec<&Desired> = desired
         .iter()
-        .filter(|d| ObjectKey::of(&d.object).is_ok_and(|k| !found.contains(&k)))
+        .filter(|d| ObjectKey::of(&d.object).is_ok_and(|k| !found.contains(&k) && !denied.contains(&k)))
         .filter(|d| d.object.pointer("/metadata/name").is_some())
         .collect();
     // Untracked objects that may already exist: one LIST per kind and namespace when many are

@@ -3,6 +3,7 @@
 //! it may use (the rules themselves are in `capstan-project`).
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use capstan_api::AppProject;
@@ -20,6 +21,8 @@ pub struct Projects {
     client: kube::Client,
     namespace: String,
     store: OnceLock<Store<AppProject>>,
+    /// Whether a missing `default` project denies everything instead of allowing everything.
+    deny_implicit_default: AtomicBool,
 }
 
 impl Projects {
@@ -29,7 +32,14 @@ impl Projects {
             client,
             namespace: namespace.to_string(),
             store: OnceLock::new(),
+            deny_implicit_default: AtomicBool::new(false),
         }
+    }
+
+    /// Make a missing `default` project deny everything (the operator's
+    /// `--deny-implicit-default-project`): every Application must then name a real AppProject.
+    pub fn deny_implicit_default(&self, deny: bool) {
+        self.deny_implicit_default.store(deny, Ordering::Relaxed);
     }
 
     /// Keep a watched cache of the namespace's AppProjects.
@@ -82,6 +92,10 @@ impl Projects {
         };
         match found {
             Some(spec) => Ok((name.to_string(), spec)),
+            None if name == DEFAULT_PROJECT && self.deny_implicit_default.load(Ordering::Relaxed) => {
+                // Empty lists permit nothing.
+                Ok((name.to_string(), AppProjectSpec::default()))
+            }
             None if name == DEFAULT_PROJECT => Ok((name.to_string(), capstan_project::allow_all())),
             None => Err(PipelineError::InvalidSpec(format!(
                 "project {name:?} does not exist in namespace {}",

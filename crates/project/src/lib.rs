@@ -23,6 +23,12 @@
 //!
 //! A pattern that is not a valid glob never allows anything; in a deny entry or a blacklist it
 //! refuses everything it is asked about (fail closed), with a message naming the bad pattern.
+//!
+//! Beyond Argo CD, **Capstan's own namespace and `capstan.dev` kinds need an explicit grant**
+//! ([`check_capstan_grant`]): wildcards never give them. An object in Capstan's namespace needs a
+//! `destinations` entry naming that namespace literally; a `capstan.dev` kind needs a whitelist
+//! entry naming the group `capstan.dev` literally. Only the implicit `default` project (no
+//! AppProject named default exists, and the operator has not made it deny-all) is exempt.
 
 use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination};
 use globset::GlobBuilder;
@@ -76,6 +82,91 @@ pub fn allow_all() -> AppProjectSpec {
         namespace_resource_whitelist: Vec::new(),
         namespace_resource_blacklist: Vec::new(),
     }
+}
+
+/// One object a rule is asked about.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    /// API group (`""` for core).
+    pub group: &'a str,
+    /// Kind.
+    pub kind: &'a str,
+    /// Whether the kind is namespaced.
+    pub namespaced: bool,
+    /// The object's namespace (empty for cluster-scoped objects).
+    pub namespace: &'a str,
+    /// How to name it in a message (`Kind/name`).
+    pub object: &'a str,
+}
+
+/// The group of Capstan's own kinds.
+pub const CAPSTAN_GROUP: &str = "capstan.dev";
+
+/// Whether `name`/`spec` is the implicit `default` project ([`allow_all`]).
+pub fn is_implicit_default(name: &str, spec: &AppProjectSpec) -> bool {
+    name == capstan_api::project::DEFAULT_PROJECT && *spec == allow_all()
+}
+
+/// The stricter rule for Capstan's own territory: an object of a `capstan.dev` kind (an
+/// Application, an AppProject, an ApplicationSet) or any object in `capstan_namespace` (where
+/// repository and cluster credentials, the RBAC policy and every project live) is permitted only by
+/// entries that name them literally. `namespace` is the object's namespace (empty for cluster-scoped
+/// objects).
+pub fn check_capstan_grant(
+    project_name: &str,
+    spec: &AppProjectSpec,
+    capstan_namespace: &str,
+    subject: &Subject<'_>,
+) -> Result<(), Violation> {
+    let Subject {
+        group,
+        kind,
+        namespaced,
+        namespace,
+        object,
+    } = *subject;
+    if group == CAPSTAN_GROUP {
+        let whitelist = if namespaced {
+            &spec.namespace_resource_whitelist
+        } else {
+            &spec.cluster_resource_whitelist
+        };
+        let granted = whitelist
+            .iter()
+            .any(|item| item.group == CAPSTAN_GROUP && glob_match(&item.kind, kind, false).unwrap_or(false));
+        if !granted {
+            let rule = if namespaced {
+                NAMESPACE_WHITELIST
+            } else {
+                CLUSTER_WHITELIST
+            };
+            return Err(Violation::new(
+                project_name,
+                rule,
+                format!(
+                    "{object}: kind {CAPSTAN_GROUP}/{kind} is Capstan's own and needs a {rule} entry naming the \
+                     group {CAPSTAN_GROUP:?} explicitly (a wildcard does not grant it)"
+                ),
+            ));
+        }
+    }
+    if namespaced && !capstan_namespace.is_empty() && namespace == capstan_namespace {
+        let granted = spec
+            .destinations
+            .iter()
+            .any(|d| d.namespace == capstan_namespace && !d.server.starts_with('!') && !d.name.starts_with('!'));
+        if !granted {
+            return Err(Violation::new(
+                project_name,
+                DESTINATIONS,
+                format!(
+                    "{object}: namespace {capstan_namespace:?} is Capstan's own (credentials, projects, the RBAC \
+                     policy) and needs a destinations entry naming it explicitly (a wildcard does not grant it)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// May an Application of this project use the repository at `repo_url`?

@@ -485,3 +485,111 @@ fn allow_all_allows_everything() {
     );
     assert_eq!(check_resource("default", &spec, "", "Secret", true, "x"), Ok(()));
 }
+
+#[test]
+fn capstan_territory_needs_an_explicit_grant() {
+    use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination};
+    let wide = AppProjectSpec {
+        source_repos: vec!["*".into()],
+        destinations: vec![ProjectDestination {
+            server: "*".into(),
+            name: String::new(),
+            namespace: "*".into(),
+        }],
+        namespace_resource_whitelist: vec![GroupKind {
+            group: "*".into(),
+            kind: "*".into(),
+        }],
+        ..Default::default()
+    };
+    // Wildcards do not grant Capstan's kinds or namespace.
+    let err = check_capstan_grant(
+        "team-a",
+        &wide,
+        "capstan",
+        &Subject {
+            group: "capstan.dev",
+            kind: "Application",
+            namespaced: true,
+            namespace: "capstan",
+            object: "Application/x",
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("capstan.dev/Application"), "{err}");
+    let err = check_capstan_grant(
+        "team-a",
+        &wide,
+        "capstan",
+        &Subject {
+            group: "",
+            kind: "ConfigMap",
+            namespaced: true,
+            namespace: "capstan",
+            object: "ConfigMap/capstan-rbac",
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("namespace \"capstan\""), "{err}");
+    // Other namespaces and kinds are not concerned.
+    assert!(
+        check_capstan_grant(
+            "team-a",
+            &wide,
+            "capstan",
+            &Subject {
+                group: "",
+                kind: "ConfigMap",
+                namespaced: true,
+                namespace: "team-a",
+                object: "ConfigMap/x"
+            }
+        )
+        .is_ok()
+    );
+    // Named literally, they are granted.
+    let mut explicit = wide.clone();
+    explicit.destinations.push(ProjectDestination {
+        server: "*".into(),
+        name: String::new(),
+        namespace: "capstan".into(),
+    });
+    explicit.namespace_resource_whitelist.push(GroupKind {
+        group: "capstan.dev".into(),
+        kind: "Application".into(),
+    });
+    assert!(
+        check_capstan_grant(
+            "platform",
+            &explicit,
+            "capstan",
+            &Subject {
+                group: "capstan.dev",
+                kind: "Application",
+                namespaced: true,
+                namespace: "capstan",
+                object: "Application/x"
+            }
+        )
+        .is_ok()
+    );
+    assert!(
+        check_capstan_grant(
+            "platform",
+            &explicit,
+            "capstan",
+            &Subject {
+                group: "capstan.dev",
+                kind: "AppProject",
+                namespaced: true,
+                namespace: "capstan",
+                object: "AppProject/x"
+            }
+        )
+        .is_err(),
+        "only the kinds named"
+    );
+    assert!(is_implicit_default("default", &allow_all()));
+    assert!(!is_implicit_default("team-a", &allow_all()));
+    assert!(!is_implicit_default("default", &wide));
+}

@@ -31,6 +31,10 @@ pub struct ControllerArgs {
     /// any repository on its disk).
     #[arg(long)]
     allow_local_repositories: bool,
+    /// Without an AppProject named `default`, the `default` project denies everything (instead of
+    /// allowing everything): every Application must name a project an operator created.
+    #[arg(long)]
+    deny_implicit_default_project: bool,
     /// Applications reconciled at once.
     #[arg(long, default_value_t = 32)]
     concurrency: u16,
@@ -56,6 +60,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         render_timeout: Duration::from_secs(60),
         concurrency: args.concurrency.max(1),
         allow_local_repositories: args.allow_local_repositories,
+        deny_implicit_default_project: args.deny_implicit_default_project,
     };
     let appsets = capstan_appset::controller::AppSetConfig {
         namespace: config.namespace.clone(),

@@ -23,6 +23,8 @@ pub struct Env {
     cache: tempfile::TempDir,
     pub wave_timeout: Duration,
     pub poll_interval: Duration,
+    /// `--deny-implicit-default-project` for the next (re)start of the controller.
+    pub deny_implicit_default_project: bool,
 }
 
 impl Env {
@@ -50,6 +52,7 @@ impl Env {
             cache: tempfile::tempdir()?,
             wave_timeout,
             poll_interval,
+            deny_implicit_default_project: false,
         };
         env.start_controller();
         Ok(env)
@@ -61,6 +64,7 @@ impl Env {
             cache_dir: self.cache.path().to_path_buf(),
             wave_timeout: self.wave_timeout,
             poll_interval: self.poll_interval,
+            deny_implicit_default_project: self.deny_implicit_default_project,
             ..Default::default()
         };
         let client = self.client.clone();

@@ -258,6 +258,8 @@ pub async fn resource(
         .into_iter()
         .find(|n| n.group == q.group && n.kind == q.kind && n.namespace == q.namespace && n.name == q.name)
         .filter(|n| q.version.is_empty() || n.version == q.version)
+        // A root the controller never found live (possibly one the project denies) is not read.
+        .filter(super::tree::is_live_root)
         .ok_or_else(|| {
             ApiError::not_found(format!(
                 "{}/{} {:?} in the tree of Application {name:?}",

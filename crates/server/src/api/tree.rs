@@ -57,6 +57,13 @@ fn id(group: &str, kind: &str, namespace: &str, name: &str) -> String {
 /// Kinds whose children are shown, and the kinds of those children.
 const CHILD_KINDS: [(&str, &str, &str); 3] = [("apps", "v1", "ReplicaSet"), ("", "v1", "Pod"), ("batch", "v1", "Job")];
 
+/// Whether the controller found this root object live. A `Missing` root — not created yet, or named
+/// in Git but denied by the project and therefore never read — has no live object to show and no
+/// children: nothing of the cluster is read or linked for it.
+pub fn is_live_root(node: &TreeNode) -> bool {
+    node.parent_id.is_some() || node.health != "Missing"
+}
+
 /// Link live `children` (objects with ownerReferences) below `roots`, transitively. Pure: the
 /// objects are given.
 pub fn link(roots: Vec<TreeNode>, children: &[Value]) -> Vec<TreeNode> {
@@ -64,6 +71,7 @@ pub fn link(roots: Vec<TreeNode>, children: &[Value]) -> Vec<TreeNode> {
     // (namespace, kind, name) → node id, for everything placed so far.
     let mut placed: HashMap<(String, String, String), String> = nodes
         .iter()
+        .filter(|n| is_live_root(n))
         .map(|n| ((n.namespace.clone(), n.kind.clone(), n.name.clone()), n.id.clone()))
         .collect();
     let mut remaining: Vec<&Value> = children.iter().collect();
@@ -150,6 +158,7 @@ pub async fn build(state: &State, app: &Application) -> Result<Vec<TreeNode>, Ap
     let roots = roots(app);
     let namespaces: BTreeSet<String> = roots
         .iter()
+        .filter(|n| is_live_root(n))
         .filter(|n| {
             matches!(
                 n.kind.as_str(),
@@ -267,5 +276,19 @@ mod tests {
         );
         assert_eq!(nodes[2].version, "v1");
         assert_eq!(nodes[2].sync, "");
+    }
+
+    #[test]
+    fn a_missing_root_gets_no_children() {
+        let mut denied = root("Deployment", "coredns");
+        denied.health = "Missing".into();
+        let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": "coredns-1", "namespace": "ns",
+                "ownerReferences": [{"kind": "Deployment", "name": "coredns"}]}});
+        let nodes = link(vec![denied], std::slice::from_ref(&rs));
+        assert_eq!(nodes.len(), 1, "nothing linked below a root that was never read");
+        assert!(!is_live_root(&nodes[0]));
+        let nodes = link(vec![root("Deployment", "coredns")], &[rs]);
+        assert_eq!(nodes.len(), 2, "a live root gets its children");
     }
 }

@@ -1,0 +1,219 @@
+//! Reads across projects, end to end: an object a team's repository names but its project denies (a
+//! ConfigMap in kube-system) is never read from the cluster, so its live state — or even whether it
+//! matches — never reaches the Application's status, and the sync is refused.
+
+mod support;
+
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use support::*;
+
+/// The cluster's own ConfigMap, exactly as it is live, named in a team's repository, beside the
+/// team's own ConfigMap.
+const PROBE: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: kubeadm-config, namespace: kube-system}
+data: {ClusterConfiguration: "secret-cluster-settings"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: mine}
+data: {a: b}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_object_the_project_denies_is_never_read_from_the_cluster() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    // The cluster's ConfigMap, equal to what the repository says.
+    let (v, k, p) = CM_API;
+    env.api(v, k, p, Some("kube-system"))
+        .patch(
+            "kubeadm-config",
+            &PatchParams::apply("cluster-admin").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "kubeadm-config", "namespace": "kube-system"},
+                "data": {"ClusterConfiguration": "secret-cluster-settings"},
+            })),
+        )
+        .await?;
+    let projects = env.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
+    projects
+        .patch(
+            "team-a",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
+                "metadata": {"name": "team-a", "namespace": "capstan"},
+                "spec": {"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "team-a"}]},
+            })),
+        )
+        .await?;
+    env.git.create_repo("probe")?;
+    env.git
+        .commit("probe", "main", &[("app/all.yaml", Some(PROBE))], "probe")?;
+    let mut application = app("probe", &env.git.git_url("probe"), "app", "team-a", false);
+    application["spec"]["project"] = json!("team-a");
+    env.create_app(application).await?;
+
+    // The controller compared (a positive signal: the resource list names both objects) ...
+    let compared = env
+        .wait_app("probe", "the comparison", Duration::from_secs(60), |a| {
+            a.status.as_ref().is_some_and(|s| {
+                s.resources.iter().any(|r| r.name == "kubeadm-config") && s.resources.iter().any(|r| r.name == "mine")
+            })
+        })
+        .await?;
+    let status = compared.status.clone().unwrap_or_default();
+    let probe = status
+        .resources
+        .iter()
+        .find(|r| r.name == "kubeadm-config")
+        .expect("listed");
+    // ... without reading the denied object: it is not reported as matching the live one (which
+    // it does), nor as healthy.
+    assert_eq!(probe.status, "OutOfSync", "{probe:?}");
+    assert_eq!(
+        probe.health.as_ref().map(|h| h.status.as_str()),
+        Some("Missing"),
+        "the live object was not read: {probe:?}"
+    );
+
+    // A sync is refused, naming the rule, and changes nothing.
+    env.request("probe", json!({"sync": {}, "initiatedBy": "test", "id": "probe"}))
+        .await?;
+    let refused = env
+        .wait_app("probe", "the sync is refused", Duration::from_secs(60), |a| {
+            op_phase(a) == "Failed"
+        })
+        .await?;
+    let message = op_message(&refused);
+    assert!(
+        message.contains("kubeadm-config") && message.contains("destinations"),
+        "{message}"
+    );
+    let live = env
+        .get(v, k, p, "kube-system", "kubeadm-config")
+        .await?
+        .expect("still there");
+    assert!(
+        live.pointer("/metadata/labels/capstan.dev~1instance").is_none(),
+        "not taken over"
+    );
+    Ok(())
+}
+
+/// A team's repository writing Capstan's RBAC policy and creating an Application in a more
+/// powerful project.
+const ESCALATE: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: capstan-rbac, namespace: capstan}
+data:
+  policy.yaml: |
+    grants: [{role: admin, projects: ["*"], users: [attacker]}]
+---
+apiVersion: capstan.dev/v1alpha1
+kind: Application
+metadata: {name: escalate, namespace: team-a}
+spec:
+  project: platform
+  source: {repoURL: 'git://127.0.0.1:9/x.git', path: .}
+  destination: {server: 'https://kubernetes.default.svc', namespace: kube-system}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wildcards_never_grant_capstans_namespace_or_other_projects() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let projects = env.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
+    for (name, spec) in [
+        // As wide as wildcards go.
+        (
+            "team-a",
+            json!({"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}],
+                   "clusterResourceWhitelist": [{"group": "*", "kind": "*"}],
+                   "namespaceResourceWhitelist": [{"group": "*", "kind": "*"}]}),
+        ),
+        (
+            "platform",
+            json!({"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}]}),
+        ),
+    ] {
+        projects
+            .patch(
+                name,
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
+                    "metadata": {"name": name, "namespace": "capstan"}, "spec": spec})),
+            )
+            .await?;
+    }
+    env.git.create_repo("escalate")?;
+    env.git
+        .commit("escalate", "main", &[("app/all.yaml", Some(ESCALATE))], "escalate")?;
+    let mut application = app("escalate-root", &env.git.git_url("escalate"), "app", "team-a", true);
+    application["spec"]["project"] = json!("team-a");
+    env.create_app(application).await?;
+    let refused = env
+        .wait_app("escalate-root", "the sync is refused", Duration::from_secs(60), |a| {
+            op_phase(a) == "Failed"
+        })
+        .await?;
+    let message = op_message(&refused);
+    assert!(
+        message.contains("ConfigMap/capstan-rbac") && message.contains("Capstan's own"),
+        "Capstan's namespace is refused: {message}"
+    );
+    assert!(
+        message.contains("capstan.dev/Application") || message.contains("names project \"platform\""),
+        "the child Application is refused: {message}"
+    );
+    let (v, k, p) = CM_API;
+    assert!(
+        env.get(v, k, p, "capstan", "capstan-rbac").await?.is_none(),
+        "no policy written"
+    );
+    let apps_in_team = env.api("capstan.dev/v1alpha1", "Application", "applications", Some("team-a"));
+    assert!(
+        apps_in_team.get_opt("escalate").await?.is_none(),
+        "no Application created"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_can_make_the_implicit_default_project_deny_everything() -> anyhow::Result<()> {
+    let mut env = Env::start().await?;
+    env.kill_controller().await;
+    env.deny_implicit_default_project = true;
+    env.start_controller();
+    env.git.create_repo("plain")?;
+    env.git.commit(
+        "plain",
+        "main",
+        &[(
+            "app/cm.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: b}\n"),
+        )],
+        "v1",
+    )?;
+    // No AppProject named default exists: the Application's project permits nothing.
+    env.create_app(app("plain", &env.git.git_url("plain"), "app", "plain", true))
+        .await?;
+    let refused = env
+        .wait_app("plain", "a condition", Duration::from_secs(60), |a| {
+            condition(a, "InvalidSpecError").is_some() || condition(a, "ComparisonError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError")
+        .or_else(|| condition(&refused, "ComparisonError"))
+        .unwrap_or_default();
+    assert!(
+        message.contains("project \"default\"") && message.contains("sourceRepos"),
+        "{message}"
+    );
+    let namespaces = env.api("v1", "Namespace", "namespaces", None);
+    assert!(namespaces.get_opt("plain").await?.is_none(), "nothing was applied");
+    Ok(())
+}
