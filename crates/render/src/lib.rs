@@ -40,6 +40,17 @@ use serde_json::Value;
 pub use error::RenderError;
 pub use paths::resolve_in_repo;
 
+/// Parse a repository file's manifests as the directory renderer does: a multi-document YAML stream,
+/// or, when `json` is set, one JSON object or `List`. `origin` names the file in errors. (Public for
+/// the fuzz targets in `fuzz/`.)
+pub fn parse_manifests(text: &str, origin: &str, json: bool) -> Result<Vec<Value>, RenderError> {
+    if json {
+        manifests::parse_json(text, origin)
+    } else {
+        manifests::parse_yaml_stream(text, origin)
+    }
+}
+
 /// The default timeout of one tool invocation.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default number of rendered results kept.
@@ -117,7 +128,13 @@ pub struct Rendered {
 pub struct Renderer {
     timeout: Duration,
     cache: cache::Cache,
+    /// Renders that run a tool or read a repository at once: a burst of commits (or a hostile
+    /// repository made to be slow) queues instead of starting a process per Application.
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// Renders running at once (cache hits do not count).
+pub const MAX_CONCURRENT_RENDERS: usize = 8;
 
 impl Default for Renderer {
     fn default() -> Self {
@@ -158,6 +175,7 @@ impl Renderer {
         Renderer {
             timeout,
             cache: cache::Cache::new(DEFAULT_CACHE_CAPACITY),
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_RENDERS)),
         }
     }
 
@@ -239,6 +257,8 @@ impl Renderer {
             return Ok(hit);
         }
 
+        // The semaphore is never closed, so acquiring only waits.
+        let _permit = self.permits.acquire().await.ok();
         let started = std::time::Instant::now();
         let mut objects = match (tool, binary) {
             (Tool::Helm, Some(binary)) => {

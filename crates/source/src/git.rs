@@ -98,21 +98,25 @@ pub fn check_url(url: &str, allow_local: bool) -> Result<()> {
         "file" => ("", rest),
         _ => rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p)),
     };
-    if let Some((userinfo, host)) = authority.rsplit_once('@') {
-        if !matches!(scheme, "ssh" | "scp") {
-            return refuse("user information in the URL is not allowed; put credentials in a repository Secret");
+    let host = match authority.split_once('@') {
+        Some((userinfo, host)) => {
+            if !matches!(scheme, "ssh" | "scp") {
+                return refuse("user information in the URL is not allowed; put credentials in a repository Secret");
+            }
+            if !is_user_name(userinfo) {
+                return refuse("only a user name (letters, digits, '.', '_', '-') may precede the host");
+            }
+            host
         }
-        if userinfo.contains(':') || userinfo.is_empty() || host.is_empty() {
-            return refuse("only a user name may precede the host");
-        }
-        if host.contains('@') || host.starts_with('-') || userinfo.starts_with('-') {
-            return refuse("not a repository URL");
-        }
-    } else if authority.starts_with('-') {
-        return refuse("not a repository URL");
+        None => authority,
+    };
+    // Git reads an scp-like address with a '/' before its ':' as a local path, so the host of every
+    // remote URL must be a plain host name or address (and an optional port).
+    if scheme != "file" && !is_host(host, scheme != "scp") {
+        return refuse("the URL names no valid host");
     }
-    if !matches!(scheme, "file" | "scp") && authority.is_empty() {
-        return refuse("the URL names no host");
+    if scheme == "scp" && path.is_empty() {
+        return refuse("the URL names no repository path");
     }
     let segments: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
     let bad_segment = |s: &&str| *s == "." || *s == ".." || (s.is_empty() && segments.len() > 1);
@@ -120,6 +124,46 @@ pub fn check_url(url: &str, allow_local: bool) -> Result<()> {
         return refuse("`.`, `..` and empty path segments are not allowed");
     }
     Ok(())
+}
+
+/// A user name as ssh accepts it in a URL.
+fn is_user_name(user: &str) -> bool {
+    !user.is_empty()
+        && !user.starts_with('-')
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A host name, IPv4 address or bracketed IPv6 address, with a port when `port_allowed`.
+fn is_host(host: &str, port_allowed: bool) -> bool {
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((v6, tail))
+                if !v6.is_empty() && v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') =>
+            {
+                return tail.is_empty() || port_allowed && tail.strip_prefix(':').is_some_and(is_port);
+            }
+            _ => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port_allowed => (name, Some(port)),
+            Some(_) => return false,
+            None => (host, None),
+        }
+    };
+    let name_ok = !name.is_empty()
+        && !name.starts_with(['-', '.'])
+        && !name.contains("..")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    name_ok && port.is_none_or(is_port)
+}
+
+fn is_port(port: &str) -> bool {
+    !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn is_scp_like(url: &str) -> bool {
@@ -499,6 +543,9 @@ mod tests {
             "git@h:org/r.git",
             "git://h/r",
             "https://h/org/team/r.git/",
+            "https://git.example.com:8443/org/r.git",
+            "ssh://git@[::1]:2222/r.git",
+            "git@github.com:org/r.git",
         ] {
             assert!(check_url(ok, false).is_ok(), "{ok}");
         }
@@ -542,6 +589,14 @@ mod tests {
             "https://git.example/r.git\\..\\x",
             "https://git.example/r .git",
             "https:///r.git",
+            "../.@.@.:",
+            "./x@h:r",
+            "a/b@host:r",
+            "git@-h:r",
+            "git@h:",
+            "https://h..evil/r",
+            "https://[zz]/r",
+            "https://h:99999999/r",
         ] {
             assert!(check_url(bad, true).is_err(), "{bad}");
         }

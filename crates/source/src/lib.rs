@@ -20,7 +20,7 @@ mod git;
 
 pub use cache::{CacheStats, RepoCache, Resolved};
 pub use credentials::Credentials;
-pub use git::redact;
+pub use git::{check_url, redact};
 
 /// What can go wrong reading a repository. Messages name the repository and never contain secrets.
 #[derive(Debug, thiserror::Error)]
