@@ -242,8 +242,13 @@ pub async fn run(
             ));
         }
         // `CreateNamespace=true` given in the request (not in the spec) is held to the same rules.
-        let requested_namespace = extra_options
+        // In the spec or in the request, in any spelling the sync accepts.
+        let requested_namespace = app
+            .spec
+            .sync_policy
             .iter()
+            .flat_map(|p| p.sync_options.iter())
+            .chain(extra_options.iter())
             .any(|o| annotations::has_option(o, "CreateNamespace=true"));
         if requested_namespace && let Some(message) = &work_state.create_namespace_violation {
             return Err(format!("the sync would break the project's rules: {message}"));

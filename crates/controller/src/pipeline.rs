@@ -423,24 +423,38 @@ impl<'a> ObjectRules<'a> {
             .or_else(|| self.child_application_violation(&d.object))
     }
 
-    /// An Application rendered by this one (app-of-apps) may only be in this Application's own
-    /// project: otherwise a team could hand itself a more permissive project.
+    /// Applications and ApplicationSets rendered by this one (app-of-apps) may only be in this
+    /// Application's own project, and AppProjects are never rendered by an Application: otherwise a
+    /// team could hand itself a more permissive project. The implicit `default` project, which
+    /// permits everything anyway, may create Applications of any project (the usual bootstrap).
     fn child_application_violation(&self, object: &Value) -> Option<String> {
         let kind = object.get("kind").and_then(Value::as_str)?;
         let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-        if kind != "Application" || !api_version.starts_with("capstan.dev/") && !api_version.starts_with("argoproj.io/")
-        {
+        let capstan_kind = api_version.starts_with("capstan.dev/") || api_version.starts_with("argoproj.io/");
+        if !capstan_kind || self.implicit_default {
             return None;
         }
+        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
+        let pointer = match kind {
+            "Application" => "/spec/project",
+            "ApplicationSet" => "/spec/template/spec/project",
+            "AppProject" => {
+                return Some(format!(
+                    "project \"{}\": AppProject/{name}: projects are created by operators, never rendered by an \
+                     Application",
+                    self.project
+                ));
+            }
+            _ => return None,
+        };
         let child = object
-            .pointer("/spec/project")
+            .pointer(pointer)
             .and_then(Value::as_str)
             .filter(|p| !p.is_empty())
             .unwrap_or(capstan_api::project::DEFAULT_PROJECT);
-        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
         (child != self.project).then(|| {
             format!(
-                "project \"{}\": Application/{name} names project \"{child}\"; an Application may only create \
+                "project \"{}\": {kind}/{name} names project \"{child}\"; an Application may only create \
                  Applications of its own project",
                 self.project
             )
@@ -518,10 +532,11 @@ fn project_violations(
             _ => {}
         }
     }
+    // Parsed as the sync parses it (any case, comma-separated lists).
     let create_namespace = app.spec.sync_policy.as_ref().is_some_and(|p| {
         p.sync_options
             .iter()
-            .any(|o| o.replace(' ', "") == "CreateNamespace=true")
+            .any(|o| capstan_compare::annotations::has_option(o, "CreateNamespace=true"))
     });
     // Checked whether or not the spec asks for it: a sync request may ask too.
     let namespace_violation = if app_namespace.is_empty() {

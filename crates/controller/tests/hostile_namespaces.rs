@@ -132,3 +132,37 @@ async fn create_namespace_in_a_sync_request_is_held_to_the_project() -> anyhow::
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_namespace_in_any_spelling_of_the_spec_is_held_to_the_project() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    project(&env, "team-c", json!([])).await?;
+    env.git.create_repo("plain")?;
+    env.git.commit(
+        "plain",
+        "main",
+        &[(
+            "app/cm.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: b}\n"),
+        )],
+        "v1",
+    )?;
+    let mut application = app("plain", &env.git.git_url("plain"), "app", "team-c-new", true);
+    application["spec"]["project"] = json!("team-c");
+    // Lower case, inside a comma-separated list: the sync would read it as CreateNamespace=true.
+    application["spec"]["syncPolicy"]["syncOptions"] = json!(["Validate=false,createNamespace=true"]);
+    env.create_app(application).await?;
+    let refused = env
+        .wait_app("plain", "the sync is refused", Duration::from_secs(60), |a| {
+            op_phase(a) == "Failed"
+        })
+        .await?;
+    let message = op_message(&refused);
+    assert!(message.contains("CreateNamespace=true"), "{message}");
+    let namespaces = env.api("v1", "Namespace", "namespaces", None);
+    assert!(
+        namespaces.get_opt("team-c-new").await?.is_none(),
+        "no namespace was created"
+    );
+    Ok(())
+}

@@ -121,6 +121,11 @@ spec:
   project: platform
   source: {repoURL: 'git://127.0.0.1:9/x.git', path: .}
   destination: {server: 'https://kubernetes.default.svc', namespace: kube-system}
+---
+apiVersion: capstan.dev/v1alpha1
+kind: AppProject
+metadata: {name: team-a-unbounded, namespace: team-a}
+spec: {sourceRepos: ["*"], destinations: [{server: "*", namespace: "*"}]}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -262,6 +262,12 @@ fn dependencies_to_build(root: &Path, chart_dir: &Path, chart_label: &str) -> Re
     for (file, dependencies) in chart_dependencies(chart_dir) {
         let file_label = display_rel(root, &chart_dir.join(file));
         for dependency in dependencies {
+            if let Some(message) = dependency.get("__ambiguous").and_then(Value::as_str) {
+                return Err(RenderError::ForgedLock {
+                    file: file_label,
+                    message: message.to_string(),
+                });
+            }
             let name = dependency.get("name").and_then(Value::as_str).unwrap_or_default();
             let repository = dependency.get("repository").and_then(Value::as_str).unwrap_or_default();
             if let Some(local) = repository.strip_prefix("file://") {
@@ -306,10 +312,13 @@ fn check_lock_files(root: &Path, chart_dir: &Path) -> Result<(), RenderError> {
             continue;
         };
         let file = display_rel(root, &path);
-        let doc = manifests::parse_yaml_value(&text).map_err(|message| RenderError::ForgedLock {
-            file: file.clone(),
-            message: format!("cannot be read: {message}"),
-        })?;
+        let doc = manifests::parse_yaml_value(&text)
+            .map_err(|message| format!("cannot be read: {message}"))
+            .and_then(fold_keys)
+            .map_err(|message| RenderError::ForgedLock {
+                file: file.clone(),
+                message,
+            })?;
         let entries = match doc.get("dependencies") {
             None | Some(Value::Null) => continue,
             Some(Value::Array(entries)) => entries,
@@ -346,13 +355,51 @@ fn chart_dependencies(chart_dir: &Path) -> Vec<(&'static str, Vec<Value>)> {
         let Ok(text) = std::fs::read_to_string(chart_dir.join(file)) else {
             continue;
         };
-        if let Ok(doc) = manifests::parse_yaml_value(&text)
-            && let Some(Value::Array(deps)) = doc.get("dependencies")
-        {
-            out.push((file, deps.clone()));
+        // Keys are read as Helm reads them (case-insensitively); an ambiguous file is refused.
+        let doc = manifests::parse_yaml_value(&text).map(fold_keys);
+        match doc {
+            Ok(Ok(doc)) => {
+                if let Some(Value::Array(deps)) = doc.get("dependencies") {
+                    out.push((file, deps.clone()));
+                }
+            }
+            Ok(Err(message)) => out.push((file, vec![serde_json::json!({"__ambiguous": message})])),
+            Err(_) => {}
         }
     }
     out
+}
+
+/// Lower-case the keys of a chart or lock document and of its `dependencies` entries: Helm decodes
+/// these files with Go's `encoding/json`, which matches field names regardless of case, so
+/// `Dependencies:` or `Repository:` mean to Helm what their lower-case spellings mean. Two keys that
+/// differ only in case make the file ambiguous, which is refused.
+fn fold_keys(doc: Value) -> Result<Value, String> {
+    fn fold(map: serde_json::Map<String, Value>) -> Result<serde_json::Map<String, Value>, String> {
+        let mut out = serde_json::Map::new();
+        for (key, value) in map {
+            let lower = key.to_ascii_lowercase();
+            if out.insert(lower.clone(), value).is_some() {
+                return Err(format!(
+                    "the key {lower:?} is given more than once (keys differing only in case)"
+                ));
+            }
+        }
+        Ok(out)
+    }
+    let Value::Object(map) = doc else { return Ok(doc) };
+    let mut map = fold(map)?;
+    if let Some(Value::Array(deps)) = map.remove("dependencies") {
+        let deps = deps
+            .into_iter()
+            .map(|d| match d {
+                Value::Object(m) => fold(m).map(Value::Object),
+                other => Ok(other),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        map.insert("dependencies".into(), Value::Array(deps));
+    }
+    Ok(Value::Object(map))
 }
 
 /// Whether `charts/` holds the dependency `name`, as a directory or a `<name>-<version>.tgz` archive.

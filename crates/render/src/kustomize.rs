@@ -154,7 +154,11 @@ fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> 
         }
         match resolve_in_repo(root, dir, reference) {
             Ok(target) if target.is_dir() => check_references(root, &target, visited)?,
-            Ok(_) | Err(RenderError::NotFound { .. }) => {}
+            Ok(_) => {}
+            // Kustomize tries a reference that is not a local file as a remote one (with spellings
+            // no list can cover: any `user@host:path`, any case of a forge's name), so a reference
+            // must exist in the repository.
+            Err(e @ RenderError::NotFound { .. }) => return Err(RenderError::in_file(file_label, e)),
             Err(e) => return Err(RenderError::in_file(file_label, e)),
         }
     }
@@ -165,7 +169,8 @@ fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> 
 /// (`https://`, `git::`, `file://`, `ssh://`…), scp-like Git addresses (`git@host:org/repo`), and
 /// the host-first forms Kustomize accepts (`github.com/org/repo//path`).
 fn is_remote(reference: &str) -> bool {
-    let r = reference.trim();
+    let r = reference.trim().to_ascii_lowercase();
+    let r = r.as_str();
     r.contains("://")
         || r.starts_with("git@")
         || r.starts_with("git::")
@@ -176,6 +181,8 @@ fn is_remote(reference: &str) -> bool {
             .iter()
             .any(|h| r.starts_with(h))
         || r.contains('\n')
+        // scp-like `user@host:path` and `host:path`.
+        || r.split_once(':').is_some_and(|(before, _)| !before.contains('/'))
 }
 
 /// The local paths named in a kustomization.

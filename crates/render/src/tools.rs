@@ -66,7 +66,11 @@ pub(crate) fn sandboxed(binary: &Path, home: &Path) -> Command {
         .env("XDG_CONFIG_HOME", home.join("config"))
         .env("XDG_CACHE_HOME", home.join("cache"))
         .env("XDG_DATA_HOME", home.join("data"))
-        .env("TMPDIR", home);
+        .env("TMPDIR", home)
+        // Should a tool run git anyway (a remote reference that slipped through), no transport works.
+        .env("GIT_ALLOW_PROTOCOL", "capstan-none")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null");
     cmd
 }
 

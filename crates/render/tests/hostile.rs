@@ -336,3 +336,48 @@ async fn an_app_path_escaping_the_repository_is_refused() {
     let err = render(&repo, &source("../outside")).await.unwrap_err().to_string();
     assert!(err.contains("escapes the repository"), "{err}");
 }
+
+#[tokio::test]
+async fn a_lock_file_spelled_in_another_case_is_read_as_helm_reads_it() {
+    // Helm matches `Dependencies:` and `Repository:` regardless of case.
+    let repo = Repo::new();
+    repo.file(
+        "chart/Chart.yaml",
+        "apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: lib\n  version: 0.1.0\n  repository: file://../lib\n",
+    )
+    .file("lib/Chart.yaml", "apiVersion: v2\nname: lib\nversion: 0.1.0\n")
+    .file(
+        "chart/Chart.lock",
+        "Dependencies:\n- Name: lib\n  Repository: file:///var/lib/capstan/other-team/charts/lib\n  version: 0.1.0\n",
+    );
+    let err = render(&repo, &source("chart")).await.unwrap_err();
+    assert!(matches!(err, RenderError::ForgedLock { .. }), "{err}");
+    // A chart whose dependency names its repository twice, in two cases, is ambiguous.
+    let repo = Repo::new();
+    repo.file(
+        "chart/Chart.yaml",
+        "apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: lib\n  version: 0.1.0\n  repository: file://../lib\n  Repository: oci://127.0.0.1:5000/x\n",
+    )
+    .file("lib/Chart.yaml", "apiVersion: v2\nname: lib\nversion: 0.1.0\n");
+    let err = render(&repo, &source("chart")).await.unwrap_err();
+    assert!(err.to_string().contains("more than once"), "{err}");
+}
+
+#[tokio::test]
+async fn kustomize_remote_spellings_outside_any_list_are_refused() {
+    for reference in [
+        "GitHub.com/attacker/payload/base",
+        "github.com:org/repo",
+        "deploy@10.0.0.5:org/repo.git",
+        "GIT::https://127.0.0.1:9/base",
+    ] {
+        let repo = Repo::new();
+        kustomization(&repo, &format!("resources:\n- cm.yaml\n- {reference}\n"));
+        let err = render(&repo, &source("app")).await.unwrap_err();
+        assert!(
+            matches!(err, RenderError::RemoteReference { .. } | RenderError::InFile { .. }),
+            "{reference}: {err}"
+        );
+        assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
+    }
+}

@@ -100,8 +100,13 @@ pub fn check_url(url: &str, allow_local: bool) -> Result<()> {
     };
     let host = match authority.split_once('@') {
         Some((userinfo, host)) => {
-            if !matches!(scheme, "ssh" | "scp") {
+            // A user name alone is allowed (forges print clone URLs like `https://org@host/…`); a
+            // password never is, and neither is anything but a name before the host.
+            if scheme == "git" {
                 return refuse("user information in the URL is not allowed; put credentials in a repository Secret");
+            }
+            if userinfo.contains(':') {
+                return refuse("a password in the URL is not allowed; put credentials in a repository Secret");
             }
             if !is_user_name(userinfo) {
                 return refuse("only a user name (letters, digits, '.', '_', '-') may precede the host");
@@ -117,6 +122,17 @@ pub fn check_url(url: &str, allow_local: bool) -> Result<()> {
     }
     if scheme == "scp" && path.is_empty() {
         return refuse("the URL names no repository path");
+    }
+    // One spelling per repository: no default port, no trailing dot on the host.
+    if (scheme == "https" && host.ends_with(":443")) || (scheme == "http" && host.ends_with(":80")) {
+        return refuse("leave out the default port");
+    }
+    let host_name = host
+        .rsplit_once(':')
+        .filter(|(_, p)| is_port(p))
+        .map_or(host, |(n, _)| n);
+    if host_name.ends_with('.') {
+        return refuse("the host may not end with a dot");
     }
     let segments: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
     let bad_segment = |s: &&str| *s == "." || *s == ".." || (s.is_empty() && segments.len() > 1);
@@ -546,6 +562,7 @@ mod tests {
             "https://git.example.com:8443/org/r.git",
             "ssh://git@[::1]:2222/r.git",
             "git@github.com:org/r.git",
+            "https://org@dev.azure.com/org/proj/_git/repo",
         ] {
             assert!(check_url(ok, false).is_ok(), "{ok}");
         }
@@ -580,8 +597,9 @@ mod tests {
             "https://git.example/team-b%2f..%2fteam-a/r.git",
             "https://git.example/team-b/r.git?x=/../../team-a",
             "https://git.example/team-b/r.git#frag",
-            "https://git.example@evil.example/team-b/r.git",
             "https://user:pw@git.example/team-b/r.git",
+            "https://git.example:443/team-b/r.git",
+            "https://git.example./team-b/r.git",
             "git://x@git.example/r",
             "ssh://user:pw@git.example/r",
             "ssh://-oProxyCommand=touch%20x@h/r",
