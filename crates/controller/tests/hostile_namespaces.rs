@@ -23,24 +23,12 @@ data: {a: b}
 "#;
 
 async fn project(env: &Env, name: &str, cluster_kinds: serde_json::Value) -> anyhow::Result<()> {
-    let projects = env.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
-    let body = json!({
-        "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
-        "metadata": {"name": name, "namespace": "capstan"},
-        "spec": {
-            "sourceRepos": ["*"],
-            "destinations": [{"server": "*", "namespace": "*"}],
-            "clusterResourceWhitelist": cluster_kinds,
-        },
+    let spec = json!({
+        "sourceRepos": ["*"],
+        "destinations": [{"server": "*", "namespace": "*"}],
+        "clusterResourceWhitelist": cluster_kinds,
     });
-    projects
-        .patch(
-            name,
-            &kube::api::PatchParams::apply("test").force(),
-            &kube::api::Patch::Apply(body),
-        )
-        .await?;
-    Ok(())
+    env.apply_project(name, spec).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

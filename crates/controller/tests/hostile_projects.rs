@@ -39,18 +39,11 @@ async fn an_object_the_project_denies_is_never_read_from_the_cluster() -> anyhow
             })),
         )
         .await?;
-    let projects = env.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
-    projects
-        .patch(
-            "team-a",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
-                "metadata": {"name": "team-a", "namespace": "capstan"},
-                "spec": {"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "team-a"}]},
-            })),
-        )
-        .await?;
+    env.apply_project(
+        "team-a",
+        json!({"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "team-a"}]}),
+    )
+    .await?;
     env.git.create_repo("probe")?;
     env.git
         .commit("probe", "main", &[("app/all.yaml", Some(PROBE))], "probe")?;
@@ -131,7 +124,6 @@ spec: {sourceRepos: ["*"], destinations: [{server: "*", namespace: "*"}]}
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wildcards_never_grant_capstans_namespace_or_other_projects() -> anyhow::Result<()> {
     let env = Env::start().await?;
-    let projects = env.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
     for (name, spec) in [
         // As wide as wildcards go.
         (
@@ -145,14 +137,7 @@ async fn wildcards_never_grant_capstans_namespace_or_other_projects() -> anyhow:
             json!({"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}]}),
         ),
     ] {
-        projects
-            .patch(
-                name,
-                &PatchParams::apply("test").force(),
-                &Patch::Apply(json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
-                    "metadata": {"name": name, "namespace": "capstan"}, "spec": spec})),
-            )
-            .await?;
+        env.apply_project(name, spec).await?;
     }
     env.git.create_repo("escalate")?;
     env.git

@@ -90,6 +90,20 @@ impl Env {
         Ok(())
     }
 
+    /// Create or replace the AppProject `name` in Capstan's namespace with `spec`.
+    pub async fn apply_project(&self, name: &str, spec: Value) -> anyhow::Result<()> {
+        let projects = self.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
+        let body = json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
+            "metadata": {"name": name, "namespace": "capstan"},
+            "spec": spec,
+        });
+        projects
+            .patch(name, &PatchParams::apply("test").force(), &Patch::Apply(body))
+            .await?;
+        Ok(())
+    }
+
     pub async fn app(&self, name: &str) -> anyhow::Result<Application> {
         Ok(self.apps.get(name).await?)
     }
