@@ -107,8 +107,7 @@ impl Pipeline {
         render_timeout: Duration,
         refs_ttl: Duration,
     ) -> Arc<Self> {
-        let guard = cache_dir.clone();
-        Self::guarding(client, cache_dir, guard, namespace, render_timeout, refs_ttl)
+        Self::with_local_repositories(client, cache_dir, namespace, render_timeout, refs_ttl, false)
     }
 
     /// [`Pipeline::new`], with `file://` repository URLs and local paths allowed or not (the
