@@ -461,7 +461,9 @@ async fn generate_all(
             message: e.to_string(),
         })?;
     }
-    let checkout = async |source: &crate::GitSource| -> Result<PathBuf, Problem> {
+    // Held until generation is done: the checkouts are not evicted while generators read them.
+    let mut leases = Vec::new();
+    let checkout = async |source: &crate::GitSource| -> Result<capstan_source::Checkout, Problem> {
         inputs::checkout(&ctx.client, namespace, &ctx.repos, &ctx.config.cache_dir, source, force)
             .await
             .map_err(|message| Problem {
@@ -473,8 +475,9 @@ async fn generate_all(
             })
     };
     for source in crate::git_sources(&set.spec)? {
-        let path = checkout(&source).await?;
-        inputs.checkouts.insert(source, path);
+        let tree = checkout(&source).await?;
+        inputs.checkouts.insert(source, tree.to_path_buf());
+        leases.push(tree);
     }
     // A matrix child may name a repository or revision with its sibling's parameters: check those
     // out as generation asks for them.
@@ -499,8 +502,9 @@ async fn generate_all(
             Err(err) => match err.missing_git_source() {
                 Some(source) if !inputs.checkouts.contains_key(source) => {
                     let source = source.clone();
-                    let path = checkout(&source).await?;
-                    inputs.checkouts.insert(source, path);
+                    let tree = checkout(&source).await?;
+                    inputs.checkouts.insert(source, tree.to_path_buf());
+                    leases.push(tree);
                 }
                 _ => return Err(err.into()),
             },

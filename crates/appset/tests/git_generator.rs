@@ -18,7 +18,7 @@ async fn inputs(cache: &RepoCache, set: &ApplicationSet) -> anyhow::Result<Input
             .resolve(&source.repo_url, &source.revision, &Credentials::none(), true)
             .await?;
         let dir = cache.checkout(&source.repo_url, &resolved.sha).await?;
-        inputs.checkouts.insert(source, dir);
+        inputs.checkouts.insert(source, dir.to_path_buf());
     }
     Ok(inputs)
 }

@@ -49,6 +49,11 @@ impl Cache {
         found
     }
 
+    /// A clone of the cached value, not counted (a second look after waiting for another render).
+    pub(crate) fn peek(&self, key: &str) -> Option<Rendered> {
+        self.lock().entries.get(key).map(|e| e.value.clone())
+    }
+
     /// The current epoch: read it before looking up, and pass it to [`Cache::insert`].
     pub(crate) fn epoch(&self) -> u64 {
         self.lock().epoch

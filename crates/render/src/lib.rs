@@ -131,6 +131,47 @@ pub struct Renderer {
     /// Renders that run a tool or read a repository at once: a burst of commits (or a hostile
     /// repository made to be slow) queues instead of starting a process per Application.
     permits: std::sync::Arc<tokio::sync::Semaphore>,
+    /// One lock per cache key being rendered: callers asking for the same result at once (an
+    /// Application's reconcile and a burst of `/diff` requests) wait for one render instead of
+    /// starting their own.
+    in_flight: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    activity: Activity,
+}
+
+/// Counts of renders that ran a tool or read a repository (cache hits do not count).
+#[derive(Debug, Default)]
+struct Activity {
+    runs: std::sync::atomic::AtomicU64,
+    running: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+/// A render in progress, counted in [`Activity`] until dropped.
+struct Running<'a>(&'a Activity);
+
+impl<'a> Running<'a> {
+    fn start(activity: &'a Activity) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        activity.runs.fetch_add(1, Relaxed);
+        let now = activity.running.fetch_add(1, Relaxed) + 1;
+        activity.peak.fetch_max(now, Relaxed);
+        Running(activity)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What a [`Renderer`] has done so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderActivity {
+    /// Renders that ran (cache misses that did the work).
+    pub runs: u64,
+    /// The most renders that ran at once.
+    pub peak_concurrent: usize,
 }
 
 /// Renders running at once (cache hits do not count).
@@ -176,6 +217,8 @@ impl Renderer {
             timeout,
             cache: cache::Cache::new(DEFAULT_CACHE_CAPACITY),
             permits: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_RENDERS)),
+            in_flight: std::sync::Mutex::default(),
+            activity: Activity::default(),
         }
     }
 
@@ -248,8 +291,6 @@ impl Renderer {
             tool_identity: &tool_identity,
         };
         let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
-        // Read before the lookup: a result rendered across an invalidation is not stored.
-        let epoch = self.cache.epoch();
         let hit = self.cache.get(&key);
         capstan_metrics::global().render_cache_lookup(hit.is_some());
         if let Some(hit) = hit {
@@ -257,8 +298,57 @@ impl Renderer {
             return Ok(hit);
         }
 
+        // One render per key at a time: whoever waited finds the result in the cache.
+        let key_lock = self.key_lock(&key);
+        let _rendering = key_lock.lock().await;
+        // Read before the second lookup: a result rendered across an invalidation is not stored.
+        let epoch = self.cache.epoch();
+        if let Some(hit) = self.cache.peek(&key) {
+            tracing::debug!(path = %app_rel, revision = cache_key_revision, %tool, "rendered meanwhile by another caller");
+            self.release_key(&key, &key_lock);
+            return Ok(hit);
+        }
+        let result = self.run(req, &root, &app_rel, tool, binary, cache_key_revision).await;
+        if let Ok(rendered) = &result {
+            let scope = cache_scope(&source.repo_url, &app_rel, req.app_name, req.namespace);
+            if !self.cache.insert(key.clone(), scope, rendered.clone(), epoch) {
+                tracing::debug!(path = %app_rel, revision = cache_key_revision, "render result not cached");
+            }
+        }
+        self.release_key(&key, &key_lock);
+        result
+    }
+
+    /// The lock of one cache key, created on first use.
+    fn key_lock(&self, key: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        in_flight.entry(key.to_string()).or_default().clone()
+    }
+
+    /// Forget the lock of `key` once nobody else waits on it.
+    fn release_key(&self, key: &str, lock: &std::sync::Arc<tokio::sync::Mutex<()>>) {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Two references: the map's and the caller's.
+        if std::sync::Arc::strong_count(lock) <= 2 {
+            in_flight.remove(key);
+        }
+    }
+
+    /// Run the tool (or read the directory) for a result that is not cached.
+    async fn run(
+        &self,
+        req: &RenderRequest<'_>,
+        root: &Path,
+        app_rel: &str,
+        tool: Tool,
+        binary: Option<std::path::PathBuf>,
+        cache_key_revision: &str,
+    ) -> Result<Rendered, RenderError> {
+        let source = req.source;
+        let (root, app_rel) = (root.to_path_buf(), app_rel.to_string());
         // The semaphore is never closed, so acquiring only waits.
         let _permit = self.permits.acquire().await.ok();
+        let _running = Running::start(&self.activity);
         let started = std::time::Instant::now();
         let mut objects = match (tool, binary) {
             (Tool::Helm, Some(binary)) => {
@@ -300,12 +390,7 @@ impl Renderer {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "rendered"
         );
-        let rendered = Rendered { objects, tool };
-        let scope = cache_scope(&source.repo_url, &app_rel, req.app_name, req.namespace);
-        if !self.cache.insert(key, scope, rendered.clone(), epoch) {
-            tracing::debug!(path = %app_rel, revision = cache_key_revision, "render result not cached");
-        }
-        Ok(rendered)
+        Ok(Rendered { objects, tool })
     }
 
     /// Drop every cached result of `source`'s repository and path for the Application `app_name`
@@ -332,6 +417,15 @@ impl Renderer {
     /// Cache hits and misses so far.
     pub fn cache_stats(&self) -> (u64, u64) {
         self.cache.stats()
+    }
+
+    /// Renders run so far, and the most that ran at once.
+    pub fn activity(&self) -> RenderActivity {
+        use std::sync::atomic::Ordering::Relaxed;
+        RenderActivity {
+            runs: self.activity.runs.load(Relaxed),
+            peak_concurrent: self.activity.peak.load(Relaxed),
+        }
     }
 }
 

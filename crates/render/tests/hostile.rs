@@ -381,3 +381,51 @@ async fn kustomize_remote_spellings_outside_any_list_are_refused() {
         assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
     }
 }
+
+/// A chart that takes Helm a moment to render, so that renders started together overlap.
+fn slow_chart(repo: &Repo) {
+    repo.file("chart/Chart.yaml", "apiVersion: v2\nname: slow\nversion: 0.1.0\n")
+        .file(
+            "chart/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: slow}\ndata:\n  n: {{ len (until 200000) | quote }}\n",
+        );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_identical_requests_renders_once() {
+    let repo = Repo::new();
+    slow_chart(&repo);
+    let s = source("chart");
+    let renderer = renderer();
+    let request = request(&repo, &s);
+    let results = futures::future::join_all((0..24).map(|_| renderer.render(&request, REVISION))).await;
+    let first = results[0].as_ref().expect("renders").objects.clone();
+    assert_eq!(first.len(), 1);
+    assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| r.objects == first)));
+    assert_eq!(renderer.activity().runs, 1, "one render served all 24 callers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renders_are_limited_to_a_few_at_once() {
+    let repo = Repo::new();
+    slow_chart(&repo);
+    let s = source("chart");
+    let renderer = renderer();
+    let names: Vec<String> = (0..20).map(|i| format!("app-{i}")).collect();
+    let requests: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let mut r = request(&repo, &s);
+            r.app_name = name;
+            r
+        })
+        .collect();
+    let results = futures::future::join_all(requests.iter().map(|r| renderer.render(r, REVISION))).await;
+    assert!(results.iter().all(Result::is_ok));
+    let activity = renderer.activity();
+    assert_eq!(activity.runs, 20, "every Application's render is its own");
+    assert!(
+        (2..=capstan_render::MAX_CONCURRENT_RENDERS).contains(&activity.peak_concurrent),
+        "renders overlapped but no more than the limit ran at once: {activity:?}"
+    );
+}

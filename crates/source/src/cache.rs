@@ -1,5 +1,10 @@
 //! One bare repository per URL under the cache root, shared by every Application that uses it, and a
 //! read-only checkout per commit.
+//!
+//! What one repository may cost is bounded ([`Limits`]): its bare cache is measured after every fetch
+//! and dropped if it is too large, a checkout's tree is streamed from `git archive` into `tar` and
+//! stopped at its limit, and only the most recently used checkouts of a repository are kept — a
+//! checkout handed out ([`Checkout`]) is never removed while it is held.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,12 +33,80 @@ pub struct CacheStats {
     pub fetches: u64,
 }
 
+/// Bounds on what one repository may cost the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest bare cache of one repository, in bytes (measured after each fetch).
+    pub max_repository_bytes: u64,
+    /// Largest tree of one commit (the uncompressed `git archive` stream), in bytes.
+    pub max_checkout_bytes: u64,
+    /// Checkouts kept per repository: beyond it, the least recently used ones not in use are removed.
+    pub max_checkouts: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_repository_bytes: 2 << 30,
+            max_checkout_bytes: 1 << 30,
+            max_checkouts: 8,
+        }
+    }
+}
+
+/// What exceeded a [`Limits`] bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeLimit {
+    /// The bare cache of the repository.
+    Repository,
+    /// The tree of one commit.
+    Checkout,
+}
+
+impl std::fmt::Display for SizeLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SizeLimit::Repository => "repository",
+            SizeLimit::Checkout => "tree of the commit",
+        })
+    }
+}
+
+/// A checked-out commit. Its directory is not removed while this value (or a clone) is alive; it
+/// dereferences to the directory's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkout {
+    path: PathBuf,
+    _lease: Arc<()>,
+}
+
+impl Checkout {
+    /// The directory holding the commit's tree.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl std::ops::Deref for Checkout {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Checkout {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// The shared Git cache.
 pub struct RepoCache {
     root: PathBuf,
     timeout: Duration,
     refs_ttl: Duration,
     allow_local: bool,
+    limits: Limits,
     repos: Mutex<HashMap<String, Arc<Repo>>>,
 }
 
@@ -53,6 +126,16 @@ struct RepoState {
     present: std::collections::HashSet<String>,
     /// The remote's refs and when they were listed.
     refs: Option<(Instant, Vec<(String, String)>)>,
+    /// Checkouts on disk by commit; `None` for those found on disk from an earlier run.
+    checkouts: HashMap<String, Kept>,
+    /// Whether checkouts left on disk by an earlier run have been listed.
+    scanned: bool,
+}
+
+/// A checkout on disk: when it was last handed out, and its lease (held by every [`Checkout`]).
+struct Kept {
+    used: Option<Instant>,
+    lease: Arc<()>,
 }
 
 impl RepoCache {
@@ -64,8 +147,15 @@ impl RepoCache {
             timeout,
             refs_ttl,
             allow_local: false,
+            limits: Limits::default(),
             repos: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Bound repository and checkout sizes and the checkouts kept (see [`Limits`]).
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Allow `file://` URLs and absolute paths (off by default: on a shared controller they would
@@ -117,7 +207,7 @@ impl RepoCache {
         if is_full_sha(revision) {
             let sha = revision.to_ascii_lowercase();
             if !self.has_commit(&repo, &sha).await {
-                self.fetch(&repo, creds).await?;
+                self.fetch(&repo, &mut state, creds).await?;
             }
             return if self.has_commit(&repo, &sha).await {
                 Ok(Resolved { sha, ref_name: None })
@@ -137,7 +227,7 @@ impl RepoCache {
         if let Some((sha, name)) = match_ref(refs, revision) {
             if !state.present.contains(&sha) {
                 if !self.has_commit(&repo, &sha).await {
-                    self.fetch(&repo, creds).await?;
+                    self.fetch(&repo, &mut state, creds).await?;
                 }
                 state.present.insert(sha.clone());
             }
@@ -150,7 +240,7 @@ impl RepoCache {
             if let Some(sha) = self.rev_parse(&repo, revision).await {
                 return Ok(Resolved { sha, ref_name: None });
             }
-            self.fetch(&repo, creds).await?;
+            self.fetch(&repo, &mut state, creds).await?;
             if let Some(sha) = self.rev_parse(&repo, revision).await {
                 return Ok(Resolved { sha, ref_name: None });
             }
@@ -170,9 +260,10 @@ impl RepoCache {
         Ok(refs)
     }
 
-    /// A directory holding the tree of commit `sha` (which [`resolve`](Self::resolve) made
-    /// present). Created once per commit; callers must not modify it.
-    pub async fn checkout(&self, url: &str, sha: &str) -> Result<PathBuf> {
+    /// The tree of commit `sha` (which [`resolve`](Self::resolve) made present), in a directory
+    /// created once per commit; callers must not modify it. It stays on disk at least as long as the
+    /// returned [`Checkout`] is held.
+    pub async fn checkout(&self, url: &str, sha: &str) -> Result<Checkout> {
         if !is_full_sha(sha) {
             return Err(SourceError::UnknownRevision {
                 revision: sha.into(),
@@ -180,30 +271,141 @@ impl RepoCache {
             });
         }
         let repo = self.repo(url);
-        let _state = repo.state.lock().await;
+        let mut state = repo.state.lock().await;
         let target = repo.checkouts.join(sha);
-        if target.is_dir() {
-            return Ok(target);
+        if !target.is_dir() {
+            std::fs::create_dir_all(&repo.checkouts)
+                .map_err(SourceError::io(format!("creating {}", repo.checkouts.display())))?;
+            let staging = repo.checkouts.join(format!(".{sha}.tmp"));
+            let _ = std::fs::remove_dir_all(&staging);
+            std::fs::create_dir_all(&staging).map_err(SourceError::io(format!("creating {}", staging.display())))?;
+            if let Err(err) = self.export(&repo, sha, &staging).await {
+                let _ = std::fs::remove_dir_all(&staging);
+                return Err(err);
+            }
+            std::fs::rename(&staging, &target)
+                .map_err(SourceError::io(format!("moving checkout to {}", target.display())))?;
         }
-        std::fs::create_dir_all(&repo.checkouts)
-            .map_err(SourceError::io(format!("creating {}", repo.checkouts.display())))?;
-        let staging = repo.checkouts.join(format!(".{sha}.tmp"));
-        let _ = std::fs::remove_dir_all(&staging);
-        std::fs::create_dir_all(&staging).map_err(SourceError::io(format!("creating {}", staging.display())))?;
+        let kept = state.checkouts.entry(sha.to_string()).or_insert_with(|| Kept {
+            used: None,
+            lease: Arc::new(()),
+        });
+        kept.used = Some(Instant::now());
+        let checkout = Checkout {
+            path: target,
+            _lease: kept.lease.clone(),
+        };
+        self.evict(&repo, &mut state);
+        Ok(checkout)
+    }
+
+    /// Stream `git archive SHA` into `tar -x` in `dest`, stopping at the checkout size limit.
+    async fn export(&self, repo: &Repo, sha: &str, dest: &Path) -> Result<()> {
+        use tokio::io::AsyncReadExt;
         let none = Credentials::none();
-        let archive = GitCommand {
+        let git = GitCommand {
             url: &repo.url,
             credentials: &none,
             timeout: self.timeout,
             allow_local: self.allow_local,
             operation: "exporting",
+        };
+        let (mut archive, _scratch) =
+            git.spawn(Some(&repo.dir), &["archive", "--format=tar", "--end-of-options", sha])?;
+        let mut tar = tokio::process::Command::new("tar")
+            .args(["-x", "--no-same-owner", "--no-same-permissions", "-C"])
+            .arg(dest)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(SourceError::io("running tar"))?;
+        let (Some(stdout), Some(mut stdin)) = (archive.stdout.take(), tar.stdin.take()) else {
+            return Err(SourceError::io("exporting a checkout")(std::io::Error::other(
+                "no pipe",
+            )));
+        };
+        let limit = self.limits.max_checkout_bytes;
+        let copy = async {
+            // One byte more than the limit tells a tree at the limit from a larger one.
+            let mut bounded = stdout.take(limit.saturating_add(1));
+            let copied = tokio::io::copy(&mut bounded, &mut stdin).await;
+            drop(stdin);
+            copied
+        };
+        let copied = match tokio::time::timeout(self.timeout, copy).await {
+            Ok(copied) => copied.map_err(SourceError::io("extracting a checkout"))?,
+            Err(_) => return Err(git.timed_out()),
+        };
+        if copied > limit {
+            return Err(SourceError::TooLarge {
+                what: SizeLimit::Checkout,
+                url: redact(&repo.url, &[]),
+                limit_mib: limit >> 20,
+            });
         }
-        .run(Some(&repo.dir), &["archive", "--format=tar", sha])
-        .await?;
-        extract_tar(&archive, &staging).await?;
-        std::fs::rename(&staging, &target)
-            .map_err(SourceError::io(format!("moving checkout to {}", target.display())))?;
-        Ok(target)
+        let (archived, extracted) = tokio::join!(archive.wait_with_output(), tar.wait_with_output());
+        let archived = archived.map_err(SourceError::io("waiting for git archive"))?;
+        git.check(&archived.status, &archived.stderr)?;
+        let extracted = extracted.map_err(SourceError::io("waiting for tar"))?;
+        if !extracted.status.success() {
+            return Err(SourceError::Io {
+                context: format!("extracting a checkout into {}", dest.display()),
+                source: std::io::Error::other(String::from_utf8_lossy(&extracted.stderr).trim().to_string()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Remove the least recently used checkouts of `repo` that nobody holds, beyond the limit.
+    fn evict(&self, repo: &Repo, state: &mut RepoState) {
+        if !state.scanned {
+            state.scanned = true;
+            // Checkouts left by an earlier run are the first to go; half-written ones go now.
+            for entry in std::fs::read_dir(&repo.checkouts).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if is_full_sha(&name) {
+                    state.checkouts.entry(name).or_insert_with(|| Kept {
+                        used: None,
+                        lease: Arc::new(()),
+                    });
+                } else if name.starts_with('.') && name.ends_with(".tmp") {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        while state.checkouts.len() > self.limits.max_checkouts {
+            let Some(oldest) = state
+                .checkouts
+                .iter()
+                .filter(|(_, kept)| Arc::strong_count(&kept.lease) == 1)
+                .min_by_key(|(_, kept)| kept.used)
+                .map(|(sha, _)| sha.clone())
+            else {
+                break;
+            };
+            state.checkouts.remove(&oldest);
+            let dir = repo.checkouts.join(&oldest);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => tracing::debug!(url = %redact(&repo.url, &[]), sha = %oldest, "checkout evicted"),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => tracing::warn!(dir = %dir.display(), "removing an evicted checkout: {err}"),
+            }
+        }
+    }
+
+    /// Checkouts of `url` on disk.
+    pub fn checkouts_on_disk(&self, url: &str) -> usize {
+        let repo = self.repo(url);
+        std::fs::read_dir(&repo.checkouts)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| is_full_sha(&e.file_name().to_string_lossy()))
+            .count()
     }
 
     async fn init(&self, repo: &Repo, state: &mut RepoState) -> Result<()> {
@@ -249,7 +451,7 @@ impl RepoCache {
             .collect())
     }
 
-    async fn fetch(&self, repo: &Repo, creds: &Credentials) -> Result<()> {
+    async fn fetch(&self, repo: &Repo, state: &mut RepoState, creds: &Credentials) -> Result<()> {
         repo.fetches.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(url = %redact(&repo.url, &creds.secrets()), "git fetch");
         let started = std::time::Instant::now();
@@ -277,6 +479,20 @@ impl RepoCache {
         .await;
         capstan_metrics::global().git_request("fetch", result.is_ok(), started.elapsed());
         result?;
+        let size = dir_size(&repo.dir);
+        if size > self.limits.max_repository_bytes {
+            // The whole cache goes: what was fetched cannot be trusted to be smaller next time, and
+            // the next resolution starts from an empty repository (and fails the same way).
+            tracing::warn!(url = %redact(&repo.url, &creds.secrets()), size, "repository over the size limit removed from the cache");
+            let _ = std::fs::remove_dir_all(&repo.dir);
+            state.initialised = false;
+            state.present.clear();
+            return Err(SourceError::TooLarge {
+                what: SizeLimit::Repository,
+                url: redact(&repo.url, &creds.secrets()),
+                limit_mib: self.limits.max_repository_bytes >> 20,
+            });
+        }
         Ok(())
     }
 
@@ -365,33 +581,20 @@ fn dir_name(url: &str) -> String {
     format!("{}-{hash:016x}", tail.trim_start_matches('.'))
 }
 
-async fn extract_tar(archive: &[u8], dest: &Path) -> Result<()> {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new("tar")
-        .args(["-x", "--no-same-owner", "-C"])
-        .arg(dest)
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(SourceError::io("running tar"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(archive)
-            .await
-            .map_err(SourceError::io("extracting a checkout"))?;
+/// Bytes of the files under `dir` (not following symbolic links).
+fn dir_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => pending.push(entry.path()),
+                Ok(meta) => total += meta.len(),
+                Err(_) => {}
+            }
+        }
     }
-    let out = child
-        .wait_with_output()
-        .await
-        .map_err(SourceError::io("extracting a checkout"))?;
-    if !out.status.success() {
-        return Err(SourceError::Io {
-            context: format!("extracting a checkout into {}", dest.display()),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        });
-    }
-    Ok(())
+    total
 }
 
 #[cfg(test)]

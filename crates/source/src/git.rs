@@ -207,6 +207,53 @@ const SSH_BASE: &str = "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes 
 impl GitCommand<'_> {
     /// Run `git ARGS` in `dir`; returns stdout.
     pub async fn run(&self, dir: Option<&Path>, args: &[&str]) -> Result<Vec<u8>> {
+        let (child, _scratch) = self.spawn(dir, args)?;
+        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(out) => out.map_err(SourceError::io(format!("waiting for git ({})", self.operation)))?,
+            Err(_) => return Err(self.timed_out()),
+        };
+        self.check(&output.status, &output.stderr)?;
+        Ok(output.stdout)
+    }
+
+    /// The error for a git run that took longer than the limit.
+    pub fn timed_out(&self) -> SourceError {
+        SourceError::Timeout {
+            operation: self.operation.into(),
+            url: redact(self.url, &self.credentials.secrets()),
+            seconds: self.timeout.as_secs(),
+        }
+    }
+
+    /// `Ok` if git succeeded, else an error with git's own message (redacted).
+    pub fn check(&self, status: &std::process::ExitStatus, stderr: &[u8]) -> Result<()> {
+        if status.success() {
+            return Ok(());
+        }
+        let secrets = self.credentials.secrets();
+        let stderr = String::from_utf8_lossy(stderr);
+        let message = explain_ssh_failure(&stderr, self.credentials).unwrap_or_else(|| {
+            stderr
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        Err(SourceError::Git {
+            operation: self.operation.into(),
+            url: redact(self.url, &secrets),
+            message: redact(if message.is_empty() { "git failed" } else { &message }, &secrets),
+        })
+    }
+
+    /// Start `git ARGS` in `dir` with stdout and stderr piped. The directory returned with the child
+    /// holds its key and CA files and must live as long as the child.
+    pub fn spawn(
+        &self,
+        dir: Option<&Path>,
+        args: &[&str],
+    ) -> Result<(tokio::process::Child, Option<tempfile::TempDir>)> {
         let scratch = scratch_dir(self.credentials)?;
         let mut cmd = tokio::process::Command::new("git");
         // Nothing of the controller's environment reaches git or ssh (no SSH agent, no cloud or proxy
@@ -264,40 +311,12 @@ impl GitCommand<'_> {
         } else {
             cmd.env("GIT_SSH_COMMAND", format!("{SSH_BASE} -o StrictHostKeyChecking=yes"));
         }
-        let secrets = self.credentials.secrets();
-        let url = redact(self.url, &secrets);
         let child = cmd.spawn().map_err(|e| SourceError::Git {
             operation: self.operation.into(),
-            url: url.clone(),
+            url: redact(self.url, &self.credentials.secrets()),
             message: format!("cannot run git: {e} (is git installed? run scripts/setup.sh)"),
         })?;
-        let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
-            Ok(out) => out.map_err(SourceError::io(format!("waiting for git ({})", self.operation)))?,
-            Err(_) => {
-                return Err(SourceError::Timeout {
-                    operation: self.operation.into(),
-                    url,
-                    seconds: self.timeout.as_secs(),
-                });
-            }
-        };
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let message = explain_ssh_failure(&stderr, self.credentials).unwrap_or_else(|| {
-                stderr
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            });
-            return Err(SourceError::Git {
-                operation: self.operation.into(),
-                url,
-                message: redact(if message.is_empty() { "git failed" } else { &message }, &secrets),
-            });
-        }
-        Ok(output.stdout)
+        Ok((child, scratch))
     }
 }
 
@@ -323,26 +342,28 @@ fn uses_ssh_files(creds: &Credentials) -> bool {
 
 /// A private directory for the files git and ssh must read credentials from (key, `known_hosts`, CA
 /// bundle), or None when there are none.
-fn scratch_dir(creds: &Credentials) -> Result<Option<tempfile_lite::TempDir>> {
+/// A directory (mode 0700, removed on drop) for the key, `known_hosts` and CA bundle of one git run.
+fn scratch_dir(creds: &Credentials) -> Result<Option<tempfile::TempDir>> {
     if !uses_ssh_files(creds) && creds.tls_ca.is_none() {
         return Ok(None);
     }
-    let dir = tempfile_lite::TempDir::new().map_err(SourceError::io("creating a directory for credentials"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("capstan-git-")
+        .tempdir()
+        .map_err(SourceError::io("creating a directory for credentials"))?;
     if let Some(key) = &creds.ssh_private_key {
         let key = normalize_key(key);
-        dir.write("id", &key).map_err(SourceError::io("writing the ssh key"))?;
+        write_private(dir.path(), "id", &key).map_err(SourceError::io("writing the ssh key"))?;
     }
     if let Some(hosts) = &creds.known_hosts {
-        dir.write("known_hosts", hosts)
-            .map_err(SourceError::io("writing known_hosts"))?;
+        write_private(dir.path(), "known_hosts", hosts).map_err(SourceError::io("writing known_hosts"))?;
     }
     if let Some(ca) = &creds.tls_ca {
         let mut bundle = system_ca_bundle();
         bundle.push('\n');
         bundle.push_str(ca.trim());
         bundle.push('\n');
-        dir.write(CA_FILE, &bundle)
-            .map_err(SourceError::io("writing the CA certificates"))?;
+        write_private(dir.path(), CA_FILE, &bundle).map_err(SourceError::io("writing the CA certificates"))?;
     }
     Ok(Some(dir))
 }
@@ -434,52 +455,16 @@ fn ssh_command(dir: &Path, creds: &Credentials) -> String {
 
 /// A private temporary directory (mode 0700, files 0600), removed on drop.
 ///
-/// Small and local because the only need is a place for an ssh key for the lifetime of one git
-/// process; the `tempfile` crate is kept a dev-dependency.
-mod tempfile_lite {
+/// Write `contents` to a new file `name` in `dir`, readable by the owner only (keys, CA bundles).
+fn write_private(dir: &Path, name: &str, contents: &str) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    use std::path::{Path, PathBuf};
-
-    pub struct TempDir(PathBuf);
-
-    impl TempDir {
-        pub fn new() -> std::io::Result<Self> {
-            use std::sync::atomic::{AtomicU64, Ordering};
-            static COUNTER: AtomicU64 = AtomicU64::new(0);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            let name = format!(
-                "capstan-ssh-{}-{nanos}-{}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            );
-            let path = std::env::temp_dir().join(name);
-            std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-            Ok(TempDir(path))
-        }
-
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-
-        pub fn write(&self, name: &str, contents: &str) -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(self.0.join(name))?;
-            f.write_all(contents.as_bytes())
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(name))?;
+    f.write_all(contents.as_bytes())
 }
 
 #[cfg(test)]

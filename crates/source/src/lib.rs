@@ -18,7 +18,7 @@ mod cache;
 mod credentials;
 mod git;
 
-pub use cache::{CacheStats, RepoCache, Resolved};
+pub use cache::{CacheStats, Checkout, Limits, RepoCache, Resolved, SizeLimit};
 pub use credentials::Credentials;
 pub use git::{check_url, redact};
 
@@ -60,6 +60,16 @@ pub enum SourceError {
         context: String,
         /// The underlying error.
         source: std::io::Error,
+    },
+    /// The repository or the tree of a commit is larger than the operator allows.
+    #[error("{url}: the {what} is larger than the limit of {limit_mib} MiB")]
+    TooLarge {
+        /// What is too large.
+        what: SizeLimit,
+        /// Redacted repository URL.
+        url: String,
+        /// The limit.
+        limit_mib: u64,
     },
     /// The repository URL is not one Capstan accepts.
     #[error("unsupported repository URL {0}")]

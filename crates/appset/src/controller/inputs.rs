@@ -184,7 +184,7 @@ pub async fn checkout(
     cache_root: &Path,
     source: &GitSource,
     force: bool,
-) -> Result<PathBuf, String> {
+) -> Result<capstan_source::Checkout, String> {
     check_not_in_cache(&source.repo_url, cache_root)?;
     let creds = capstan_controller::credentials::for_repo(client, namespace, &source.repo_url)
         .await

@@ -113,6 +113,8 @@ async fn generate(args: &GenerateArgs) -> Result<Vec<Application>, String> {
         ..Default::default()
     };
     let several = sets.len() > 1;
+    // Checkouts stay on disk while generators read them.
+    let mut leases = Vec::new();
     let mut apps = Vec::new();
     for set in &sets {
         let whose = match (several, set.metadata.name.as_deref()) {
@@ -122,8 +124,9 @@ async fn generate(args: &GenerateArgs) -> Result<Vec<Application>, String> {
         let sources = capstan_appset::git_sources(&set.spec).map_err(|e| format!("{whose}: {e}"))?;
         for source in sources {
             if let Entry::Vacant(slot) = inputs.checkouts.entry(source) {
-                let dir = fetch(&cache, slot.key()).await.map_err(|e| format!("{whose}: {e}"))?;
-                slot.insert(dir);
+                let tree = fetch(&cache, slot.key()).await.map_err(|e| format!("{whose}: {e}"))?;
+                slot.insert(tree.to_path_buf());
+                leases.push(tree);
             }
         }
         // Sources known only during generation (a matrix child using the other child's
@@ -134,8 +137,9 @@ async fn generate(args: &GenerateArgs) -> Result<Vec<Application>, String> {
                 Err(err) => match err.missing_git_source() {
                     Some(source) if !inputs.checkouts.contains_key(source) && tried.insert(source.clone()) => {
                         let source = source.clone();
-                        let dir = fetch(&cache, &source).await.map_err(|e| format!("{whose}: {e}"))?;
-                        inputs.checkouts.insert(source, dir);
+                        let tree = fetch(&cache, &source).await.map_err(|e| format!("{whose}: {e}"))?;
+                        inputs.checkouts.insert(source, tree.to_path_buf());
+                        leases.push(tree);
                     }
                     _ => break Err(format!("{whose}: {err}")),
                 },
@@ -148,7 +152,7 @@ async fn generate(args: &GenerateArgs) -> Result<Vec<Application>, String> {
 }
 
 /// Resolve and check out one source.
-async fn fetch(cache: &RepoCache, source: &GitSource) -> Result<PathBuf, String> {
+async fn fetch(cache: &RepoCache, source: &GitSource) -> Result<capstan_source::Checkout, String> {
     let place = format!("repository {} at revision {}", source.repo_url, source.revision);
     let resolved = cache
         .resolve(&source.repo_url, &source.revision, &Credentials::none(), false)

@@ -1,0 +1,93 @@
+//! The environment `helm` and `kustomize` run with: nothing of the controller's own (cloud
+//! credentials, kubeconfig, SSH agent, proxies, Helm settings), `HOME` in a scratch directory.
+//!
+//! The real tools run behind wrappers (found first, in `CAPSTAN_CACHE/bin`) that record the
+//! environment they were started with. One test in this binary: it sets the process's environment.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+
+/// Variables of the controller's environment no tool may see, each with a recognisable value.
+const AMBIENT: &[(&str, &str)] = &[
+    ("AWS_SECRET_ACCESS_KEY", "sentinel-aws-secret"),
+    ("GOOGLE_APPLICATION_CREDENTIALS", "/sentinel/gcp.json"),
+    ("KUBECONFIG", "/sentinel/kubeconfig"),
+    ("SSH_AUTH_SOCK", "/sentinel/agent.sock"),
+    ("HTTPS_PROXY", "http://sentinel-proxy.invalid:3128"),
+    ("HELM_PLUGINS", "/sentinel/helm-plugins"),
+    ("HELM_REPOSITORY_CONFIG", "/sentinel/repositories.yaml"),
+    ("KUSTOMIZE_PLUGIN_HOME", "/sentinel/kustomize-plugins"),
+    ("GIT_SSH_COMMAND", "/sentinel/ssh"),
+];
+
+#[tokio::test]
+async fn tools_see_none_of_the_controllers_environment() {
+    let real_helm = capstan_render::tools::find("helm").expect("helm (run scripts/setup.sh)");
+    let real_kustomize = capstan_render::tools::find("kustomize").expect("kustomize (run scripts/setup.sh)");
+    let cache = tempfile::tempdir().unwrap();
+    let bin = cache.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let record = cache.path().join("env");
+    for (name, real) in [("helm", &real_helm), ("kustomize", &real_kustomize)] {
+        let wrapper = bin.join(name);
+        let script = format!(
+            "#!/bin/sh\n/usr/bin/env >> '{}.{name}'\necho '---' >> '{}.{name}'\nexec '{}' \"$@\"\n",
+            record.display(),
+            record.display(),
+            real.display()
+        );
+        std::fs::write(&wrapper, script).unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // SAFETY: this binary has one test, and nothing else runs while the environment is set.
+    unsafe {
+        std::env::set_var("CAPSTAN_CACHE", cache.path());
+        for (key, value) in AMBIENT {
+            std::env::set_var(key, value);
+        }
+    }
+
+    let repo = Repo::new();
+    repo.file("chart/Chart.yaml", "apiVersion: v2\nname: web\nversion: 0.1.0\n")
+        .file(
+            "chart/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {a: b}\n",
+        )
+        .file("kust/kustomization.yaml", "resources:\n- cm.yaml\n")
+        .file(
+            "kust/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: k}\ndata: {a: b}\n",
+        );
+    let helm = render(&repo, &source("chart")).await.expect("helm renders");
+    assert_eq!(ids(&helm), ["ConfigMap/web"]);
+    let kustomize = render(&repo, &source("kust")).await.expect("kustomize renders");
+    assert_eq!(ids(&kustomize), ["ConfigMap/k"]);
+
+    let real_home = std::env::var("HOME").unwrap_or_default();
+    for tool in ["helm", "kustomize"] {
+        let seen = std::fs::read_to_string(format!("{}.{tool}", record.display()))
+            .unwrap_or_else(|e| panic!("{tool} ran through its wrapper: {e}"));
+        assert!(seen.contains("PATH="), "{tool}: the wrapper recorded an environment");
+        for (key, value) in AMBIENT {
+            assert!(
+                !seen.contains(value) && !seen.lines().any(|l| l.starts_with(&format!("{key}="))),
+                "{tool} saw {key}:\n{seen}"
+            );
+        }
+        for line in seen.lines().filter(|l| l.starts_with("HOME=")) {
+            let home = &line["HOME=".len()..];
+            assert_ne!(home, real_home, "{tool} runs with a scratch HOME");
+            assert!(
+                std::path::Path::new(home).starts_with(std::env::temp_dir()),
+                "{tool}: HOME={home}"
+            );
+        }
+        assert!(
+            seen.lines().any(|l| l == "PATH=/usr/local/bin:/usr/bin:/bin"),
+            "{tool} gets a fixed PATH:\n{seen}"
+        );
+    }
+}
