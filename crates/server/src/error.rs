@@ -1,5 +1,7 @@
 //! The API's error answer: a status code and `{"error": "message"}`.
 
+use aide::generate::GenContext;
+use aide::openapi::Operation;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -46,8 +48,36 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer.
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct ErrorBody {
+    /// What went wrong, for a person.
+    pub error: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(serde_json::json!({"error": self.message}))).into_response()
+        (self.status, Json(ErrorBody { error: self.message })).into_response()
+    }
+}
+
+impl aide::OperationOutput for ApiError {
+    type Inner = ErrorBody;
+
+    fn operation_response(ctx: &mut GenContext, operation: &mut Operation) -> Option<aide::openapi::Response> {
+        let mut response = Json::<ErrorBody>::operation_response(ctx, operation)?;
+        response.description = "An error: `{\"error\": message}`".into();
+        Some(response)
+    }
+
+    fn inferred_responses(
+        ctx: &mut GenContext,
+        operation: &mut Operation,
+    ) -> Vec<(Option<aide::openapi::StatusCode>, aide::openapi::Response)> {
+        // The statuses every endpoint may answer; each endpoint's own are added where it is routed.
+        Self::operation_response(ctx, operation)
+            .map(|r| (Some(aide::openapi::StatusCode::Range(4)), r))
+            .into_iter()
+            .collect()
     }
 }

@@ -47,8 +47,8 @@ pub fn app_info(state: &State) -> String {
 
 /// `GET /metrics` on the main address: Application names are not for anonymous callers, so a session
 /// or an API token is needed (Prometheus: `authorization: {credentials: TOKEN}`).
-pub async fn metrics(_auth: crate::auth::Auth, state: AxState<Arc<State>>) -> impl IntoResponse {
-    open_metrics(state).await
+pub async fn metrics(_auth: crate::auth::Auth, state: AxState<Arc<State>>) -> axum::response::Response {
+    open_metrics(state).await.into_response()
 }
 
 /// `GET /metrics` on the separate `--metrics-listen` address, without authentication (like Argo CD's

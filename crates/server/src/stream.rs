@@ -155,7 +155,7 @@ impl ListStream {
                 events.push(
                     Event::default()
                         .event("application")
-                        .data(summary(&app, role).to_string()),
+                        .data(serde_json::to_string(&summary(&app, role)).unwrap_or_default()),
                 );
             }
         }
@@ -177,7 +177,7 @@ impl ListStream {
                     vec![
                         Event::default()
                             .event("application")
-                            .data(summary(&app, role).to_string()),
+                            .data(serde_json::to_string(&summary(&app, role)).unwrap_or_default()),
                     ]
                 } else if self.sent.remove(&name) {
                     // No longer readable: gone, as far as this client is concerned.

@@ -18,6 +18,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::api::model::WebhookReply;
 use crate::auth::constant_time_eq;
 use crate::error::ApiError;
 use crate::state::State;
@@ -461,7 +462,7 @@ pub async fn receive(
     AxState(state): AxState<Arc<State>>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WebhookReply>, ApiError> {
     let metrics = capstan_metrics::global();
     let Some((provider, event)) = provider(&headers) else {
         metrics.webhook("unknown", "malformed");
@@ -497,7 +498,10 @@ pub async fn receive(
         Ok(p) => p,
         Err(err @ WebhookError::Ignored(..)) => {
             metrics.webhook(name, "ignored");
-            return Ok(Json(json!({"ignored": err.to_string()})));
+            return Ok(Json(WebhookReply {
+                accepted: None,
+                ignored: Some(err.to_string()),
+            }));
         }
         Err(err) => {
             metrics.webhook(name, "malformed");
@@ -551,7 +555,10 @@ pub async fn receive(
     }
     metrics.webhook(name, "accepted");
     // Neither names nor counts: the caller is not authenticated (the server log has the names).
-    Ok(Json(json!({"accepted": true})))
+    Ok(Json(WebhookReply {
+        accepted: Some(true),
+        ignored: None,
+    }))
 }
 
 #[cfg(test)]

@@ -225,6 +225,7 @@ async fn the_server_refuses_abuse() -> anyhow::Result<()> {
     .await?;
 
     headers_are_strict(server).await?;
+    every_documented_route_is_routed(server).await?;
     failed_logins_are_limited(server, &state).await?;
     webhooks_need_a_secret_and_tell_nothing(server, &secrets).await?;
     streams_are_capped(server, &state, &secrets).await?;
@@ -539,5 +540,43 @@ async fn sessions_are_revocable(server: SocketAddr, secrets: &Api<Secret>) -> an
     .await?;
     assert_eq!(again.status, 200, "{}", again.body);
     assert_eq!(me(session_cookie(&again)).await?.status, 200);
+    Ok(())
+}
+
+/// Every operation of the served OpenAPI document reaches a handler (not the "no such endpoint"
+/// fallback, not 405), and an undocumented API path reaches the fallback.
+async fn every_documented_route_is_routed(server: SocketAddr) -> anyhow::Result<()> {
+    let doc = request("127.0.0.1", server, "GET", "/api/openapi.json", &[], None).await?;
+    assert_eq!(doc.status, 200);
+    let doc = doc.json();
+    let paths = doc["paths"].as_object().expect("paths");
+    let fallback = request("127.0.0.1", server, "GET", "/api/no-such-endpoint", &[], None).await?;
+    assert_eq!(fallback.status, 404);
+    let mut checked = 0;
+    for (path, item) in paths {
+        let path = path.replace("{name}", "nothing-here");
+        for method in item.as_object().into_iter().flatten().map(|(m, _)| m.to_uppercase()) {
+            if path.starts_with("/api/stream/") {
+                continue; // streams are answered by their own test below
+            }
+            let body = matches!(method.as_str(), "POST").then_some("{}");
+            let a = request(
+                "127.0.0.1",
+                server,
+                &method,
+                &path,
+                &[("content-type", "application/json")],
+                body,
+            )
+            .await?;
+            assert_ne!(a.status, 405, "{method} {path}: {}", a.body);
+            assert!(
+                !(a.status == 404 && a.body == fallback.body),
+                "{method} {path} is documented but not routed"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "{checked}");
     Ok(())
 }

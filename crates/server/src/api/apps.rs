@@ -9,14 +9,21 @@ use axum::Json;
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
 use capstan_api::Application;
+use capstan_api::application::RevisionHistory;
 use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation, TERMINATE_ANNOTATION};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use super::model::{
+    Accept, AppSummary, ConditionSummary, Diff, DiffStatus, EventItem, Items, Manifests, ObjectDiff, OperationSummary,
+    Permissions, RefreshKind, Refreshing, Requested, Terminating,
+};
 
 use super::valid_name;
 use crate::auth::Auth;
@@ -47,78 +54,105 @@ pub fn project_of(app: &Application) -> &str {
 }
 
 /// The summary of `app` shown in lists and live updates.
-pub fn summary(app: &Application, role: Role) -> Value {
+pub fn summary(app: &Application, role: Role) -> AppSummary {
     let status = app.status.clone().unwrap_or_default();
-    let op = status.operation_state.as_ref().map(
-        |o| json!({"phase": o.phase, "message": o.message, "startedAt": o.started_at, "finishedAt": o.finished_at}),
-    );
-    json!({
-        "name": app.name_any(),
-        "namespace": app.namespace().unwrap_or_default(),
-        "project": project_of(app),
-        "labels": app.labels(),
-        "repoURL": app.spec.source.repo_url,
-        "path": app.spec.source.path,
-        "targetRevision": app.spec.source.target_revision,
-        "cluster": cluster_of(app),
-        "server": app.spec.destination.server,
-        "destNamespace": app.spec.destination.namespace,
-        "sync": status.sync.as_ref().map(|s| s.status.as_str()).unwrap_or("Unknown"),
-        "revision": status.sync.as_ref().map(|s| s.revision.as_str()).unwrap_or(""),
-        "health": status.health.as_ref().map(|h| h.status.as_str()).unwrap_or("Unknown"),
-        "healthMessage": status.health.as_ref().map(|h| h.message.as_str()).unwrap_or(""),
-        "operation": op,
-        "automated": app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some()),
-        "reconciledAt": status.reconciled_at,
-        "conditions": status.conditions.iter().map(|c| json!({"type": c.type_, "message": c.message})).collect::<Vec<_>>(),
-        "permissions": {"sync": role >= Role::Sync, "admin": role >= Role::Admin},
-    })
+    let operation = status.operation_state.as_ref().map(|o| OperationSummary {
+        phase: o.phase.clone(),
+        message: o.message.clone(),
+        started_at: o.started_at.clone(),
+        finished_at: o.finished_at.clone(),
+    });
+    AppSummary {
+        name: app.name_any(),
+        namespace: app.namespace().unwrap_or_default(),
+        project: project_of(app).to_string(),
+        labels: app.labels().clone(),
+        repo_url: app.spec.source.repo_url.clone(),
+        path: app.spec.source.path.clone(),
+        target_revision: app.spec.source.target_revision.clone(),
+        cluster: cluster_of(app),
+        server: app.spec.destination.server.clone(),
+        dest_namespace: app.spec.destination.namespace.clone(),
+        sync: status
+            .sync
+            .as_ref()
+            .map(|s| s.status.clone())
+            .unwrap_or_else(|| "Unknown".into()),
+        revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
+        health: status
+            .health
+            .as_ref()
+            .map(|h| h.status.clone())
+            .unwrap_or_else(|| "Unknown".into()),
+        health_message: status.health.as_ref().map(|h| h.message.clone()).unwrap_or_default(),
+        operation,
+        automated: app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some()),
+        reconciled_at: status.reconciled_at.clone(),
+        conditions: status
+            .conditions
+            .iter()
+            .map(|c| ConditionSummary {
+                type_: c.type_.clone(),
+                message: c.message.clone(),
+            })
+            .collect(),
+        permissions: Permissions {
+            sync: role >= Role::Sync,
+            admin: role >= Role::Admin,
+        },
+    }
 }
 
 /// Query filters of the list.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct ListQuery {
+    /// Only this project.
     project: Option<String>,
+    /// Only this destination cluster (name, or `in-cluster`).
     cluster: Option<String>,
+    /// Only this destination namespace.
     namespace: Option<String>,
+    /// Only this sync status.
     sync: Option<String>,
+    /// Only this health status.
     health: Option<String>,
+    /// `KEY` or `KEY=VALUE` label selector (one label).
     label: Option<String>,
+    /// Names containing this text.
     search: Option<String>,
 }
 
 impl ListQuery {
-    fn matches(&self, s: &Value) -> bool {
-        let eq = |want: &Option<String>, field: &str| {
-            want.as_deref()
-                .filter(|w| !w.is_empty())
-                .is_none_or(|w| s.get(field).and_then(Value::as_str) == Some(w))
-        };
+    fn matches(&self, s: &AppSummary) -> bool {
+        let eq =
+            |want: &Option<String>, have: &str| want.as_deref().filter(|w| !w.is_empty()).is_none_or(|w| have == w);
         let label = self.label.as_deref().filter(|l| !l.is_empty()).is_none_or(|l| {
             let (k, v) = l.split_once('=').unwrap_or((l, ""));
-            s.pointer(&format!("/labels/{}", k.replace('~', "~0").replace('/', "~1")))
-                .and_then(Value::as_str)
-                .is_some_and(|have| v.is_empty() || have == v)
+            s.labels.get(k).is_some_and(|have| v.is_empty() || have == v)
         });
-        let search = self.search.as_deref().filter(|q| !q.is_empty()).is_none_or(|q| {
-            s.get("name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| n.contains(&q.to_lowercase()))
-        });
-        eq(&self.project, "project")
-            && eq(&self.cluster, "cluster")
-            && eq(&self.namespace, "destNamespace")
-            && eq(&self.sync, "sync")
-            && eq(&self.health, "health")
+        let search = self
+            .search
+            .as_deref()
+            .filter(|q| !q.is_empty())
+            .is_none_or(|q| s.name.contains(&q.to_lowercase()));
+        eq(&self.project, &s.project)
+            && eq(&self.cluster, &s.cluster)
+            && eq(&self.namespace, &s.dest_namespace)
+            && eq(&self.sync, &s.sync)
+            && eq(&self.health, &s.health)
             && label
             && search
     }
 }
 
 /// `GET /api/applications`.
-pub async fn list(auth: Auth, AxState(state): AxState<Arc<State>>, Query(q): Query<ListQuery>) -> Json<Value> {
+pub async fn list(
+    auth: Auth,
+    AxState(state): AxState<Arc<State>>,
+    Query(q): Query<ListQuery>,
+) -> Json<Items<AppSummary>> {
     let policy = state.policy();
-    let mut items: Vec<Value> = state
+    let mut items: Vec<AppSummary> = state
         .apps
         .state()
         .iter()
@@ -128,8 +162,8 @@ pub async fn list(auth: Auth, AxState(state): AxState<Arc<State>>, Query(q): Que
         })
         .filter(|s| q.matches(s))
         .collect();
-    items.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    Json(json!({"items": items}))
+    items.sort_by(|a, b| a.name.cmp(&b.name));
+    Json(Items { items })
 }
 
 /// The Application `name` if `auth` may act on it with `needed`: 404 when it does not exist or the
@@ -152,9 +186,9 @@ pub async fn get(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Application>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
-    Ok(Json(serde_json::to_value(&*app).unwrap_or_default()))
+    Ok(Json(Application::clone(&app)))
 }
 
 /// `GET /api/applications/{name}/history`, newest first.
@@ -162,11 +196,11 @@ pub async fn history(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Items<RevisionHistory>>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
     let mut items = app.status.as_ref().map(|s| s.history.clone()).unwrap_or_default();
     items.reverse();
-    Ok(Json(json!({"items": items})))
+    Ok(Json(Items { items }))
 }
 
 async fn compare(state: &State, app: &Application) -> Result<capstan_controller::pipeline::AppState, ApiError> {
@@ -187,10 +221,10 @@ pub async fn diff(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Diff>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
     let compared = compare(&state, &app).await?;
-    let objects: Vec<Value> = compared
+    let objects = compared
         .comparison
         .resources
         .iter()
@@ -200,14 +234,24 @@ pub async fn diff(
             let mut live = r.live.clone();
             redact::redact_pair(&mut live, &mut r.predicted);
             redact::redact_pair(&mut r.live, &mut r.desired);
-            json!({
-                "group": r.key.group, "kind": r.key.kind, "namespace": r.key.namespace, "name": r.key.name,
-                "status": if r.requires_pruning { "RequiresPruning" } else { "OutOfSync" },
-                "diff": capstan_compare::render_diff(&r),
-            })
+            ObjectDiff {
+                group: r.key.group.clone(),
+                kind: r.key.kind.clone(),
+                namespace: r.key.namespace.clone(),
+                name: r.key.name.clone(),
+                status: if r.requires_pruning {
+                    DiffStatus::RequiresPruning
+                } else {
+                    DiffStatus::OutOfSync
+                },
+                diff: capstan_compare::render_diff(&r),
+            }
         })
         .collect();
-    Ok(Json(json!({"revision": compared.revision.sha, "objects": objects})))
+    Ok(Json(Diff {
+        revision: compared.revision.sha,
+        objects,
+    }))
 }
 
 /// `GET /api/applications/{name}/manifests`: the desired objects rendered from Git.
@@ -215,10 +259,10 @@ pub async fn manifests(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Manifests>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
     let compared = compare(&state, &app).await?;
-    let objects: Vec<Value> = compared
+    let objects = compared
         .comparison
         .resources
         .iter()
@@ -228,19 +272,27 @@ pub async fn manifests(
             o
         })
         .collect();
-    Ok(Json(json!({"revision": compared.revision.sha, "objects": objects})))
+    Ok(Json(Manifests {
+        revision: compared.revision.sha,
+        objects,
+    }))
 }
 
-/// Query of `GET /api/applications/{name}/resource`.
-#[derive(Debug, Deserialize)]
+/// Query of `GET /api/applications/{name}/resource`: which object of the tree.
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct ResourceQuery {
+    /// API group (empty for the core group).
     #[serde(default)]
     group: String,
+    /// API version (any when empty).
     #[serde(default)]
     version: String,
+    /// Kind.
     kind: String,
+    /// Namespace (empty for cluster-scoped objects).
     #[serde(default)]
     namespace: String,
+    /// Name.
     name: String,
 }
 
@@ -307,7 +359,7 @@ pub async fn events(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Items<EventItem>>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
     let mut items: Vec<Event> = Vec::new();
     let own: Api<Event> = Api::namespaced(state.client.clone(), &state.config.namespace);
@@ -348,32 +400,44 @@ pub async fn events(
             .unwrap_or_default()
     };
     items.sort_by_key(|e| std::cmp::Reverse(when(e)));
-    let items: Vec<Value> = items
+    let items = items
         .iter()
         .map(|e| {
             let o = &e.involved_object;
-            json!({
-                "type": e.type_, "reason": e.reason, "message": e.message,
-                "object": format!("{}/{}", o.kind.clone().unwrap_or_default(), o.name.clone().unwrap_or_default()),
-                "count": e.count, "lastTimestamp": when(e),
-            })
+            EventItem {
+                type_: e.type_.clone(),
+                reason: e.reason.clone(),
+                message: e.message.clone(),
+                object: format!(
+                    "{}/{}",
+                    o.kind.clone().unwrap_or_default(),
+                    o.name.clone().unwrap_or_default()
+                ),
+                count: e.count,
+                last_timestamp: when(e),
+            }
         })
         .collect();
-    Ok(Json(json!({"items": items})))
+    Ok(Json(Items { items }))
 }
 
-/// Body of `POST /api/applications/{name}/sync`.
-#[derive(Debug, Default, Deserialize)]
+/// Body of `POST /api/applications/{name}/sync` (optional: an empty body syncs everything).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SyncBody {
+    /// Delete objects no longer in Git.
     #[serde(default)]
     prune: bool,
+    /// Validate against the API server without changing anything.
     #[serde(default)]
     dry_run: bool,
+    /// Sync this revision instead of the target revision.
     #[serde(default)]
     revision: String,
+    /// Only these objects, as `GROUP/KIND/NAMESPACE/NAME`.
     #[serde(default)]
     resources: Vec<String>,
+    /// Sync options for this sync (`CreateNamespace=true`, `ServerSideApply=true`, …).
     #[serde(default)]
     sync_options: Vec<String>,
 }
@@ -408,10 +472,10 @@ fn idle(app: &Application) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn request(state: &State, name: &str, op: Operation) -> Result<(StatusCode, Json<Value>), ApiError> {
+async fn request(state: &State, name: &str, op: Operation) -> Result<Accept<Requested>, ApiError> {
     let raw = serde_json::to_string(&op).map_err(|e| ApiError::bad_request(e.to_string()))?;
     annotate(state, name, json!({OPERATION_ANNOTATION: raw})).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"requested": op}))))
+    Ok(Accept(Requested { requested: op }))
 }
 
 /// `POST /api/applications/{name}/sync`.
@@ -420,7 +484,7 @@ pub async fn sync(
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
     body: Option<Json<SyncBody>>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Accept<Requested>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
     idle(&app)?;
     let body = body.map(|b| b.0).unwrap_or_default();
@@ -447,10 +511,12 @@ pub async fn sync(
 }
 
 /// Body of `POST /api/applications/{name}/rollback`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackBody {
+    /// The history entry to go back to.
     id: i64,
+    /// Delete objects that entry did not have.
     #[serde(default)]
     prune: bool,
 }
@@ -461,7 +527,7 @@ pub async fn rollback(
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
     Json(body): Json<RollbackBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Accept<Requested>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
     idle(&app)?;
     if app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some()) {
@@ -491,9 +557,10 @@ pub async fn rollback(
     request(&state, &name, op).await
 }
 
-/// Body of `POST /api/applications/{name}/refresh`.
-#[derive(Debug, Default, Deserialize)]
+/// Body of `POST /api/applications/{name}/refresh` (optional).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct RefreshBody {
+    /// Render again, bypassing cached results.
     #[serde(default)]
     hard: bool,
 }
@@ -504,11 +571,15 @@ pub async fn refresh(
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
     body: Option<Json<RefreshBody>>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Accept<Refreshing>, ApiError> {
     authorized(&state, &auth, &name, Role::Sync)?;
-    let kind = if body.is_some_and(|b| b.hard) { "hard" } else { "normal" };
+    let (refresh, kind) = if body.is_some_and(|b| b.hard) {
+        (RefreshKind::Hard, "hard")
+    } else {
+        (RefreshKind::Normal, "normal")
+    };
     annotate(&state, &name, json!({REFRESH_ANNOTATION: kind})).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"refresh": kind}))))
+    Ok(Accept(Refreshing { refresh }))
 }
 
 /// `DELETE /api/applications/{name}/operation`: ask the controller to stop the running operation.
@@ -516,7 +587,7 @@ pub async fn terminate(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Accept<Terminating>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
     let running = capstan_api::operation::operation_running(&app);
     if !running {
@@ -526,5 +597,5 @@ pub async fn terminate(
         ));
     }
     annotate(&state, &name, json!({TERMINATE_ANNOTATION: auth.principal.name})).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"terminating": true}))))
+    Ok(Accept(Terminating { terminating: true }))
 }

@@ -10,8 +10,9 @@ use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use capstan_cluster::status::{ConnectionState, STATUS_CONFIGMAP, key_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::model::{AppSetSummary, ClusterItem, Items};
 use super::valid_name;
 use crate::auth::Auth;
 use crate::auth::rbac::Role;
@@ -34,30 +35,32 @@ fn appset_project(set: &ApplicationSet) -> String {
     }
 }
 
-fn appset_summary(set: &ApplicationSet) -> Value {
+fn appset_summary(set: &ApplicationSet) -> AppSetSummary {
     let status = set.status.clone().unwrap_or_default();
-    json!({
-        "name": set.name_any(),
-        "project": appset_project(set),
-        "generators": set.spec.generators.len(),
-        "applications": status.resources.len(),
-        "conditions": status.conditions,
-        "rollingSync": serde_json::to_value(&set.spec).ok().and_then(|s| s.pointer("/strategy/rollingSync").cloned()),
-    })
+    AppSetSummary {
+        name: set.name_any(),
+        project: appset_project(set),
+        generators: set.spec.generators.len(),
+        applications: status.resources.len(),
+        conditions: status.conditions,
+        rolling_sync: serde_json::to_value(&set.spec)
+            .ok()
+            .and_then(|s| s.pointer("/strategy/rollingSync").cloned()),
+    }
 }
 
 /// `GET /api/applicationsets`: the sets whose (templated) project the caller may read.
-pub async fn list(auth: Auth, AxState(state): AxState<Arc<State>>) -> Json<Value> {
+pub async fn list(auth: Auth, AxState(state): AxState<Arc<State>>) -> Json<Items<AppSetSummary>> {
     let policy = state.policy();
-    let mut items: Vec<Value> = state
+    let mut items: Vec<AppSetSummary> = state
         .appsets
         .state()
         .iter()
         .filter(|s| policy.role(&auth.principal, &appset_project(s)) >= Role::ReadOnly)
         .map(|s| appset_summary(s))
         .collect();
-    items.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    Json(json!({"items": items}))
+    items.sort_by(|a, b| a.name.cmp(&b.name));
+    Json(Items { items })
 }
 
 /// `GET /api/applicationsets/{name}`.
@@ -65,7 +68,7 @@ pub async fn get(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApplicationSet>, ApiError> {
     valid_name(&name)?;
     let set = state
         .appsets
@@ -74,11 +77,11 @@ pub async fn get(
         .find(|s| s.name_any() == name)
         .filter(|s| auth.role(&state, &appset_project(s)) >= Role::ReadOnly)
         .ok_or_else(|| ApiError::not_found(format!("ApplicationSet {name:?}")))?;
-    Ok(Json(serde_json::to_value(&*set).unwrap_or_default()))
+    Ok(Json(ApplicationSet::clone(&set)))
 }
 
 /// `GET /api/clusters`: every destination with its labels and last known connection state.
-pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result<Json<Value>, ApiError> {
+pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result<Json<Items<ClusterItem>>, ApiError> {
     // Cluster metadata is visible to anyone who may read some project.
     let policy = state.policy();
     let any = policy.default >= Role::ReadOnly
@@ -107,7 +110,7 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
             .map(|t| ConnectionState::from_json(t))
             .unwrap_or_else(|| ConnectionState::from_json(""))
     };
-    let items: Vec<Value> = state
+    let items = state
         .pipeline
         .clusters
         .all()
@@ -120,9 +123,16 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
             } else {
                 d.server.clone()
             };
-            json!({"name": d.name, "server": server, "labels": labels, "state": c.status,
-                   "version": c.server_version, "message": c.message, "checkedAt": c.checked_at})
+            ClusterItem {
+                name: d.name.clone(),
+                server,
+                labels: labels.into_iter().collect(),
+                state: c.status,
+                version: c.server_version,
+                message: c.message,
+                checked_at: c.checked_at,
+            }
         })
         .collect();
-    Ok(Json(json!({"items": items})))
+    Ok(Json(Items { items }))
 }

@@ -1,8 +1,9 @@
 //! The JSON API: Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
-//! clusters ([`fleet`]).
+//! clusters ([`fleet`]), and the bodies they answer ([`model`]).
 
 pub mod apps;
 pub mod fleet;
+pub mod model;
 pub mod tree;
 
 use crate::error::ApiError;

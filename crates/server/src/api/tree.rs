@@ -12,7 +12,9 @@ use capstan_api::Application;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+#[cfg(test)]
+use serde_json::json;
 
 use super::apps::authorized;
 use crate::auth::Auth;
@@ -21,7 +23,7 @@ use crate::error::ApiError;
 use crate::state::State;
 
 /// One node of the tree.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TreeNode {
     /// `group/kind/namespace/name`.
@@ -221,10 +223,10 @@ pub async fn tree(
     auth: Auth,
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<super::model::Tree>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::ReadOnly)?;
     let nodes = build(&state, &app).await?;
-    Ok(Json(json!({"nodes": nodes})))
+    Ok(Json(super::model::Tree { nodes }))
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::api::model::UserInfo;
 use crate::error::ApiError;
 use crate::state::State;
 use rbac::{Principal, Role, Source};
@@ -88,6 +89,32 @@ impl Auth {
                 ),
             ))
         }
+    }
+}
+
+impl aide::OperationInput for Auth {
+    fn operation_input(_ctx: &mut aide::generate::GenContext, operation: &mut aide::openapi::Operation) {
+        for scheme in ["session", "token"] {
+            let requirement: aide::openapi::SecurityRequirement =
+                [(scheme.to_string(), Vec::new())].into_iter().collect();
+            if !operation.security.contains(&requirement) {
+                operation.security.push(requirement);
+            }
+        }
+    }
+
+    fn inferred_early_responses(
+        ctx: &mut aide::generate::GenContext,
+        operation: &mut aide::openapi::Operation,
+    ) -> Vec<(Option<aide::openapi::StatusCode>, aide::openapi::Response)> {
+        use aide::OperationOutput;
+        Json::<crate::error::ErrorBody>::operation_response(ctx, operation)
+            .map(|mut r| {
+                r.description = "Not authenticated".into();
+                (Some(aide::openapi::StatusCode::Code(401)), r)
+            })
+            .into_iter()
+            .collect()
     }
 }
 
@@ -334,6 +361,8 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub Option<std::net::IpAddr>);
 
+impl aide::OperationInput for ClientAddr {}
+
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
@@ -358,9 +387,11 @@ pub fn too_many(message: &str, retry_after: std::time::Duration) -> Response {
 }
 
 /// Body of `POST /api/session`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct Login {
+    /// Local account name.
     username: String,
+    /// Its password.
     password: String,
 }
 
@@ -430,7 +461,13 @@ pub async fn login(
         generation: session_generation(&state, &login.username),
     };
     let cookie = session_cookie(&state, &s, &key);
-    let mut response = Json(json!({"username": s.sub, "groups": s.groups, "csrfToken": s.csrf})).into_response();
+    let mut response = Json(UserInfo {
+        username: s.sub.clone(),
+        groups: s.groups.clone(),
+        sso: None,
+        csrf_token: Some(s.csrf.clone()),
+    })
+    .into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -463,13 +500,13 @@ pub async fn logout() -> Response {
 }
 
 /// `GET /api/userinfo`.
-pub async fn userinfo(auth: Auth) -> Json<serde_json::Value> {
-    Json(json!({
-        "username": auth.principal.name,
-        "groups": auth.principal.groups,
-        "sso": auth.principal.source == Source::Sso,
-        "csrfToken": auth.csrf,
-    }))
+pub async fn userinfo(auth: Auth) -> Json<UserInfo> {
+    Json(UserInfo {
+        sso: Some(auth.principal.source == Source::Sso),
+        username: auth.principal.name,
+        groups: auth.principal.groups,
+        csrf_token: auth.csrf,
+    })
 }
 
 #[cfg(test)]

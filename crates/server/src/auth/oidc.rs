@@ -348,17 +348,21 @@ fn configured(state: &State) -> Option<Result<OidcConfig, String>> {
 }
 
 /// `GET /api/settings`: what the login page needs to know before anyone logs in.
-pub async fn settings(AxState(state): AxState<Arc<State>>) -> axum::Json<Value> {
+pub async fn settings(AxState(state): AxState<Arc<State>>) -> axum::Json<crate::api::model::Settings> {
     let sso = match configured(&state) {
-        Some(Ok(c)) => serde_json::json!({"name": c.name, "loginPath": "/auth/login"}),
-        _ => Value::Null,
+        Some(Ok(c)) => Some(crate::api::model::SsoSettings {
+            name: c.name,
+            login_path: "/auth/login".into(),
+        }),
+        _ => None,
     };
-    axum::Json(serde_json::json!({ "sso": sso }))
+    axum::Json(crate::api::model::Settings { sso })
 }
 
 /// Query of `GET /auth/login`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct LoginQuery {
+    /// A path of this server to return to after logging in.
     return_to: Option<String>,
 }
 
@@ -412,11 +416,15 @@ pub async fn login(AxState(state): AxState<Arc<State>>, Query(query): Query<Logi
 }
 
 /// Query of `GET /auth/callback`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct CallbackQuery {
+    /// The authorisation code.
     code: Option<String>,
+    /// The state this server sent.
     state: Option<String>,
+    /// The provider's error, if it refused.
     error: Option<String>,
+    /// Its description.
     error_description: Option<String>,
 }
 
