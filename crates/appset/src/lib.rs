@@ -18,8 +18,10 @@
 //! changes out, belong to the ApplicationSet controller (`controller`, `rollout`), not to generation.
 
 pub mod controller;
+pub mod error;
 pub mod generate;
 pub mod generators;
+pub mod inputs;
 pub mod params;
 pub mod rollout;
 pub mod template;

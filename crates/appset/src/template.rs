@@ -6,7 +6,7 @@ use capstan_api::application::ApplicationSpec;
 use capstan_api::applicationset::ApplicationSetTemplateMeta;
 use serde_json::Value;
 
-use crate::generate::GenerateError;
+use crate::error::GenerateError;
 use crate::params::{Params, is_dns1123_subdomain};
 
 /// Why a string could not be substituted.

@@ -23,8 +23,7 @@ use crate::normalize::{Tracking, owner};
 use crate::owned::owned_field_removed;
 use crate::{CompareError, Result, describe_kube_error};
 
-/// The field manager Capstan applies with.
-pub const FIELD_MANAGER: &str = "capstan";
+pub use crate::FIELD_MANAGER;
 
 /// Sync state of one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,9 @@ pub mod own_writes;
 pub mod owned;
 pub mod removed_apis;
 
+/// The field manager Capstan applies with.
+pub const FIELD_MANAGER: &str = "capstan";
+
 pub use diff::{Comparison, ResourceState, SyncCode, compare, render_diff};
 pub use discovery::{Discovery, KindInfo};
 pub use key::ObjectKey;

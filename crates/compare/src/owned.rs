@@ -26,7 +26,7 @@
 use kube::core::ObjectMeta;
 use serde_json::{Map, Value};
 
-use crate::diff::FIELD_MANAGER;
+use crate::FIELD_MANAGER;
 
 /// The `operation` of a server-side apply's managedFields entry.
 const APPLY: &str = "Apply";

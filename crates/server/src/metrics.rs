@@ -10,7 +10,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use kube::ResourceExt;
 
-use crate::api::apps::{cluster_of, project_of};
+use crate::api::access::{cluster_of, project_of};
 use crate::state::State;
 
 fn escape(v: &str) -> String {

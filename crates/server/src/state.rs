@@ -1,6 +1,12 @@
 //! What every request handler shares: the Kubernetes client, watch-fed caches of Applications,
 //! ApplicationSets, the server's Secret and the RBAC ConfigMap, the change feed behind the live
 //! updates, and a read-only pipeline for diffs, manifests and resource trees.
+//!
+//! State and [`crate::auth`] refer to each other on purpose: the state holds authentication's caches
+//! (login counters, the parsed RBAC policy, the SSO provider's discovery document and keys) so that
+//! they live as long as the server, and authentication reads the state's Secret and policy on every
+//! request. Everything else depends on both, never the other way round
+//! (`scripts/module-cycles.py` checks it).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,7 +22,7 @@ use tokio::sync::broadcast;
 
 use crate::auth::limit::LoginLimiter;
 use crate::auth::rbac::{self, Policy, PolicyCache};
-use crate::stream::StreamLimiter;
+use crate::stream::limit::StreamLimiter;
 
 /// Name of the Secret holding the admin password hash, local accounts, API tokens, the session
 /// signing key and webhook secrets.

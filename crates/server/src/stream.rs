@@ -10,9 +10,11 @@
 //! Open streams are bounded ([`StreamLimiter`]): at most [`PER_PRINCIPAL`] per principal and
 //! [`GLOBAL`] in all; over either, a new stream is refused with 429.
 
-use std::collections::{HashMap, HashSet};
+pub mod limit;
+
+use std::collections::HashSet;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State as AxState};
@@ -23,67 +25,23 @@ use futures::stream::{self, StreamExt};
 use kube::ResourceExt;
 use tokio::sync::broadcast;
 
-use crate::api::apps::{authorized, project_of, summary};
+use crate::api::access::{authorized, project_of};
+use crate::api::apps::summary;
 use crate::auth::Auth;
 use crate::auth::rbac::{Principal, Role, Source};
 use crate::error::ApiError;
 use crate::state::{AppEvent, State};
+pub use limit::{GLOBAL, PER_PRINCIPAL, StreamLimiter};
 
 /// How often a quiet stream re-checks that its credentials are still good.
 const RECHECK: Duration = Duration::from_secs(15);
-/// Open streams allowed per principal.
-pub const PER_PRINCIPAL: usize = 8;
-/// Open streams allowed in all.
-pub const GLOBAL: usize = 256;
 /// What a client over a limit is told to wait before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(15);
-
-/// Counts of open streams, per principal and in all.
-#[derive(Debug, Default)]
-pub struct StreamLimiter {
-    open: Mutex<Counts>,
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    total: usize,
-    per: HashMap<(Source, String), usize>,
-}
 
 /// One open stream; dropping it (the stream ends or its client goes away) frees its place.
 pub struct StreamPermit {
     limiter: Arc<State>,
     key: (Source, String),
-}
-
-impl StreamLimiter {
-    /// Count one more stream of `key` unless it is over a limit.
-    fn acquire(&self, key: &(Source, String)) -> bool {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let mine = open.per.get(key).copied().unwrap_or(0);
-        if open.total >= GLOBAL || mine >= PER_PRINCIPAL {
-            return false;
-        }
-        open.total += 1;
-        open.per.insert(key.clone(), mine + 1);
-        true
-    }
-
-    fn release(&self, key: &(Source, String)) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.total = open.total.saturating_sub(1);
-        if let Some(n) = open.per.get_mut(key) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.per.remove(key);
-            }
-        }
-    }
-
-    /// How many streams are open.
-    pub fn open(&self) -> usize {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).total
-    }
 }
 
 impl Drop for StreamPermit {
@@ -269,30 +227,4 @@ pub async fn application(
         },
     );
     Ok(sse(&state, stream::iter([first]).chain(updates)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn streams_are_bounded_per_principal_and_in_all() {
-        let l = StreamLimiter::default();
-        let dev = (Source::Local, "dev".to_string());
-        for _ in 0..PER_PRINCIPAL {
-            assert!(l.acquire(&dev));
-        }
-        assert!(!l.acquire(&dev), "the ninth stream of one principal");
-        assert!(
-            l.acquire(&(Source::Sso, "dev".to_string())),
-            "an SSO user of the same name is another principal"
-        );
-        l.release(&dev);
-        assert!(l.acquire(&dev), "a closed stream frees its place");
-        for i in l.open()..GLOBAL {
-            assert!(l.acquire(&(Source::Token, format!("bot-{i}"))));
-        }
-        assert_eq!(l.open(), GLOBAL);
-        assert!(!l.acquire(&(Source::Local, "fresh".to_string())), "over the global cap");
-    }
 }

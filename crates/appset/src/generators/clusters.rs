@@ -7,7 +7,8 @@ use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 
 use super::ParamSet;
 use super::selector::Selector;
-use crate::generate::{ClusterInfo, GenerateError, Inputs};
+use crate::error::GenerateError;
+use crate::inputs::{ClusterInfo, Inputs};
 use crate::params::{Params, normalize_name};
 
 /// The matching clusters as parameter sets (sorted by cluster name): `name`, `nameNormalized`,

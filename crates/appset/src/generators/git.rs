@@ -10,7 +10,8 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
 use super::{Context, ParamSet};
-use crate::generate::{GenerateError, GitSource};
+use crate::error::GenerateError;
+use crate::inputs::GitSource;
 use crate::params::{Params, basename, dirname, flatten, insert_path_params, normalize_name, prefixed};
 use crate::template::parse_yaml;
 

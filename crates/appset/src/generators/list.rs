@@ -4,7 +4,7 @@ use capstan_api::applicationset::ListGenerator;
 use serde_json::Value;
 
 use super::ParamSet;
-use crate::generate::GenerateError;
+use crate::error::GenerateError;
 use crate::params::flatten;
 
 /// The list's elements as parameter sets.

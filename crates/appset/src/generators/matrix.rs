@@ -5,7 +5,7 @@
 use capstan_api::applicationset::MatrixGenerator;
 
 use super::{Context, ParamSet};
-use crate::generate::GenerateError;
+use crate::error::GenerateError;
 use crate::template::{has_placeholders, substitute_lenient};
 
 /// The combined parameter sets; on a key present in both, the second child's value wins.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use capstan_api::applicationset::MergeGenerator;
 
 use super::{Context, ParamSet};
-use crate::generate::GenerateError;
+use crate::error::GenerateError;
 use crate::params::Params;
 
 /// The merged parameter sets, in the base child's order.

@@ -19,7 +19,8 @@ use capstan_api::applicationset::{
 };
 use serde_json::Value;
 
-use crate::generate::{GenerateError, GitSource, Inputs};
+use crate::error::GenerateError;
+use crate::inputs::{GitSource, Inputs};
 use crate::params::Params;
 use selector::Selector;
 

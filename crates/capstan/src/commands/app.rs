@@ -729,7 +729,7 @@ async fn diff_inner(
     revision: Option<String>,
 ) -> anyhow::Result<bool> {
     let app = get(api, name).await?;
-    let cache = crate::commands::controller::default_cache().join("cli");
+    let cache = crate::commands::default_cache().join("cli");
     let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60), Duration::ZERO);
     pipeline.clusters.load().await?;
     let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;

@@ -48,7 +48,9 @@ pub struct ControllerArgs {
 /// Run the controller.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     let client = args.kube.client().await?;
-    let cache_dir = args.cache_dir.unwrap_or_else(|| default_cache().join("controller"));
+    let cache_dir = args
+        .cache_dir
+        .unwrap_or_else(|| super::default_cache().join("controller"));
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
     let namespace = args.namespace.clone();
     let server_cache = cache_dir.clone();
@@ -118,12 +120,4 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     applicationsets?;
     server?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// `$CAPSTAN_CACHE`, or `~/.cache/capstan`.
-pub fn default_cache() -> PathBuf {
-    match std::env::var_os("CAPSTAN_CACHE").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/capstan"),
-    }
 }

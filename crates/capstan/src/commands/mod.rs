@@ -34,6 +34,16 @@ pub fn seconds(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too long a duration"))
 }
 
+/// `$CAPSTAN_CACHE`, or `~/.cache/capstan`.
+pub fn default_cache() -> std::path::PathBuf {
+    match std::env::var_os("CAPSTAN_CACHE").filter(|v| !v.is_empty()) {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/capstan")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::seconds;

@@ -76,9 +76,7 @@ pub async fn bind(
 /// Run `capstan server`.
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let client = args.kube.client().await?;
-    let cache_root = args
-        .cache_dir
-        .unwrap_or_else(crate::commands::controller::default_cache);
+    let cache_root = args.cache_dir.unwrap_or_else(crate::commands::default_cache);
     let config = config(&args.namespace, cache_root, &args.serve);
     let server = bind(client, config, args.listen).await?;
     server.serve(crate::commands::local::shutdown_signal()).await?;

@@ -10,7 +10,6 @@ use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
 use capstan_api::Application;
 use capstan_api::application::RevisionHistory;
-use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation, TERMINATE_ANNOTATION};
 use k8s_openapi::api::core::v1::Event;
@@ -25,33 +24,12 @@ use super::model::{
     Permissions, RefreshKind, Refreshing, Requested, Terminating,
 };
 
-use super::valid_name;
+use super::access::{authorized, cluster_of, project_of};
 use crate::auth::Auth;
 use crate::auth::rbac::Role;
 use crate::error::ApiError;
 use crate::redact;
 use crate::state::State;
-
-/// The cluster an Application deploys to, as shown in lists.
-pub fn cluster_of(app: &Application) -> String {
-    let d = &app.spec.destination;
-    if !d.name.is_empty() {
-        d.name.clone()
-    } else if d.server.trim_end_matches('/') == IN_CLUSTER_SERVER || d.server.is_empty() {
-        IN_CLUSTER_NAME.into()
-    } else {
-        d.server.clone()
-    }
-}
-
-/// The project of `app` (`default` when empty).
-pub fn project_of(app: &Application) -> &str {
-    if app.spec.project.is_empty() {
-        "default"
-    } else {
-        &app.spec.project
-    }
-}
 
 /// The summary of `app` shown in lists and live updates.
 pub fn summary(app: &Application, role: Role) -> AppSummary {
@@ -164,21 +142,6 @@ pub async fn list(
         .collect();
     items.sort_by(|a, b| a.name.cmp(&b.name));
     Json(Items { items })
-}
-
-/// The Application `name` if `auth` may act on it with `needed`: 404 when it does not exist or the
-/// caller may not even read it (no disclosure of names), 403 when it may read but not act.
-pub fn authorized(state: &State, auth: &Auth, name: &str, needed: Role) -> Result<Arc<Application>, ApiError> {
-    valid_name(name)?;
-    let app = state
-        .app(name)
-        .ok_or_else(|| ApiError::not_found(format!("Application {name:?}")))?;
-    let project = project_of(&app);
-    if auth.role(state, project) < Role::ReadOnly {
-        return Err(ApiError::not_found(format!("Application {name:?}")));
-    }
-    auth.require(state, project, needed)?;
-    Ok(app)
 }
 
 /// `GET /api/applications/{name}`.

@@ -90,7 +90,7 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
             .apps
             .state()
             .iter()
-            .any(|a| policy.role(&auth.principal, super::apps::project_of(a)) >= Role::ReadOnly);
+            .any(|a| policy.role(&auth.principal, super::access::project_of(a)) >= Role::ReadOnly);
     if !any {
         return Err(ApiError::new(
             axum::http::StatusCode::FORBIDDEN,

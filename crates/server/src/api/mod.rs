@@ -1,6 +1,8 @@
 //! The JSON API: Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
-//! clusters ([`fleet`]), and the bodies they answer ([`model`]).
+//! clusters ([`fleet`]), and the bodies they answer ([`model`]); [`access`] decides who sees
+//! which Application.
 
+pub mod access;
 pub mod apps;
 pub mod fleet;
 pub mod model;

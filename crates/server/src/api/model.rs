@@ -147,7 +147,37 @@ pub struct Manifests {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Tree {
     /// The Application's objects and what they own.
-    pub nodes: Vec<super::tree::TreeNode>,
+    pub nodes: Vec<TreeNode>,
+}
+
+/// One node of the tree.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TreeNode {
+    /// `group/kind/namespace/name`.
+    pub id: String,
+    /// The owner's id; None for the Application's own objects.
+    pub parent_id: Option<String>,
+    /// API group.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `Synced`/`OutOfSync` for the Application's objects, empty for children.
+    pub sync: String,
+    /// Health status.
+    pub health: String,
+    /// Health message.
+    pub health_message: String,
+    /// Tracked but no longer in Git.
+    pub requires_pruning: bool,
+    /// Sync wave.
+    pub wave: i64,
 }
 
 /// An Event of an Application or of one of its objects.

@@ -11,46 +11,17 @@ use axum::http::StatusCode;
 use capstan_api::Application;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
-use serde::Serialize;
 use serde_json::Value;
 #[cfg(test)]
 use serde_json::json;
 
-use super::apps::authorized;
+use super::access::authorized;
 use crate::auth::Auth;
 use crate::auth::rbac::Role;
 use crate::error::ApiError;
 use crate::state::State;
 
-/// One node of the tree.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct TreeNode {
-    /// `group/kind/namespace/name`.
-    pub id: String,
-    /// The owner's id; None for the Application's own objects.
-    pub parent_id: Option<String>,
-    /// API group.
-    pub group: String,
-    /// API version.
-    pub version: String,
-    /// Kind.
-    pub kind: String,
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// `Synced`/`OutOfSync` for the Application's objects, empty for children.
-    pub sync: String,
-    /// Health status.
-    pub health: String,
-    /// Health message.
-    pub health_message: String,
-    /// Tracked but no longer in Git.
-    pub requires_pruning: bool,
-    /// Sync wave.
-    pub wave: i64,
-}
+pub use super::model::TreeNode;
 
 fn id(group: &str, kind: &str, namespace: &str, name: &str) -> String {
     format!("{group}/{kind}/{namespace}/{name}")
