@@ -46,6 +46,7 @@ test-legacy-smoke:
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(CACHE)/machete/bin/cargo-machete
 
 crds:
 	$(CARGO) run --quiet -p capstan -- crds --out deploy/crds

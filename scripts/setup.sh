@@ -26,6 +26,7 @@
 #                                       here). Its privilege-separation user `sshd` and /run/sshd are
 #                                       created as openssh-server's own postinst would.
 #   nextest/bin/cargo-nextest           cargo-nextest from crates.io (the test runner of `make test`)
+#   machete/bin/cargo-machete           cargo-machete from crates.io (`make lint`: unused dependencies)
 #   chromium, chromedriver              Debian bookworm chromium + chromium-driver (system packages; the
 #                                       web UI's end-to-end tests drive headless Chromium through them)
 #   oidc/node_modules/oidc-provider     npm package oidc-provider: a real OpenID Connect provider
@@ -342,6 +343,18 @@ step_kube_legacy() {
   log "kubernetes: $("$dir/kube-apiserver" --version) (legacy route)"
 }
 
+# --- cargo-machete: `make lint` refuses unused dependencies ------------------------------------------
+step_machete() {
+  local root="$CACHE/machete"
+  if [ -x "$root/bin/cargo-machete" ] && "$root/bin/cargo-machete" --version 2>/dev/null | grep -q "$MACHETE_VERSION"; then
+    log "cargo-machete: cached ($MACHETE_VERSION)"
+    return
+  fi
+  log "cargo-machete $MACHETE_VERSION: building from crates.io (once per machine)"
+  cargo install --quiet --locked --root "$root" --version "$MACHETE_VERSION" cargo-machete >"$CACHE/machete-install.log" 2>&1 ||
+    { tail -n 30 "$CACHE/machete-install.log" >&2; die "installing cargo-machete failed"; }
+}
+
 # --- cargo-nextest: the test runner of `make test` ---------------------------------------------------
 step_nextest() {
   local root="$CACHE/nextest"
@@ -416,6 +429,7 @@ main() {
   step_kwok
   if [ "$WITH_LEGACY" = 1 ]; then step_kube_legacy; fi
   step_nextest
+  step_machete
   step_sshd
   step_chromium
   step_oidc

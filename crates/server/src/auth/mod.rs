@@ -331,9 +331,10 @@ fn sha256_hex(data: &[u8]) -> String {
         .collect()
 }
 
-/// Byte-wise comparison whose time does not depend on where the inputs differ.
+/// Byte-wise comparison whose time does not depend on where the inputs differ (`subtle`'s).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
