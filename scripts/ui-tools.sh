@@ -59,7 +59,10 @@ types_text() {
   printf '// Types of the API'"'"'s answers, generated from the OpenAPI document the server serves\n'
   printf '// (crates/server/src/openapi.json) by openapi-typescript %s. Do not edit: regenerate with\n' \
     "$OPENAPI_TYPESCRIPT_VERSION"
-  printf '//   make ui-types    (bash scripts/ui-tools.sh types)\n'
+  printf '//   make ui-types\n'
+  printf '// which runs (scripts/ui-tools.sh, from the repository root, with this header on top)\n'
+  printf '//   openapi-typescript crates/server/src/openapi.json --empty-objects-unknown\n'
+  printf '// `make lint-ui` fails when this file is not what that command makes of the document.\n'
   (cd "$ROOT" && node "$NPM_DIR/node_modules/openapi-typescript/bin/cli.js" crates/server/src/openapi.json --empty-objects-unknown)
 }
 
