@@ -196,12 +196,13 @@ async fn every_page_and_file_of_the_ui_is_served_under_a_strict_policy_and_build
             continue;
         }
         let text = a.text();
-        if let Some(file) = path.strip_prefix(VENDOR) {
+        if path.starts_with(VENDOR) {
+            // The header follows the imports in some of the files.
+            let head: String = text.chars().take(600).collect();
             assert!(
-                text.starts_with("/**\n * @license\n"),
+                head.contains(" * @license\n") && head.contains("SPDX-License-Identifier: BSD-3-Clause"),
                 "ui/{path}: lit-html's files keep their licence header"
             );
-            assert!(!file.contains(".."), "{path}");
         } else {
             assert!(!path.starts_with("vendor/"), "ui/{path}: only lit-html is vendored");
             assert_no_html_from_strings(path, &text);
