@@ -76,7 +76,7 @@ async fn get(server: SocketAddr, path: &str) -> anyhow::Result<Answer> {
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
     anyhow::ensure!(
-        !headers.get("transfer-encoding").is_some_and(|t| t == "chunked"),
+        headers.get("transfer-encoding").is_none_or(|t| t != "chunked"),
         "{path}: chunked answer"
     );
     Ok(Answer {
