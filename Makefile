@@ -13,7 +13,7 @@ export PATH := $(CACHE)/nextest/bin:$(PATH)
 KUBE_LEGACY := $(shell sed -n 's/^KUBE_LEGACY_VERSION=v//p' scripts/versions.env)
 LEGACY_SMOKE := binary(control_plane) | binary(applications) | binary(modern_apis) | binary(examples)
 
-.PHONY: playground playground-down setup setup-test build test test-current test-legacy-smoke lint unit crds
+.PHONY: playground playground-down setup setup-test build test test-current test-legacy-smoke lint lint-ui ui-types unit crds
 
 ## Set up if needed, build, start the local control plane, install Capstan into it, serve examples/
 ## over git://, apply the example Applications and run the controller in the foreground.
@@ -43,10 +43,22 @@ test-legacy-smoke:
 	CAPSTAN_KUBE_VERSION=$(KUBE_LEGACY) $(CARGO) nextest run --workspace --locked \
 	  --profile $${NEXTEST_PROFILE:-default} -E '$(LEGACY_SMOKE)'
 
-lint:
+lint: lint-ui
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(CACHE)/machete/bin/cargo-machete
+
+## The web UI (crates/server/ui): the vendored lit-html files are its npm release's, ui/api.d.ts is
+## what openapi-typescript makes of the OpenAPI document, and `tsc --noEmit` type-checks the UI's
+## JavaScript. TypeScript and openapi-typescript come from npm (versions in scripts/versions.env),
+## installed under $(CACHE)/npm on first use.
+lint-ui:
+	CAPSTAN_CACHE=$(CACHE) bash scripts/ui-tools.sh lint
+
+## Regenerate crates/server/ui/api.d.ts from crates/server/src/openapi.json:
+##   openapi-typescript crates/server/src/openapi.json --empty-objects-unknown
+ui-types:
+	CAPSTAN_CACHE=$(CACHE) bash scripts/ui-tools.sh types
 
 crds:
 	$(CARGO) run --quiet -p capstan -- crds --out deploy/crds

@@ -32,6 +32,8 @@
 #   oidc/node_modules/oidc-provider     npm package oidc-provider: a real OpenID Connect provider
 #                                       the single sign-on tests run on loopback (never in production)
 #   go/mod                              the Go module cache of those builds (reused by later builds)
+#   npm/node_modules/typescript,        npm packages typescript, openapi-typescript and lit-html: the
+#     openapi-typescript, lit-html      web UI's checks (`make lint-ui`, scripts/ui-tools.sh)
 #
 # The system's apt sources are never edited: extra suites (deb-src, trixie) are read through a private
 # apt configuration under "$CAPSTAN_CACHE/apt" whose mirror is taken from the system's own sources.
@@ -420,6 +422,12 @@ step_oidc() {
   log "oidc-provider: installed ${OIDC_NPM#*@}"
 }
 
+# --- the web UI's checks: tsc, openapi-typescript, lit-html (scripts/ui-tools.sh) ------------------
+step_ui_tools() {
+  CAPSTAN_CACHE="$CACHE" bash "$ROOT/scripts/ui-tools.sh" install
+  log "web UI tools: typescript $TYPESCRIPT_VERSION, openapi-typescript $OPENAPI_TYPESCRIPT_VERSION, lit-html $LIT_HTML_VERSION"
+}
+
 main() {
   log "cache: $CACHE"
   step_system
@@ -433,6 +441,7 @@ main() {
   step_sshd
   step_chromium
   step_oidc
+  step_ui_tools
   log "done in $(($(date +%s) - START)) s; binaries in $BIN"
 }
 

@@ -1,5 +1,6 @@
 //! Embeds the web UI: every file under `ui/` becomes an entry of `ASSETS` (path relative to `ui/`,
-//! bytes). Written by hand (a dozen lines) rather than with an embedding crate, to keep the
+//! bytes), except what only the type check reads (`*.d.ts` declarations and `tsconfig.json`, see
+//! `make lint-ui`). Written by hand (a dozen lines) rather than with an embedding crate, to keep the
 //! dependency tree and compile time small.
 
 use std::path::{Path, PathBuf};
@@ -10,10 +11,16 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.path();
         if path.is_dir() {
             walk(&path, out);
-        } else {
+        } else if served(&path) {
             out.push(path);
         }
     }
+}
+
+/// Whether the browser may load the file: declarations and the type checker's settings are not.
+fn served(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    !name.ends_with(".ts") && name != "tsconfig.json"
 }
 
 fn main() {

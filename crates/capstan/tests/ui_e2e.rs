@@ -1,7 +1,8 @@
 //! The web UI end to end in real headless Chromium (through chromedriver), against
 //! `capstan controller --listen` on a real control plane: log in, open an application, see its
 //! resource tree, sync it and watch it become Healthy, see a diff, roll back from the history — and a
-//! read-only user sees no Sync button and gets 403 from the API when trying anyway.
+//! read-only user sees no Sync button and gets 403 from the API when trying anyway. Markup in a value
+//! from Git (`<img src=x onerror=...>` in a ConfigMap) is shown in the diff as text and never runs.
 //!
 //! With `CAPSTAN_SCREENSHOTS=DIR` the main pages are saved there as PNG (that is how
 //! `docs/images/` is made).
@@ -19,9 +20,13 @@ use common::{capstan, kubectl, text, until};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-fn manifests(color: &str) -> String {
+/// Markup in a value from Git: the UI must show it as text, never as an element (it would set
+/// `window.__xss` if it ran).
+const XSS: &str = "<img src=x onerror=\"window.__xss=1\">";
+
+fn manifests(color: &str, note: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: guestbook-settings}}\ndata: {{color: {color}}}\n---\n\
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: guestbook-settings}}\ndata: {{color: {color}, note: '{note}'}}\n---\n\
          apiVersion: v1\nkind: Service\nmetadata: {{name: guestbook-ui}}\nspec:\n  selector: {{app: guestbook-ui}}\n  ports: [{{port: 80}}]\n---\n\
          apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: guestbook-ui}}\nspec:\n  replicas: 2\n  selector: {{matchLabels: {{app: guestbook-ui}}}}\n  template:\n    metadata: {{labels: {{app: guestbook-ui}}}}\n    spec: {{containers: [{{name: ui, image: guestbook:v1}}]}}\n"
     )
@@ -59,7 +64,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     let v1 = git.commit(
         "examples",
         "main",
-        &[("guestbook/all.yaml", Some(&manifests("blue")))],
+        &[("guestbook/all.yaml", Some(&manifests("blue", "plain")))],
         "v1",
     )?;
     let apps = scratch.path().join("apps.yaml");
@@ -129,7 +134,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     let v2 = git.commit(
         "examples",
         "main",
-        &[("guestbook/all.yaml", Some(&manifests("green")))],
+        &[("guestbook/all.yaml", Some(&manifests("green", XSS)))],
         "v2",
     )?;
     browser.goto(&format!("{base}/applications/guestbook"))?;
@@ -137,6 +142,15 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     browser.wait_text(&testid("app-sync-badge"), WAIT, |t| t.contains("OutOfSync"))?;
     browser.click(&testid("tab-diff"), WAIT)?;
     browser.wait_text(&testid("diff-object"), WAIT, |t| t.contains("color: green"))?;
+    // The markup from Git is shown as text: no element made of it, nothing run.
+    browser.wait_text(&testid("diff-object"), WAIT, |t| {
+        t.contains("note: ") && t.contains("<img src=x onerror=")
+    })?;
+    let injected = browser.execute(
+        "return [document.querySelectorAll('main img, main [onerror]').length, window.__xss === undefined]",
+        vec![],
+    )?;
+    assert_eq!(injected, json!([0, true]), "markup from Git became an element");
     browser.screenshot(&shot_dir.join("application-diff.png"))?;
     browser.click(&testid("sync-button"), WAIT)?;
     browser.click(&testid("sync-submit"), WAIT)?;

@@ -8,6 +8,9 @@ use axum::response::{IntoResponse, Response};
 include!(concat!(env!("OUT_DIR"), "/ui_assets.rs"));
 
 fn content_type(path: &str) -> &'static str {
+    if path.rsplit('/').next() == Some("LICENSE") {
+        return "text/plain; charset=utf-8";
+    }
     match path.rsplit('.').next().unwrap_or("") {
         "html" => "text/html; charset=utf-8",
         "js" | "mjs" => "text/javascript; charset=utf-8",
@@ -65,5 +68,10 @@ mod tests {
     fn the_ui_is_embedded() {
         assert!(asset("index.html").is_some(), "ui/index.html must exist");
         assert_eq!(content_type("vendor/x.module.js"), "text/javascript; charset=utf-8");
+        assert_eq!(content_type("vendor/lit-html/LICENSE"), "text/plain; charset=utf-8");
+        assert!(asset("vendor/lit-html/lit-html.js").is_some());
+        assert!(asset("vendor/lit-html/directives/repeat.js").is_some());
+        // Only the type check reads these.
+        assert!(asset("api.d.ts").is_none() && asset("tsconfig.json").is_none());
     }
 }

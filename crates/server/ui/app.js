@@ -1,53 +1,203 @@
+// @ts-check
 // Capstan web UI: a small single-page application over the JSON API (docs/server.md).
-// No framework and no build step: pages are rendered from template strings (every value escaped),
-// events are delegated, and live updates come from server-sent events.
+//
+// Every page is a lit-html template (ui/vendor/lit-html/, vendored from npm, see docs/server.md):
+// values are bound, never parsed as HTML, so text from the API cannot become markup. No HTML is
+// built from strings anywhere in the UI, and there is no inline script or style (the
+// Content-Security-Policy forbids both; crates/server/tests/ui_assets.rs checks the served files). Lists are keyed with repeat(). The state of the page lives
+// in `state`; update() renders the current page from it, and lit-html changes only the DOM whose
+// values changed. Live updates come from server-sent events. Types of the API's answers are in
+// api.d.ts, generated from the OpenAPI document; `make lint-ui` type-checks this file.
 
-const $main = document.getElementById('main');
-const $alert = document.getElementById('alert');
-const $topbar = document.getElementById('topbar');
+import { html, svg, render, nothing } from './vendor/lit-html/lit-html.js';
+import { repeat } from './vendor/lit-html/directives/repeat.js';
+
+// ---------------------------------------------------------------------------------------------
+// Types
+
+/**
+ * @typedef {import('./api').components['schemas']} Schemas
+ * @typedef {import('./api').paths} Paths
+ * @typedef {Schemas['AppSummary']} ApplicationSummary
+ * @typedef {Schemas['TreeNode']} TreeNode
+ * @typedef {Schemas['ClusterItem']} Cluster
+ * @typedef {Schemas['UserInfo']} UserInfo
+ * @typedef {Schemas['Settings']} Settings
+ * @typedef {Paths['/api/applications']['get']['responses'][200]['content']['application/json']} ApplicationList
+ * @typedef {Paths['/api/applications/{name}/tree']['get']['responses'][200]['content']['application/json']} Tree
+ * @typedef {Paths['/api/applications/{name}/diff']['get']['responses'][200]['content']['application/json']} Diff
+ * @typedef {NonNullable<Diff['objects']>[number]} DiffObject
+ * @typedef {Paths['/api/clusters']['get']['responses'][200]['content']['application/json']} ClusterList
+ */
+
+// What the OpenAPI document leaves open (`type: object`): the Application is the Kubernetes object,
+// events, history entries and ApplicationSets are described in docs/server.md. Only the fields the
+// UI reads are named.
+/**
+ * @typedef {{ type?: string, status?: string, message?: string }} Condition
+ * @typedef {{ kind?: string, name?: string, status?: string, message?: string, syncPhase?: string, syncWave?: number }} ResourceResult
+ * @typedef {{ phase?: string, message?: string, startedAt?: string, operation?: { initiatedBy?: string }, resources?: ResourceResult[] }} OperationState
+ * @typedef {{ group?: string, kind?: string, namespace?: string, name?: string, status?: string }} ResourceStatus
+ * @typedef {{ repoURL?: string, path?: string, targetRevision?: string }} Source
+ * @typedef {{
+ *   metadata: { name: string },
+ *   spec: { project?: string, source?: Source, destination?: { name?: string, server?: string, namespace?: string } },
+ *   status?: {
+ *     sync?: { status?: string, revision?: string },
+ *     health?: { status?: string },
+ *     conditions?: Condition[],
+ *     operationState?: OperationState,
+ *     resources?: ResourceStatus[],
+ *   },
+ * }} Application
+ * @typedef {{ type?: string, reason?: string, object?: string, message?: string, count?: number, lastTimestamp?: string }} EventItem
+ * @typedef {{ id: number, deployedAt?: string, revision?: string, source?: Source }} HistoryEntry
+ * @typedef {{ name: string, project?: string, generators?: string, applications?: number, conditions?: Condition[], rollingSync?: { steps?: unknown[] } | null }} AppSetSummary
+ * @typedef {{ application?: string, step?: number | string, status?: string, message?: string }} AppSetStep
+ * @typedef {{ status?: { conditions?: Condition[], applicationStatus?: AppSetStep[], resources?: { name?: string, status?: string, health?: { status?: string } }[] } }} AppSet
+ */
+
+/**
+ * Something loaded from the API: still loading (with what the last load gave, if any), loaded, or
+ * failed.
+ * @template T
+ * @typedef {{ loading: boolean, value?: T, error?: string }} Load
+ */
+
+/** @typedef {'tree' | 'diff' | 'events' | 'history'} Tab */
+/** @typedef {{ node: TreeNode, object?: unknown, error?: string }} ResourcePanel */
+/** @typedef {{ kind: 'sync' } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined }} Dialog */
+/**
+ * The page shown and what it has loaded. Loaders keep the page object they started for and drop
+ * their answer when the page has changed since.
+ * @typedef {{ page: 'login', error: string, sso: Settings['sso'] }} LoginPage
+ * @typedef {{ page: 'list', loaded: boolean }} ListPage
+ * @typedef {{
+ *   page: 'app', name: string, app: Application | null, error: string, summary: ApplicationSummary | undefined,
+ *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
+ *   history: Load<HistoryEntry[]>, dialog: Dialog | null,
+ * }} AppPage
+ * @typedef {{ page: 'appsets', items: Load<AppSetSummary[]> }} AppSetsPage
+ * @typedef {{ page: 'appset', name: string, data: Load<AppSet> }} AppSetPage
+ * @typedef {{ page: 'clusters', items: Load<Cluster[]> }} ClustersPage
+ * @typedef {{ page: 'notfound' }} NotFoundPage
+ * @typedef {LoginPage | ListPage | AppPage | AppSetsPage | AppSetPage | ClustersPage | NotFoundPage} Page
+ */
+/** @typedef {{ search: string, project: string, cluster: string, namespace: string, sync: string, health: string, label: string }} Filters */
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+/** @param {string} id */
+function byId(id) {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`#${id} missing from index.html`);
+  return el;
+}
+
+const $main = byId('main');
+const $alert = byId('alert');
+const $topbar = byId('topbar');
 
 const state = {
-  user: null,
-  csrf: null,
-  apps: new Map(), // name -> ApplicationSummary
-  listStream: null,
-  appStream: null,
+  /** @type {string | null} */ user: null,
+  /** @type {string | null} */ csrf: null,
+  /** @type {string | null} */ returnTo: null,
+  /** @type {Map<string, ApplicationSummary>} name -> summary (the stream stores a new object per change) */
+  apps: new Map(),
+  /** @type {EventSource | null} */ listStream: null,
+  /** @type {EventSource | null} */ appStream: null,
+  /** @type {Filters} */
   filters: { search: '', project: '', cluster: '', namespace: '', sync: '', health: '', label: '' },
-  page: null,
+  /** @type {Tab} the tab of the Application page, kept from one Application to the next */
+  tab: 'tree',
+  /** @type {Page | null} */ page: null,
 };
+
+/** Render the current page. */
+function update() {
+  render(state.page ? view(state.page) : nothing, $main);
+}
+
+/**
+ * Whether `page` is still the one shown.
+ * @param {Page} page
+ */
+const current = (page) => state.page === page;
+
+/**
+ * @template T
+ * @returns {Load<T>}
+ */
+const loading = () => ({ loading: true });
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-const esc = (v) => String(v ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+/** @param {string | undefined | null} sha */
 const short = (sha) => (sha || '').slice(0, 7);
+/** @type {Record<string, string>} */
 const HEALTH_ICON = { Healthy: '♥', Progressing: '◔', Degraded: '✖', Suspended: '⏸', Missing: '?', Unknown: '?' };
+/** @type {Record<string, string>} */
 const SYNC_ICON = { Synced: '✔', OutOfSync: '⟳', Unknown: '?' };
+/** @type {Record<string, string>} */
 const PHASE_ICON = { Running: '◔', Succeeded: '✔', Failed: '✖', Error: '✖' };
 
+/**
+ * @param {string | undefined} h
+ * @param {string} [testid]
+ */
 function healthBadge(h, testid) {
   const s = h || 'Unknown';
-  return `<span class="badge h-${esc(s)}" ${testid ? `data-testid="${testid}"` : ''} title="health"><span aria-hidden="true">${HEALTH_ICON[s] || '?'}</span>${esc(s)}</span>`;
+  return html`<span class="badge h-${s}" data-testid=${testid ?? nothing} title="health"><span aria-hidden="true">${HEALTH_ICON[s] || '?'}</span>${s}</span>`;
 }
+/**
+ * @param {string | undefined} s0
+ * @param {string} [testid]
+ */
 function syncBadge(s0, testid) {
   const s = s0 || 'Unknown';
-  return `<span class="badge s-${esc(s)}" ${testid ? `data-testid="${testid}"` : ''} title="sync"><span aria-hidden="true">${SYNC_ICON[s] || '?'}</span>${esc(s)}</span>`;
+  return html`<span class="badge s-${s}" data-testid=${testid ?? nothing} title="sync"><span aria-hidden="true">${SYNC_ICON[s] || '?'}</span>${s}</span>`;
 }
+/**
+ * @param {string | undefined} p
+ * @param {string} [testid]
+ */
 function phaseBadge(p, testid) {
-  if (!p) return '<span class="muted">–</span>';
-  return `<span class="badge p-${esc(p)}" ${testid ? `data-testid="${testid}"` : ''}><span aria-hidden="true">${PHASE_ICON[p] || '•'}</span>${esc(p)}</span>`;
+  if (!p) return html`<span class="muted">–</span>`;
+  return html`<span class="badge p-${p}" data-testid=${testid ?? nothing}><span aria-hidden="true">${PHASE_ICON[p] || '•'}</span>${p}</span>`;
 }
 
+/** @param {string} message */
 function showError(message) {
   $alert.textContent = message;
   $alert.hidden = !message;
 }
 
 class ApiError extends Error {
-  constructor(status, message) { super(message); this.status = status; }
+  /**
+   * @param {number} status
+   * @param {string} message
+   */
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
 }
 
+/** @param {unknown} e */
+const messageOf = (e) => (e instanceof Error ? e.message : String(e));
+
+/**
+ * A JSON request to the API. The answer's type is the caller's (`@type` on the result), from
+ * api.d.ts where the OpenAPI document describes it.
+ * @param {string} method
+ * @param {string} path
+ * @param {unknown} [body]
+ * @returns {Promise<any>}
+ */
 async function api(method, path, body) {
+  /** @type {Record<string, string>} */
   const headers = {};
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (method !== 'GET' && state.csrf) headers['X-CSRF-Token'] = state.csrf;
@@ -59,20 +209,37 @@ async function api(method, path, body) {
     throw new ApiError(401, 'not logged in');
   }
   const text = await r.text();
+  /** @type {any} */
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = text; }
   if (!r.ok) throw new ApiError(r.status, (data && data.error) || `${r.status} ${r.statusText}`);
   return data;
 }
 
-// Run an action and show its error, if any, in the alert bar.
+/**
+ * Run an action and show its error, if any, in the alert bar.
+ * @param {() => Promise<unknown>} fn
+ */
 async function act(fn) {
-  try { showError(''); await fn(); } catch (e) { if (e.status !== 401) showError(e.message); }
+  try { showError(''); await fn(); } catch (e) { if (!(e instanceof ApiError && e.status === 401)) showError(messageOf(e)); }
+}
+
+/**
+ * The named control of a form.
+ * @param {HTMLFormElement} form
+ * @param {string} name
+ */
+function field(form, name) {
+  return /** @type {HTMLInputElement} */ (form.elements.namedItem(name));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Routing
 
+/**
+ * @param {string} path
+ * @param {boolean} [replace]
+ */
 function navigate(path, replace = false) {
   if (location.pathname !== path) history[replace ? 'replaceState' : 'pushState']({}, '', path);
   route();
@@ -80,8 +247,9 @@ function navigate(path, replace = false) {
 
 window.addEventListener('popstate', () => route());
 document.addEventListener('click', (e) => {
-  const a = e.target.closest('a[data-link]');
-  if (a && !e.ctrlKey && !e.metaKey && !e.shiftKey && a.origin === location.origin) {
+  const target = e.target instanceof Element ? e.target : null;
+  const a = target && target.closest('a[data-link]');
+  if (a instanceof HTMLAnchorElement && !e.ctrlKey && !e.metaKey && !e.shiftKey && a.origin === location.origin) {
     e.preventDefault();
     navigate(a.pathname + a.search);
   }
@@ -90,9 +258,10 @@ document.addEventListener('click', (e) => {
 async function ensureUser() {
   if (state.user) return true;
   try {
+    /** @type {UserInfo} */
     const me = await api('GET', '/api/userinfo');
-    state.user = me.username;
-    state.csrf = me.csrfToken;
+    state.user = me.username ?? '';
+    state.csrf = me.csrfToken ?? null;
     return true;
   } catch { return false; }
 }
@@ -101,79 +270,113 @@ function closeAppStream() {
   if (state.appStream) { state.appStream.close(); state.appStream = null; }
 }
 
+/**
+ * Show `page`.
+ * @template {Page} P
+ * @param {P} page
+ * @returns {P}
+ */
+function show(page) {
+  state.page = page;
+  update();
+  return page;
+}
+
 async function route() {
   closeAppStream();
   showError('');
   const path = location.pathname;
-  if (path === '/login') return renderLogin();
+  if (path === '/login') return openLogin();
   if (!(await ensureUser())) return;
   $topbar.hidden = false;
-  document.getElementById('user').textContent = state.user;
+  byId('user').textContent = state.user;
   for (const a of $topbar.querySelectorAll('nav a')) {
-    a.setAttribute('aria-current', path.startsWith(a.getAttribute('href')) ? 'page' : 'false');
+    a.setAttribute('aria-current', path.startsWith(a.getAttribute('href') || '') ? 'page' : 'false');
   }
   openListStream();
   let m;
-  if (path === '/' || path === '/applications') return renderList();
-  if ((m = path.match(/^\/applications\/([a-z0-9.-]+)$/))) return renderApp(m[1]);
-  if (path === '/applicationsets') return renderAppSets();
-  if ((m = path.match(/^\/applicationsets\/([a-z0-9.-]+)$/))) return renderAppSet(m[1]);
-  if (path === '/clusters') return renderClusters();
-  $main.innerHTML = '<p class="empty">Page not found.</p>';
+  if (path === '/' || path === '/applications') return openList();
+  if ((m = path.match(/^\/applications\/([a-z0-9.-]+)$/))) return openApp(m[1]);
+  if (path === '/applicationsets') return openAppSets();
+  if ((m = path.match(/^\/applicationsets\/([a-z0-9.-]+)$/))) return openAppSet(m[1]);
+  if (path === '/clusters') return openClusters();
+  show({ page: 'notfound' });
+}
+
+/** @param {Page} page */
+function view(page) {
+  switch (page.page) {
+    case 'login': return loginView(page);
+    case 'list': return listView(page);
+    case 'app': return appView(page);
+    case 'appsets': return appSetsView(page);
+    case 'appset': return appSetView(page);
+    case 'clusters': return clustersView(page);
+    default: return html`<p class="empty">Page not found.</p>`;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Login
 
-function renderLogin() {
-  state.page = 'login';
+function openLogin() {
   $topbar.hidden = true;
   if (state.listStream) { state.listStream.close(); state.listStream = null; }
-  $main.innerHTML = `
-    <form class="login" id="login-form">
+  const ssoError = new URLSearchParams(location.search).get('sso_error');
+  /** @type {LoginPage} */
+  const page = { page: 'login', error: ssoError ? `Single sign-on failed: ${ssoError}` : '', sso: null };
+  show(page);
+  // "Log in with NAME" when the server has single sign-on configured: a plain link, since the login
+  // is a chain of top-level navigations through the provider and back to /auth/callback.
+  api('GET', '/api/settings').then((/** @type {Settings} */ settings) => {
+    if (!current(page) || !settings || !settings.sso) return;
+    page.sso = settings.sso;
+    update();
+  }, () => {});
+}
+
+/**
+ * @param {LoginPage} page
+ * @param {SubmitEvent} e
+ */
+async function submitLogin(page, e) {
+  e.preventDefault();
+  const form = /** @type {HTMLFormElement} */ (e.currentTarget);
+  page.error = '';
+  update();
+  try {
+    /** @type {UserInfo} */
+    const me = await api('POST', '/api/session', { username: field(form, 'username').value, password: field(form, 'password').value });
+    state.user = me.username ?? '';
+    state.csrf = me.csrfToken ?? null;
+    state.apps.clear();
+    navigate(state.returnTo || '/applications', true);
+    state.returnTo = null;
+  } catch (ex) {
+    if (!current(page)) return;
+    page.error = messageOf(ex);
+    update();
+  }
+}
+
+/** @param {LoginPage} page */
+function loginView(page) {
+  const back = encodeURIComponent(state.returnTo || '/applications');
+  return html`
+    <form class="login" id="login-form" @submit=${(/** @type {SubmitEvent} */ e) => submitLogin(page, e)}>
       <h1>Capstan</h1>
       <label for="login-username">Username</label>
       <input id="login-username" name="username" autocomplete="username" data-testid="login-username" required>
       <label for="login-password">Password</label>
       <input id="login-password" name="password" type="password" autocomplete="current-password" data-testid="login-password" required>
-      <p class="error" data-testid="login-error" role="alert"></p>
+      <p class="error" data-testid="login-error" role="alert">${page.error}</p>
       <button type="submit" class="primary" data-testid="login-submit">Log in</button>
-      <div class="sso" hidden></div>
+      <div class="sso" ?hidden=${!page.sso}>${page.sso ? html`<p class="muted">or</p>
+        <a class="button" data-testid="login-sso" href="${page.sso.loginPath ?? ''}?return_to=${back}">Log in with ${page.sso.name}</a>` : nothing}</div>
     </form>`;
-  const form = document.getElementById('login-form');
-  const ssoError = new URLSearchParams(location.search).get('sso_error');
-  if (ssoError) form.querySelector('.error').textContent = `Single sign-on failed: ${ssoError}`;
-  renderSsoButton(form.querySelector('.sso'));
-  form.addEventListener('submit', async (e) => {
-    e.preventDefault();
-    const err = form.querySelector('.error');
-    err.textContent = '';
-    try {
-      const me = await api('POST', '/api/session', { username: form.username.value, password: form.password.value });
-      state.user = me.username;
-      state.csrf = me.csrfToken;
-      state.apps.clear();
-      navigate(state.returnTo || '/applications', true);
-      state.returnTo = null;
-    } catch (ex) {
-      err.textContent = ex.message;
-    }
-  });
 }
 
-// "Log in with NAME" when the server has single sign-on configured: a plain link, since the login
-// is a chain of top-level navigations through the provider and back to /auth/callback.
-async function renderSsoButton(box) {
-  let settings;
-  try { settings = await api('GET', '/api/settings'); } catch { return; }
-  if (!settings || !settings.sso || state.page !== 'login') return;
-  const back = encodeURIComponent(state.returnTo || '/applications');
-  box.innerHTML = `<p class="muted">or</p>
-    <a class="button" data-testid="login-sso" href="${esc(settings.sso.loginPath)}?return_to=${back}">Log in with ${esc(settings.sso.name)}</a>`;
-  box.hidden = false;
-}
-
-document.getElementById('logout').addEventListener('click', async () => {
+byId('logout').addEventListener('click', async () => {
   try { await api('DELETE', '/api/session'); } catch { /* logged out anyway */ }
   state.user = null;
   state.csrf = null;
@@ -188,15 +391,16 @@ document.getElementById('logout').addEventListener('click', async () => {
 // list: the table's layout grows with its rows), leave the page twice the last render's time
 // before the next one, so that a burst of updates cannot keep the page busy.
 let listFrame = 0;
+/** @type {ReturnType<typeof setTimeout> | 0} */
 let listTimer = 0;
 let listNextAt = 0;
 function scheduleListRender() {
-  if (state.page !== 'list' || listFrame || listTimer) return;
+  if (!state.page || state.page.page !== 'list' || listFrame || listTimer) return;
   const frame = () => {
     listFrame = requestAnimationFrame(() => {
       listFrame = 0;
       const start = performance.now();
-      renderRows();
+      update();
       const tbody = document.getElementById('rows');
       if (tbody) void tbody.offsetHeight; // lay out now (the frame would anyway) to count its cost
       const end = performance.now();
@@ -214,10 +418,14 @@ function openListStream() {
   // Every (re)connection starts with the whole list: forget what an earlier one said.
   es.addEventListener('open', () => { state.apps.clear(); });
   es.addEventListener('application', (e) => {
+    /** @type {ApplicationSummary} */
     const s = JSON.parse(e.data);
+    if (!s.name) return;
     state.apps.set(s.name, s);
+    const page = state.page;
+    if (page && page.page === 'list') page.loaded = true;
     scheduleListRender();
-    if (state.page === 'app' && state.currentApp === s.name) state.currentSummary = s;
+    if (page && page.page === 'app' && page.name === s.name) page.summary = s;
   });
   es.addEventListener('deleted', (e) => {
     state.apps.delete(JSON.parse(e.data).name);
@@ -226,12 +434,16 @@ function openListStream() {
   state.listStream = es;
 }
 
-const uniq = (field) => [...new Set([...state.apps.values()].map((a) => a[field]).filter(Boolean))].sort();
+/** @param {'project' | 'cluster' | 'destNamespace'} f */
+const uniq = (f) => [...new Set([...state.apps.values()].map((a) => a[f] || '').filter(Boolean))].sort();
 
+/** @param {ApplicationSummary} a */
 function matches(a) {
   const f = state.filters;
-  if (f.search && !a.name.includes(f.search.toLowerCase())) return false;
-  for (const [k, field] of [['project', 'project'], ['cluster', 'cluster'], ['namespace', 'destNamespace'], ['sync', 'sync'], ['health', 'health']]) {
+  if (f.search && !(a.name || '').includes(f.search.toLowerCase())) return false;
+  /** @type {[keyof Filters, keyof ApplicationSummary][]} */
+  const fields = [['project', 'project'], ['cluster', 'cluster'], ['namespace', 'destNamespace'], ['sync', 'sync'], ['health', 'health']];
+  for (const [k, field] of fields) {
     if (f[k] && a[field] !== f[k]) return false;
   }
   if (f.label) {
@@ -242,161 +454,124 @@ function matches(a) {
   return true;
 }
 
+/** @param {Event} e */
+function onFilter(e) {
+  const el = /** @type {HTMLInputElement | HTMLSelectElement} */ (e.target);
+  const f = /** @type {keyof Filters | undefined} */ (el.dataset.filter);
+  if (f) { state.filters[f] = el.value; update(); }
+}
+
+/**
+ * @param {keyof Filters} name
+ * @param {string} label
+ * @param {string[]} values
+ */
 function select(name, label, values) {
   const cur = state.filters[name];
-  return `<label>${label}<select data-filter="${name}"><option value="">all</option>${values.map((v) => `<option ${v === cur ? 'selected' : ''}>${esc(v)}</option>`).join('')}</select></label>`;
+  return html`<label>${label}<select data-filter=${name} @input=${onFilter}><option value="" ?selected=${cur === ''}>all</option>${repeat(values, (v) => v, (v) => html`<option ?selected=${v === cur}>${v}</option>`)}</select></label>`;
 }
 
-function renderList() {
-  state.page = 'list';
-  $main.innerHTML = `
-    <h1>Applications <span class="muted" id="count"></span></h1>
-    <div class="filters" id="filters"></div>
-    <table class="apps" role="table">
-      <thead role="rowgroup"><tr role="row">${['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation'].map((h) => `<th role="columnheader">${h}</th>`).join('')}</tr></thead>
-      <tbody id="rows" role="rowgroup"><tr role="row"><td colspan="8" class="empty" role="cell">Loading…</td></tr></tbody>
-    </table>`;
-  renderFilters();
-  renderRows();
+function openList() {
+  /** @type {ListPage} */
+  const page = { page: 'list', loaded: state.apps.size > 0 };
+  show(page);
   // The stream fills the list; a plain GET covers a stream that has not delivered yet.
-  api('GET', '/api/applications').then((r) => {
-    for (const s of r.items) if (!state.apps.has(s.name)) state.apps.set(s.name, s);
-    renderFilters();
-    renderRows();
-  }).catch(() => {});
+  api('GET', '/api/applications').then((/** @type {ApplicationList} */ r) => {
+    for (const s of r.items || []) if (s.name && !state.apps.has(s.name)) state.apps.set(s.name, s);
+  }).catch(() => {}).finally(() => {
+    if (!current(page)) return;
+    page.loaded = true;
+    update();
+  });
 }
 
-function renderFilters() {
-  const box = document.getElementById('filters');
-  if (!box) return;
-  box.innerHTML = `
-    <label>Search<input type="search" data-filter="search" data-testid="app-search" value="${esc(state.filters.search)}" placeholder="name"></label>
-    ${select('project', 'Project', uniq('project'))}
-    ${select('cluster', 'Cluster', uniq('cluster'))}
-    ${select('namespace', 'Namespace', uniq('destNamespace'))}
-    ${select('sync', 'Sync', ['Synced', 'OutOfSync', 'Unknown'])}
-    ${select('health', 'Health', ['Healthy', 'Progressing', 'Degraded', 'Suspended', 'Missing', 'Unknown'])}
-    <label>Label<input data-filter="label" value="${esc(state.filters.label)}" placeholder="key=value"></label>`;
-  box.oninput = (e) => {
-    const f = e.target.dataset.filter;
-    if (f) { state.filters[f] = e.target.value; renderRows(); }
-  };
-}
-
-// Rows are kept per Application and reused for as long as its summary is the same object (the
-// stream stores a new object for every change), so a live update re-creates only the rows that
-// changed, a filter only adds and removes rows, and the rows that stay are not touched.
-const rowCache = new Map(); // name -> { summary, el }
 const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
+const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation'];
 
-function rowHtml(a) {
-  return `<tr role="row" data-testid="app-row" data-app="${esc(a.name)}">
-      <td role="cell" title="${esc(a.name)}"><a href="/applications/${esc(a.name)}" data-link data-testid="app-link">${esc(a.name)}</a></td>
-      <td role="cell">${esc(a.project)}</td>
+/** @param {ApplicationSummary} a */
+function rowView(a) {
+  const name = a.name || '';
+  const op = /** @type {OperationState | null | undefined} */ (a.operation);
+  return html`<tr role="row" data-testid="app-row" data-app=${name}>
+      <td role="cell" title=${name}><a href="/applications/${name}" data-link data-testid="app-link">${name}</a></td>
+      <td role="cell">${a.project}</td>
       <td role="cell">${syncBadge(a.sync, 'app-sync-badge')}</td>
       <td role="cell">${healthBadge(a.health, 'app-health-badge')}</td>
-      <td role="cell" class="mono">${esc(short(a.revision))}</td>
-      <td role="cell">${esc(a.cluster)}</td>
-      <td role="cell">${esc(a.destNamespace)}</td>
-      <td role="cell">${phaseBadge(a.operation && a.operation.phase)}</td>
+      <td role="cell" class="mono">${short(a.revision)}</td>
+      <td role="cell">${a.cluster}</td>
+      <td role="cell">${a.destNamespace}</td>
+      <td role="cell">${phaseBadge(op ? op.phase : undefined)}</td>
     </tr>`;
 }
 
-function renderRows() {
-  const tbody = document.getElementById('rows');
-  if (!tbody) return;
-  const all = [...state.apps.values()].sort((a, b) => byName(a.name, b.name));
+/** @param {ListPage} page */
+function listView(page) {
+  const all = [...state.apps.values()].sort((a, b) => byName(a.name || '', b.name || ''));
   const shown = all.filter(matches);
-  const count = document.getElementById('count');
-  const counted = `(${shown.length} of ${all.length})`;
-  if (count.textContent !== counted) count.textContent = counted;
-  for (const name of rowCache.keys()) if (!state.apps.has(name)) rowCache.delete(name);
-  if (!shown.length) {
-    tbody.innerHTML = `<tr role="row"><td colspan="8" class="empty" role="cell">${all.length ? 'No Application matches the filters.' : 'No Applications yet.'}</td></tr>`;
-    return;
-  }
-  // New and changed rows, parsed together.
-  const stale = shown.filter((a) => { const c = rowCache.get(a.name); return !c || c.summary !== a; });
-  if (stale.length) {
-    const parsed = document.createElement('tbody');
-    parsed.innerHTML = stale.map(rowHtml).join('');
-    const els = [...parsed.children];
-    stale.forEach((a, i) => {
-      const old = rowCache.get(a.name);
-      // A changed row on the page is replaced where it is.
-      if (old && old.el.parentNode === tbody) old.el.replaceWith(els[i]);
-      rowCache.set(a.name, { summary: a, el: els[i] });
-    });
-  }
-  // Put the shown rows in order, moving only those out of place, then drop what follows them.
-  let next = tbody.firstChild;
-  for (const a of shown) {
-    const { el } = rowCache.get(a.name);
-    if (el === next) next = next.nextSibling;
-    else tbody.insertBefore(el, next);
-  }
-  if (next) {
-    const rest = document.createRange();
-    rest.setStartBefore(next);
-    rest.setEndAfter(tbody.lastChild);
-    rest.deleteContents();
-  }
+  const f = state.filters;
+  let empty = '';
+  if (!shown.length) empty = all.length ? 'No Application matches the filters.' : page.loaded ? 'No Applications yet.' : 'Loading…';
+  return html`
+    <h1>Applications <span class="muted" id="count">(${shown.length} of ${all.length})</span></h1>
+    <div class="filters" id="filters">
+      <label>Search<input type="search" data-filter="search" data-testid="app-search" .value=${f.search} placeholder="name" @input=${onFilter}></label>
+      ${select('project', 'Project', uniq('project'))}
+      ${select('cluster', 'Cluster', uniq('cluster'))}
+      ${select('namespace', 'Namespace', uniq('destNamespace'))}
+      ${select('sync', 'Sync', ['Synced', 'OutOfSync', 'Unknown'])}
+      ${select('health', 'Health', ['Healthy', 'Progressing', 'Degraded', 'Suspended', 'Missing', 'Unknown'])}
+      <label>Label<input data-filter="label" .value=${f.label} placeholder="key=value" @input=${onFilter}></label>
+    </div>
+    <table class="apps" role="table">
+      <thead role="rowgroup"><tr role="row">${COLUMNS.map((h) => html`<th role="columnheader">${h}</th>`)}</tr></thead>
+      <tbody id="rows" role="rowgroup">${empty
+        ? html`<tr role="row"><td colspan="8" class="empty" role="cell">${empty}</td></tr>`
+        : repeat(shown, (a) => a.name, rowView)}</tbody>
+    </table>`;
 }
 
 // ---------------------------------------------------------------------------------------------
 // One Application
 
-async function renderApp(name) {
-  state.page = 'app';
-  state.currentApp = name;
-  state.tab = state.tab || 'tree';
-  state.selected = null;
-  $main.innerHTML = `<p class="empty">Loading ${esc(name)}…</p>`;
-  let app;
-  const stillHere = () => state.page === 'app' && state.currentApp === name;
+/** @param {string} name */
+async function openApp(name) {
+  /** @type {AppPage} */
+  const page = {
+    page: 'app', name, app: null, error: '', summary: undefined, tree: loading(), resource: null,
+    diff: loading(), events: loading(), history: loading(), dialog: null,
+  };
+  show(page);
   try {
-    app = await api('GET', `/api/applications/${name}`);
+    page.app = await api('GET', `/api/applications/${name}`);
   } catch (e) {
-    if (stillHere()) $main.innerHTML = `<p class="empty">${esc(e.message)}</p>`;
+    if (current(page)) { page.error = messageOf(e); update(); }
     return;
   }
-  if (!stillHere()) return;
-  state.app = app;
+  if (!current(page)) return;
   let summary = state.apps.get(name);
   if (!summary) {
-    try { summary = (await api('GET', `/api/applications?search=${encodeURIComponent(name)}`)).items.find((s) => s.name === name); } catch { /* shown without actions */ }
+    try {
+      /** @type {ApplicationList} */
+      const r = await api('GET', `/api/applications?search=${encodeURIComponent(name)}`);
+      summary = (r.items || []).find((s) => s.name === name);
+    } catch { /* shown without actions */ }
   }
-  if (!stillHere()) return;
-  state.currentSummary = summary;
-  $main.innerHTML = `
-    <div id="app-header"></div>
-    <div id="app-conditions" class="conditions"></div>
-    <div id="app-operation"></div>
-    <div class="tabs" role="tablist">
-      ${['tree', 'diff', 'events', 'history'].map((t) => `<button type="button" role="tab" data-tab="${t}" data-testid="tab-${t}" aria-selected="${state.tab === t}">${t[0].toUpperCase() + t.slice(1)}</button>`).join('')}
-    </div>
-    <div class="tabpanel" id="tabpanel" role="tabpanel"></div>
-    <div id="dialog"></div>`;
-  renderAppHeader();
-  renderTab();
-  $main.querySelector('.tabs').onclick = (e) => {
-    const t = e.target.closest('[data-tab]');
-    if (!t) return;
-    state.tab = t.dataset.tab;
-    for (const b of $main.querySelectorAll('.tabs button')) b.setAttribute('aria-selected', String(b.dataset.tab === state.tab));
-    renderTab();
-  };
+  if (!current(page)) return;
+  page.summary = summary;
+  update();
+  loadTab(page);
   const es = new EventSource(`/api/stream/applications/${name}`);
-  let lastStatus = JSON.stringify(app.status || {});
+  let lastStatus = JSON.stringify((page.app && page.app.status) || {});
   es.addEventListener('application', (e) => {
+    /** @type {Application} */
     const fresh = JSON.parse(e.data);
-    state.app = fresh;
-    renderAppHeader();
+    page.app = fresh;
+    update();
     const status = JSON.stringify(fresh.status || {});
     if (status !== lastStatus) {
       lastStatus = status;
-      if (state.tab === 'tree') throttledTree();
-      if (state.tab === 'history') renderTab();
+      if (state.tab === 'tree') throttledTree(page);
+      if (state.tab === 'history') loadHistory(page);
     }
   });
   es.addEventListener('deleted', () => { showError(`Application ${name} was deleted`); });
@@ -404,289 +579,473 @@ async function renderApp(name) {
   state.appStream = es;
 }
 
+/** @type {ReturnType<typeof setTimeout> | 0} */
 let treeTimer = 0;
 let treeLast = 0;
-function throttledTree() {
+/** @param {AppPage} page */
+function throttledTree(page) {
   const wait = Math.max(0, 1000 - (Date.now() - treeLast));
   if (treeTimer) return;
-  treeTimer = setTimeout(() => { treeTimer = 0; treeLast = Date.now(); if (state.tab === 'tree') loadTree(); }, wait);
+  treeTimer = setTimeout(() => { treeTimer = 0; treeLast = Date.now(); if (current(page) && state.tab === 'tree') loadTree(page); }, wait);
 }
 
-function canSync() {
-  return !!(state.currentSummary && state.currentSummary.permissions && state.currentSummary.permissions.sync);
+/** @param {AppPage} page */
+function canSync(page) {
+  return !!(page.summary && page.summary.permissions && page.summary.permissions.sync);
 }
 
-function renderAppHeader() {
-  const app = state.app;
+/**
+ * @param {AppPage} page
+ * @param {Tab} tab
+ */
+function selectTab(page, tab) {
+  state.tab = tab;
+  if (tab === 'tree') page.resource = null;
+  update();
+  loadTab(page);
+}
+
+/** @param {AppPage} page */
+function loadTab(page) {
+  if (state.tab === 'tree') loadTree(page);
+  if (state.tab === 'diff') loadDiff(page);
+  if (state.tab === 'events') loadEvents(page);
+  if (state.tab === 'history') loadHistory(page);
+}
+
+/** @param {AppPage} page */
+function appView(page) {
+  const app = page.app;
+  if (!app) return html`<p class="empty">${page.error || `Loading ${page.name}…`}</p>`;
+  /** @type {Tab[]} */
+  const tabs = ['tree', 'diff', 'events', 'history'];
+  const st = app.status || {};
+  const op = st.operationState;
+  return html`
+    <div id="app-header">${appHeader(page, app)}</div>
+    <div id="app-conditions" class="conditions">${repeat(st.conditions || [], (c) => c.type, (c) => html`<div class="condition"><strong>${c.type}</strong>: ${c.message}</div>`)}</div>
+    <div id="app-operation">${op ? operationView(op) : nothing}</div>
+    <div class="tabs" role="tablist">
+      ${tabs.map((t) => html`<button type="button" role="tab" data-tab=${t} data-testid="tab-${t}" aria-selected=${String(state.tab === t)} @click=${() => selectTab(page, t)}>${t[0].toUpperCase() + t.slice(1)}</button>`)}
+    </div>
+    <div class="tabpanel" id="tabpanel" role="tabpanel">${tabView(page, app)}</div>
+    <div id="dialog">${page.dialog ? dialogView(page, page.dialog) : nothing}</div>`;
+}
+
+/**
+ * @param {AppPage} page
+ * @param {Application} app
+ */
+function appHeader(page, app) {
   const st = app.status || {};
   const src = app.spec.source || {};
   const dst = app.spec.destination || {};
   const op = st.operationState;
   const running = op && op.phase === 'Running';
-  document.getElementById('app-header').innerHTML = `
+  const name = app.metadata.name;
+  return html`
     <div class="header">
-      <h1 data-testid="app-title">${esc(app.metadata.name)}</h1>
+      <h1 data-testid="app-title">${name}</h1>
       ${syncBadge(st.sync && st.sync.status, 'app-sync-badge')}
       ${healthBadge(st.health && st.health.status, 'app-health-badge')}
       <dl class="facts">
-        <dt>Revision</dt><dd class="mono">${esc(short(st.sync && st.sync.revision))} <span class="muted">(${esc(src.targetRevision || 'HEAD')})</span></dd>
-        <dt>Source</dt><dd class="mono">${esc(src.repoURL)} ${esc(src.path)}</dd>
-        <dt>Destination</dt><dd>${esc(dst.name || dst.server)} / ${esc(dst.namespace)}</dd>
-        <dt>Project</dt><dd>${esc(app.spec.project || 'default')}</dd>
+        <dt>Revision</dt><dd class="mono">${short(st.sync && st.sync.revision)} <span class="muted">(${src.targetRevision || 'HEAD'})</span></dd>
+        <dt>Source</dt><dd class="mono">${src.repoURL} ${src.path}</dd>
+        <dt>Destination</dt><dd>${dst.name || dst.server} / ${dst.namespace}</dd>
+        <dt>Project</dt><dd>${app.spec.project || 'default'}</dd>
       </dl>
       <div class="actions">
-        ${canSync() ? `<button type="button" class="primary" id="sync-button" data-testid="sync-button">Sync</button>
-        <button type="button" id="refresh-button" data-testid="refresh-button">Refresh</button>
-        ${running ? '<button type="button" class="danger" id="terminate-button" data-testid="terminate-button">Terminate</button>' : ''}` : ''}
+        ${canSync(page) ? html`<button type="button" class="primary" id="sync-button" data-testid="sync-button" @click=${() => { page.dialog = { kind: 'sync' }; update(); }}>Sync</button>
+        <button type="button" id="refresh-button" data-testid="refresh-button" @click=${() => act(() => api('POST', `/api/applications/${name}/refresh`, { hard: false }))}>Refresh</button>
+        ${running ? html`<button type="button" class="danger" id="terminate-button" data-testid="terminate-button" @click=${() => act(() => api('DELETE', `/api/applications/${name}/operation`))}>Terminate</button>` : nothing}` : nothing}
       </div>
     </div>`;
-  const conds = st.conditions || [];
-  document.getElementById('app-conditions').innerHTML = conds.map((c) => `<div class="condition"><strong>${esc(c.type)}</strong>: ${esc(c.message)}</div>`).join('');
-  document.getElementById('app-operation').innerHTML = op ? renderOperation(op) : '';
-  const sync = document.getElementById('sync-button');
-  if (sync) sync.onclick = openSyncDialog;
-  const refresh = document.getElementById('refresh-button');
-  if (refresh) refresh.onclick = () => act(() => api('POST', `/api/applications/${app.metadata.name}/refresh`, { hard: false }));
-  const term = document.getElementById('terminate-button');
-  if (term) term.onclick = () => act(() => api('DELETE', `/api/applications/${app.metadata.name}/operation`));
 }
 
-function renderOperation(op) {
+/** @param {OperationState} op */
+function operationView(op) {
+  /** @type {Map<string, ResourceResult[]>} */
   const groups = new Map();
   for (const r of op.resources || []) {
     const key = `${r.syncPhase || 'Sync'} · wave ${r.syncWave || 0}`;
-    if (!groups.has(key)) groups.set(key, []);
-    groups.get(key).push(r);
+    const group = groups.get(key);
+    if (group) group.push(r); else groups.set(key, [r]);
   }
-  const who = op.operation && op.operation.initiatedBy ? ` by ${esc(op.operation.initiatedBy)}` : '';
-  return `<div class="operation">
-    <strong>Operation</strong> ${phaseBadge(op.phase, 'operation-phase')} <span class="muted">${esc(op.startedAt)}${who}</span>
-    <div>${esc(op.message)}</div>
-    ${[...groups.entries()].map(([k, rs]) => `<div><em>${esc(k)}</em><ul>${rs.map((r) => `<li>${esc(r.kind)}/${esc(r.name)}: ${esc(r.status)}${r.message ? ` — ${esc(r.message)}` : ''}</li>`).join('')}</ul></div>`).join('')}
+  const who = op.operation && op.operation.initiatedBy ? ` by ${op.operation.initiatedBy}` : '';
+  return html`<div class="operation">
+    <strong>Operation</strong> ${phaseBadge(op.phase, 'operation-phase')} <span class="muted">${op.startedAt}${who}</span>
+    <div>${op.message}</div>
+    ${repeat(groups.entries(), ([k]) => k, ([k, rs]) => html`<div><em>${k}</em><ul>${rs.map((r) => html`<li>${r.kind}/${r.name}: ${r.status}${r.message ? ` — ${r.message}` : ''}</li>`)}</ul></div>`)}
   </div>`;
 }
 
-function renderTab() {
-  const panel = document.getElementById('tabpanel');
-  if (!panel) return;
-  if (state.tab === 'tree') { panel.innerHTML = '<div class="treewrap"><div class="svgbox" id="svgbox"><p class="muted">Loading the tree…</p></div><div class="panel" id="resource-panel" data-testid="resource-panel" hidden></div></div>'; loadTree(); }
-  if (state.tab === 'diff') loadDiff(panel);
-  if (state.tab === 'events') loadEvents(panel);
-  if (state.tab === 'history') loadHistory(panel);
+/**
+ * @param {AppPage} page
+ * @param {Application} app
+ */
+function tabView(page, app) {
+  switch (state.tab) {
+    case 'tree': return html`<div class="treewrap">
+        <div class="svgbox" id="svgbox">${page.tree.value ? treeView(page, app, page.tree.value) : html`<p class="muted">Loading the tree…</p>`}</div>
+        <div class="panel" id="resource-panel" data-testid="resource-panel" ?hidden=${!page.resource}>${page.resource ? resourceView(page.resource) : nothing}</div>
+      </div>`;
+    case 'diff': return diffView(page.diff);
+    case 'events': return eventsView(page.events);
+    case 'history': return historyView(page, page.history);
+    default: return nothing;
+  }
 }
 
 // ----- tree
 
-async function loadTree() {
-  const name = state.currentApp;
-  let nodes;
-  try { nodes = (await api('GET', `/api/applications/${name}/tree`)).nodes; } catch (e) { showError(e.message); return; }
-  const box = document.getElementById('svgbox');
-  if (!box || state.currentApp !== name) return;
-  box.innerHTML = drawTree(state.app, nodes);
-  box.onclick = (e) => {
-    const g = e.target.closest('[data-testid="tree-node"]');
-    if (g && g.dataset.id !== 'root') openResource(nodes.find((n) => n.id === g.dataset.id));
-  };
-  box.onkeydown = (e) => { if (e.key === 'Enter') box.onclick(e); };
+/** @param {AppPage} page */
+async function loadTree(page) {
+  page.tree = { ...page.tree, loading: true };
+  try {
+    /** @type {Tree} */
+    const t = await api('GET', `/api/applications/${page.name}/tree`);
+    page.tree = { loading: false, value: t.nodes || [] };
+  } catch (e) {
+    if (current(page)) showError(messageOf(e));
+    return;
+  }
+  if (current(page)) update();
 }
 
 const NODE_W = 230; const NODE_H = 46; const COL_GAP = 60; const ROW_GAP = 12;
+/** @type {Record<string, string>} */
 const HEALTH_COLOUR = { Healthy: '#1e7b34', Progressing: '#1a5fb4', Degraded: '#b42318', Suspended: '#6b7280', Missing: '#a15c07', Unknown: '#6b7280' };
 
-// Columns by depth, rows by the order of leaves (each parent centred on its children).
-function drawTree(app, nodes) {
+/**
+ * Columns by depth, rows by the order of leaves (each parent centred on its children).
+ * @param {AppPage} page
+ * @param {Application} app
+ * @param {TreeNode[]} nodes
+ */
+function treeView(page, app, nodes) {
+  /** @type {Map<string, TreeNode[]>} */
   const children = new Map();
-  const root = { id: 'root', kind: 'Application', name: app.metadata.name, health: (app.status && app.status.health && app.status.health.status) || 'Unknown', sync: (app.status && app.status.sync && app.status.sync.status) || '' };
-  const byId = new Map(nodes.map((n) => [n.id, n]));
+  const st = app.status || {};
+  /** @type {TreeNode} */
+  const root = {
+    id: 'root', group: 'capstan.dev', version: 'v1alpha1', kind: 'Application', namespace: '',
+    name: app.metadata.name, health: (st.health && st.health.status) || 'Unknown', healthMessage: '',
+    sync: (st.sync && st.sync.status) || '', requiresPruning: false, wave: 0,
+  };
+  const ids = new Set(nodes.map((n) => n.id));
   for (const n of nodes) {
-    const p = n.parentId && byId.has(n.parentId) ? n.parentId : 'root';
-    if (!children.has(p)) children.set(p, []);
-    children.get(p).push(n);
+    const p = n.parentId && ids.has(n.parentId) ? n.parentId : 'root';
+    const list = children.get(p);
+    if (list) list.push(n); else children.set(p, [n]);
   }
-  for (const list of children.values()) list.sort((a, b) => (a.wave - b.wave) || a.kind.localeCompare(b.kind) || a.name.localeCompare(b.name));
+  for (const list of children.values()) {
+    list.sort((a, b) => ((a.wave || 0) - (b.wave || 0)) || (a.kind || '').localeCompare(b.kind || '') || (a.name || '').localeCompare(b.name || ''));
+  }
+  /** @type {Map<string, { x: number, y: number, n: TreeNode }>} */
   const pos = new Map();
   let row = 0;
+  /**
+   * @param {TreeNode} n
+   * @param {number} depth
+   * @returns {number}
+   */
   const place = (n, depth) => {
-    const kids = children.get(n.id) || [];
+    const kids = children.get(n.id || '') || [];
     let y;
     if (!kids.length) { y = row; row += 1; } else {
       const ys = kids.map((k) => place(k, depth + 1));
       y = (ys[0] + ys[ys.length - 1]) / 2;
     }
-    pos.set(n.id, { x: depth * (NODE_W + COL_GAP) + 10, y: y * (NODE_H + ROW_GAP) + 10, n });
+    pos.set(n.id || '', { x: depth * (NODE_W + COL_GAP) + 10, y: y * (NODE_H + ROW_GAP) + 10, n });
     return y;
   };
   place(root, 0);
-  const depth = Math.max(...[...pos.values()].map((p) => p.x)) + NODE_W + 20;
+  const width = Math.max(...[...pos.values()].map((p) => p.x)) + NODE_W + 20;
   const height = Math.max(row, 1) * (NODE_H + ROW_GAP) + 20;
-  let edges = '';
+  /** @type {{ id: string, d: string }[]} */
+  const edges = [];
   for (const [pid, kids] of children) {
     const p = pos.get(pid);
+    if (!p) continue;
     for (const k of kids) {
-      const c = pos.get(k.id);
+      const c = pos.get(k.id || '');
+      if (!c) continue;
       const x1 = p.x + NODE_W; const y1 = p.y + NODE_H / 2; const x2 = c.x; const y2 = c.y + NODE_H / 2; const mx = (x1 + x2) / 2;
-      edges += `<path class="edge" d="M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}"/>`;
+      edges.push({ id: `${pid}>${k.id}`, d: `M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}` });
     }
   }
-  const boxes = [...pos.values()].map(({ x, y, n }) => {
-    const colour = HEALTH_COLOUR[n.health] || HEALTH_COLOUR.Unknown;
-    const label = n.name.length > 24 ? `${n.name.slice(0, 23)}…` : n.name;
+  /** @param {TreeNode} n */
+  const open = (n) => { if (n.id !== 'root') openResource(page, n); };
+  /** @param {{ x: number, y: number, n: TreeNode }} p */
+  const box = ({ x, y, n }) => {
+    const colour = HEALTH_COLOUR[n.health || ''] || HEALTH_COLOUR.Unknown;
+    const name = n.name || '';
+    const label = name.length > 24 ? `${name.slice(0, 23)}…` : name;
     const sync = n.sync ? ` · ${SYNC_ICON[n.sync] || ''} ${n.sync}` : '';
-    return `<g class="node" data-testid="tree-node" data-id="${esc(n.id)}" data-kind="${esc(n.kind)}" data-name="${esc(n.name)}" tabindex="0" role="button" aria-label="${esc(n.kind)} ${esc(n.name)}: ${esc(n.health || 'Unknown')}${esc(sync)}">
-      <rect x="${x}" y="${y}" width="${NODE_W}" height="${NODE_H}" rx="5" stroke="${colour}"/>
-      <rect x="${x}" y="${y}" width="6" height="${NODE_H}" fill="${colour}" stroke="none"/>
-      <text x="${x + 14}" y="${y + 18}"><tspan font-weight="600">${esc(n.kind)}</tspan> ${esc(label)}</text>
-      <text x="${x + 14}" y="${y + 36}" fill="${colour}">${HEALTH_ICON[n.health] || '?'} ${esc(n.health || 'Unknown')}${esc(sync)}${n.requiresPruning ? ' · prune' : ''}</text>
+    return svg`<g class="node" data-testid="tree-node" data-id=${n.id || ''} data-kind=${n.kind || ''} data-name=${name} tabindex="0" role="button"
+        aria-label="${n.kind} ${name}: ${n.health || 'Unknown'}${sync}"
+        @click=${() => open(n)} @keydown=${(/** @type {KeyboardEvent} */ e) => { if (e.key === 'Enter') open(n); }}>
+      <rect x=${x} y=${y} width=${NODE_W} height=${NODE_H} rx="5" stroke=${colour}/>
+      <rect x=${x} y=${y} width="6" height=${NODE_H} fill=${colour} stroke="none"/>
+      <text x=${x + 14} y=${y + 18}><tspan font-weight="600">${n.kind}</tspan> ${label}</text>
+      <text x=${x + 14} y=${y + 36} fill=${colour}>${HEALTH_ICON[n.health || ''] || '?'} ${n.health || 'Unknown'}${sync}${n.requiresPruning ? ' · prune' : ''}</text>
     </g>`;
-  }).join('');
-  return `<svg class="tree" data-testid="tree-svg" width="${depth}" height="${height}" role="img" aria-label="Resource tree">${edges}${boxes}</svg>`;
+  };
+  return html`<svg class="tree" data-testid="tree-svg" width=${width} height=${height} role="img" aria-label="Resource tree">${repeat(edges, (e) => e.id, (e) => svg`<path class="edge" d=${e.d}/>`)}${repeat(pos.values(), (p) => p.n.id, box)}</svg>`;
 }
 
-async function openResource(n) {
-  if (!n) return;
-  const panel = document.getElementById('resource-panel');
-  panel.hidden = false;
-  panel.innerHTML = `<h2>${esc(n.kind)} ${esc(n.name)}</h2><p class="muted">Loading…</p>`;
-  const q = new URLSearchParams({ group: n.group, version: n.version, kind: n.kind, namespace: n.namespace, name: n.name });
+/**
+ * @param {AppPage} page
+ * @param {TreeNode} n
+ */
+async function openResource(page, n) {
+  /** @type {ResourcePanel} */
+  const panel = { node: n };
+  page.resource = panel;
+  update();
+  const q = new URLSearchParams({ group: n.group || '', version: n.version || '', kind: n.kind || '', namespace: n.namespace || '', name: n.name || '' });
   try {
-    const obj = await api('GET', `/api/applications/${state.currentApp}/resource?${q}`);
-    panel.innerHTML = `<h2>${esc(n.kind)} ${esc(n.name)}</h2>
-      <p>${healthBadge(n.health)} ${n.sync ? syncBadge(n.sync) : ''}</p>
-      ${n.healthMessage ? `<p>${esc(n.healthMessage)}</p>` : ''}
-      <pre class="mono">${esc(JSON.stringify(obj, null, 2))}</pre>`;
+    panel.object = await api('GET', `/api/applications/${page.name}/resource?${q}`);
   } catch (e) {
-    panel.innerHTML = `<h2>${esc(n.kind)} ${esc(n.name)}</h2><p>${esc(e.message)}</p>`;
+    panel.error = messageOf(e);
   }
+  if (current(page) && page.resource === panel) update();
+}
+
+/** @param {ResourcePanel} panel */
+function resourceView(panel) {
+  const n = panel.node;
+  const title = html`<h2>${n.kind} ${n.name}</h2>`;
+  if (panel.error) return html`${title}<p>${panel.error}</p>`;
+  if (panel.object === undefined) return html`${title}<p class="muted">Loading…</p>`;
+  return html`${title}
+    <p>${healthBadge(n.health)} ${n.sync ? syncBadge(n.sync) : nothing}</p>
+    ${n.healthMessage ? html`<p>${n.healthMessage}</p>` : nothing}
+    <pre class="mono">${JSON.stringify(panel.object, null, 2)}</pre>`;
 }
 
 // ----- diff, events, history
 
-async function loadDiff(panel) {
-  panel.innerHTML = '<p class="muted">Comparing with Git…</p>';
+/**
+ * Load into `page[key]`, keeping what an earlier load gave while this one runs.
+ * @template {'diff' | 'events' | 'history'} K
+ * @param {AppPage} page
+ * @param {K} key
+ * @param {() => Promise<NonNullable<AppPage[K]['value']>>} get
+ */
+async function loadInto(page, key, get) {
+  const before = /** @type {Load<unknown>} */ (page[key]);
+  /** @type {Load<unknown>} */
+  let next = { loading: true, value: before.value };
+  page[key] = /** @type {AppPage[K]} */ (next);
+  if (!before.value) update();
   try {
-    const d = await api('GET', `/api/applications/${state.currentApp}/diff`);
-    if (!d.objects.length) { panel.innerHTML = `<p class="empty">No differences at ${esc(short(d.revision))}.</p>`; return; }
-    panel.innerHTML = d.objects.map((o) => `
+    next = { loading: false, value: await get() };
+  } catch (e) {
+    next = { loading: false, error: messageOf(e) };
+  }
+  page[key] = /** @type {AppPage[K]} */ (next);
+  if (current(page) && state.tab === key) update();
+}
+
+/** @param {AppPage} page */
+function loadDiff(page) {
+  page.diff = loading();
+  return loadInto(page, 'diff', () => api('GET', `/api/applications/${page.name}/diff`));
+}
+
+/** @param {AppPage} page */
+function loadEvents(page) {
+  page.events = loading();
+  return loadInto(page, 'events', async () => (await api('GET', `/api/applications/${page.name}/events`)).items || []);
+}
+
+/** @param {AppPage} page */
+function loadHistory(page) {
+  return loadInto(page, 'history', async () => (await api('GET', `/api/applications/${page.name}/history`)).items || []);
+}
+
+/** @param {string} l */
+const lineClass = (l) => (l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx');
+
+/** @param {Load<Diff>} d */
+function diffView(d) {
+  if (d.error) return html`<p class="empty">${d.error}</p>`;
+  if (!d.value) return html`<p class="muted">Comparing with Git…</p>`;
+  const objects = d.value.objects || [];
+  if (!objects.length) return html`<p class="empty">No differences at ${short(d.value.revision)}.</p>`;
+  return repeat(objects, (o) => `${o.group}/${o.kind}/${o.namespace}/${o.name}`, (o) => html`
       <div data-testid="diff-object">
-        <h2>${esc(o.kind)} ${esc(o.namespace ? `${o.namespace}/` : '')}${esc(o.name)} <span class="badge s-OutOfSync">${esc(o.status)}</span></h2>
-        <div class="diff">${o.diff.split('\n').map((l) => `<span class="${l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx'}">${esc(l) || ' '}</span>`).join('')}</div>
-      </div>`).join('');
-  } catch (e) { panel.innerHTML = `<p class="empty">${esc(e.message)}</p>`; }
+        <h2>${o.kind} ${o.namespace ? `${o.namespace}/` : ''}${o.name} <span class="badge s-OutOfSync">${o.status}</span></h2>
+        <div class="diff">${(o.diff || '').split('\n').map((l) => html`<span class=${lineClass(l)}>${l || ' '}</span>`)}</div>
+      </div>`);
 }
 
-async function loadEvents(panel) {
-  panel.innerHTML = '<p class="muted">Loading events…</p>';
-  try {
-    const ev = await api('GET', `/api/applications/${state.currentApp}/events`);
-    panel.innerHTML = ev.items.length ? `<table><thead><tr><th>Type</th><th>Reason</th><th>Object</th><th>Message</th><th>Count</th><th>Last seen</th></tr></thead><tbody>
-      ${ev.items.map((e) => `<tr><td>${e.type === 'Warning' ? '⚠ ' : ''}${esc(e.type)}</td><td>${esc(e.reason)}</td><td>${esc(e.object)}</td><td>${esc(e.message)}</td><td>${esc(e.count)}</td><td>${esc(e.lastTimestamp)}</td></tr>`).join('')}
-      </tbody></table>` : '<p class="empty">No events.</p>';
-  } catch (e) { panel.innerHTML = `<p class="empty">${esc(e.message)}</p>`; }
+/** @param {Load<EventItem[]>} ev */
+function eventsView(ev) {
+  if (ev.error) return html`<p class="empty">${ev.error}</p>`;
+  if (!ev.value) return html`<p class="muted">Loading events…</p>`;
+  if (!ev.value.length) return html`<p class="empty">No events.</p>`;
+  return html`<table><thead><tr><th>Type</th><th>Reason</th><th>Object</th><th>Message</th><th>Count</th><th>Last seen</th></tr></thead><tbody>
+      ${ev.value.map((e) => html`<tr><td>${e.type === 'Warning' ? '⚠ ' : ''}${e.type}</td><td>${e.reason}</td><td>${e.object}</td><td>${e.message}</td><td>${e.count}</td><td>${e.lastTimestamp}</td></tr>`)}
+    </tbody></table>`;
 }
 
-async function loadHistory(panel) {
-  try {
-    const h = await api('GET', `/api/applications/${state.currentApp}/history`);
-    if (state.tab !== 'history') return;
-    panel.innerHTML = h.items.length ? `<table><thead><tr><th>ID</th><th>Deployed at</th><th>Revision</th><th>Path</th><th></th></tr></thead><tbody>
-      ${h.items.map((e) => `<tr data-testid="history-row" data-id="${esc(e.id)}"><td>${esc(e.id)}</td><td>${esc(e.deployedAt)}</td><td class="mono">${esc(short(e.revision))}</td><td class="mono">${esc(e.source && e.source.path)}</td>
-        <td>${canSync() ? `<button type="button" data-rollback="${esc(e.id)}" data-testid="rollback-button">Rollback</button>` : ''}</td></tr>`).join('')}
-      </tbody></table>` : '<p class="empty">No syncs yet.</p>';
-    panel.onclick = (e) => {
-      const b = e.target.closest('[data-rollback]');
-      if (b) openRollbackDialog(Number(b.dataset.rollback), h.items.find((x) => String(x.id) === b.dataset.rollback));
-    };
-  } catch (e) { panel.innerHTML = `<p class="empty">${esc(e.message)}</p>`; }
+/**
+ * @param {AppPage} page
+ * @param {Load<HistoryEntry[]>} h
+ */
+function historyView(page, h) {
+  if (h.error) return html`<p class="empty">${h.error}</p>`;
+  if (!h.value) return nothing;
+  if (!h.value.length) return html`<p class="empty">No syncs yet.</p>`;
+  return html`<table><thead><tr><th>ID</th><th>Deployed at</th><th>Revision</th><th>Path</th><th></th></tr></thead><tbody>
+      ${repeat(h.value, (e) => e.id, (e) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${e.deployedAt}</td><td class="mono">${short(e.revision)}</td><td class="mono">${e.source && e.source.path}</td>
+        <td>${canSync(page) ? html`<button type="button" data-testid="rollback-button" @click=${() => { page.dialog = { kind: 'rollback', id: e.id, entry: e }; update(); }}>Rollback</button>` : nothing}</td></tr>`)}
+    </tbody></table>`;
 }
 
 // ----- dialogs
 
-function dialog(html, onSubmit) {
-  const host = document.getElementById('dialog');
-  host.innerHTML = `<div class="dialog" role="dialog" aria-modal="true"><div><form id="dialog-form">${html}</form></div></div>`;
-  const form = document.getElementById('dialog-form');
-  form.querySelector('[data-cancel]').onclick = () => { host.innerHTML = ''; };
-  form.onsubmit = async (e) => {
+/**
+ * @param {AppPage} page
+ * @param {Dialog} d
+ */
+function dialogView(page, d) {
+  const close = () => { page.dialog = null; update(); };
+  /** @param {(form: HTMLFormElement) => Promise<unknown>} run */
+  const submit = (run) => async (/** @type {SubmitEvent} */ e) => {
     e.preventDefault();
-    await act(async () => { await onSubmit(form); host.innerHTML = ''; });
+    const form = /** @type {HTMLFormElement} */ (e.currentTarget);
+    await act(async () => { await run(form); if (page.dialog === d) close(); });
   };
-}
-
-function openSyncDialog() {
-  const resources = (state.app.status && state.app.status.resources) || [];
-  dialog(`
-    <h2>Sync ${esc(state.currentApp)}</h2>
-    <div class="row"><label><input type="checkbox" name="prune" data-testid="sync-prune"> Prune (delete tracked objects no longer in Git)</label></div>
-    <div class="row"><label><input type="checkbox" name="dryRun" data-testid="sync-dry-run"> Dry run</label></div>
-    <div class="row">Only these objects (none checked: all)
-      <div class="reslist">${resources.map((r) => {
-        const key = `${r.group}/${r.kind}/${r.namespace}/${r.name}`;
-        return `<div><label><input type="checkbox" name="resource" value="${esc(key)}"> ${esc(r.kind)}/${esc(r.name)} ${syncBadge(r.status)}</label></div>`;
-      }).join('') || '<span class="muted">No objects yet.</span>'}</div></div>
-    <div class="buttons"><button type="button" data-cancel>Cancel</button><button type="submit" class="primary" data-testid="sync-submit">Synchronize</button></div>`,
-  async (form) => {
-    const selected = [...form.querySelectorAll('input[name=resource]:checked')].map((i) => i.value);
-    await api('POST', `/api/applications/${state.currentApp}/sync`, { prune: form.prune.checked, dryRun: form.dryRun.checked, resources: selected });
-  });
-}
-
-function openRollbackDialog(id, entry) {
-  dialog(`
-    <h2>Roll back ${esc(state.currentApp)}</h2>
-    <p>Sync history entry ${esc(id)}: revision <span class="mono">${esc(short(entry && entry.revision))}</span>, path <span class="mono">${esc(entry && entry.source && entry.source.path)}</span>.</p>
-    <div class="row"><label><input type="checkbox" name="prune"> Prune objects not in that revision</label></div>
-    <div class="buttons"><button type="button" data-cancel>Cancel</button><button type="submit" class="primary" data-testid="rollback-confirm">Roll back</button></div>`,
-  async (form) => {
-    await api('POST', `/api/applications/${state.currentApp}/rollback`, { id, prune: form.prune.checked });
-  });
+  const buttons = (/** @type {string} */ testid, /** @type {string} */ label) => html`<div class="buttons"><button type="button" data-cancel @click=${close}>Cancel</button><button type="submit" class="primary" data-testid=${testid}>${label}</button></div>`;
+  const name = page.name;
+  let body;
+  if (d.kind === 'sync') {
+    const resources = (page.app && page.app.status && page.app.status.resources) || [];
+    body = html`<form id="dialog-form" @submit=${submit(async (form) => {
+      const selected = [...form.querySelectorAll('input[name=resource]:checked')].map((i) => /** @type {HTMLInputElement} */ (i).value);
+      await api('POST', `/api/applications/${name}/sync`, { prune: field(form, 'prune').checked, dryRun: field(form, 'dryRun').checked, resources: selected });
+    })}>
+      <h2>Sync ${name}</h2>
+      <div class="row"><label><input type="checkbox" name="prune" data-testid="sync-prune"> Prune (delete tracked objects no longer in Git)</label></div>
+      <div class="row"><label><input type="checkbox" name="dryRun" data-testid="sync-dry-run"> Dry run</label></div>
+      <div class="row">Only these objects (none checked: all)
+        <div class="reslist">${resources.length ? repeat(resources, (r) => `${r.group}/${r.kind}/${r.namespace}/${r.name}`, (r) => html`<div><label><input type="checkbox" name="resource" value="${r.group}/${r.kind}/${r.namespace}/${r.name}"> ${r.kind}/${r.name} ${syncBadge(r.status)}</label></div>`)
+          : html`<span class="muted">No objects yet.</span>`}</div></div>
+      ${buttons('sync-submit', 'Synchronize')}
+    </form>`;
+  } else {
+    const entry = d.entry;
+    body = html`<form id="dialog-form" @submit=${submit((form) => api('POST', `/api/applications/${name}/rollback`, { id: d.id, prune: field(form, 'prune').checked }))}>
+      <h2>Roll back ${name}</h2>
+      <p>Sync history entry ${d.id}: revision <span class="mono">${short(entry && entry.revision)}</span>, path <span class="mono">${entry && entry.source && entry.source.path}</span>.</p>
+      <div class="row"><label><input type="checkbox" name="prune"> Prune objects not in that revision</label></div>
+      ${buttons('rollback-confirm', 'Roll back')}
+    </form>`;
+  }
+  return html`<div class="dialog" role="dialog" aria-modal="true"><div>${body}</div></div>`;
 }
 
 // ---------------------------------------------------------------------------------------------
 // ApplicationSets and clusters
 
-async function renderAppSets() {
-  state.page = 'appsets';
-  $main.innerHTML = '<h1>ApplicationSets</h1><p class="muted">Loading…</p>';
+/**
+ * @template T
+ * @param {Page} page
+ * @param {(value: T | undefined, error: string | undefined) => void} set
+ * @param {string} path
+ * @param {(answer: any) => T} pick
+ */
+async function loadPage(page, set, path, pick) {
   try {
-    const r = await api('GET', '/api/applicationsets');
-    $main.innerHTML = `<h1>ApplicationSets</h1>${r.items.length ? `<table><thead><tr><th>Name</th><th>Project</th><th>Generators</th><th>Applications</th><th>Conditions</th><th>Rollout</th></tr></thead><tbody>
-      ${r.items.map((s) => `<tr data-testid="appset-row" data-appset="${esc(s.name)}"><td><a href="/applicationsets/${esc(s.name)}" data-link>${esc(s.name)}</a></td><td>${esc(s.project)}</td><td>${esc(s.generators)}</td><td>${esc(s.applications)}</td>
-        <td>${(s.conditions || []).map((c) => `<div>${c.status === 'True' ? '✔' : '✖'} ${esc(c.type)}${c.message ? `: ${esc(c.message)}` : ''}</div>`).join('')}</td>
-        <td>${s.rollingSync ? `${(s.rollingSync.steps || []).length} steps` : '<span class="muted">all at once</span>'}</td></tr>`).join('')}
-      </tbody></table>` : '<p class="empty">No ApplicationSets.</p>'}`;
-  } catch (e) { showError(e.message); }
+    const value = pick(await api('GET', path));
+    if (!current(page)) return;
+    set(value, undefined);
+  } catch (e) {
+    if (!current(page)) return;
+    set(undefined, messageOf(e));
+  }
+  update();
 }
 
-async function renderAppSet(name) {
-  state.page = 'appset';
-  try {
-    const s = await api('GET', `/api/applicationsets/${name}`);
-    const st = s.status || {};
-    const steps = st.applicationStatus || [];
-    $main.innerHTML = `<h1>ApplicationSet ${esc(name)}</h1>
-      <div class="conditions">${(st.conditions || []).map((c) => `<div class="notice">${c.status === 'True' ? '✔' : '✖'} <strong>${esc(c.type)}</strong> ${esc(c.message || '')}</div>`).join('')}</div>
-      <h2>Generated Applications</h2>
-      <table><thead><tr><th>Application</th><th>Sync</th><th>Health</th><th>Rollout step</th><th>Rollout status</th><th>Message</th></tr></thead><tbody>
-      ${(st.resources || []).map((r) => {
-        const step = steps.find((x) => x.application === r.name) || {};
-        return `<tr><td><a href="/applications/${esc(r.name)}" data-link>${esc(r.name)}</a></td><td>${syncBadge(r.status)}</td><td>${healthBadge(r.health && r.health.status)}</td><td>${esc(step.step ?? '')}</td><td>${esc(step.status || '')}</td><td>${esc(step.message || '')}</td></tr>`;
-      }).join('') || '<tr><td colspan="6" class="empty">None.</td></tr>'}
-      </tbody></table>`;
-  } catch (e) { $main.innerHTML = `<p class="empty">${esc(e.message)}</p>`; }
+function openAppSets() {
+  /** @type {AppSetsPage} */
+  const page = { page: 'appsets', items: loading() };
+  show(page);
+  loadPage(page, (value, error) => {
+    page.items = { loading: false, value, error };
+    if (error) showError(error);
+  }, '/api/applicationsets', (r) => /** @type {AppSetSummary[]} */ (r.items || []));
 }
 
-async function renderClusters() {
-  state.page = 'clusters';
-  $main.innerHTML = '<h1>Clusters</h1><p class="muted">Loading…</p>';
-  try {
-    const r = await api('GET', '/api/clusters');
-    $main.innerHTML = `<h1>Clusters</h1><table><thead><tr><th>Name</th><th>Server</th><th>State</th><th>Version</th><th>Labels</th><th>Message</th></tr></thead><tbody>
-      ${r.items.map((c) => `<tr data-testid="cluster-row" data-cluster="${esc(c.name)}"><td>${esc(c.name)}</td><td class="mono">${esc(c.server)}</td>
-        <td><span class="badge ${c.state === 'Successful' ? 'h-Healthy' : c.state === 'Failed' ? 'h-Degraded' : 'h-Unknown'}">${c.state === 'Successful' ? '✔' : c.state === 'Failed' ? '✖' : '?'} ${esc(c.state)}</span></td>
-        <td>${esc(c.version)}</td><td>${Object.entries(c.labels || {}).map(([k, v]) => `<span class="badge">${esc(k)}=${esc(v)}</span>`).join(' ')}</td><td>${esc(c.message)}</td></tr>`).join('')}
-      </tbody></table>`;
-  } catch (e) { showError(e.message); }
+/** @param {Condition} c */
+const conditionMark = (c) => (c.status === 'True' ? '✔' : '✖');
+
+/** @param {AppSetsPage} page */
+function appSetsView(page) {
+  const items = page.items.value;
+  if (!items) return html`<h1>ApplicationSets</h1><p class="muted">Loading…</p>`;
+  if (!items.length) return html`<h1>ApplicationSets</h1><p class="empty">No ApplicationSets.</p>`;
+  return html`<h1>ApplicationSets</h1><table><thead><tr><th>Name</th><th>Project</th><th>Generators</th><th>Applications</th><th>Conditions</th><th>Rollout</th></tr></thead><tbody>
+      ${repeat(items, (s) => s.name, (s) => html`<tr data-testid="appset-row" data-appset=${s.name}><td><a href="/applicationsets/${s.name}" data-link>${s.name}</a></td><td>${s.project}</td><td>${s.generators}</td><td>${s.applications}</td>
+        <td>${(s.conditions || []).map((c) => html`<div>${conditionMark(c)} ${c.type}${c.message ? `: ${c.message}` : ''}</div>`)}</td>
+        <td>${s.rollingSync ? `${(s.rollingSync.steps || []).length} steps` : html`<span class="muted">all at once</span>`}</td></tr>`)}
+    </tbody></table>`;
+}
+
+/** @param {string} name */
+function openAppSet(name) {
+  /** @type {AppSetPage} */
+  const page = { page: 'appset', name, data: loading() };
+  show(page);
+  loadPage(page, (value, error) => { page.data = { loading: false, value, error }; }, `/api/applicationsets/${name}`, (r) => /** @type {AppSet} */ (r));
+}
+
+/** @param {AppSetPage} page */
+function appSetView(page) {
+  if (page.data.error) return html`<p class="empty">${page.data.error}</p>`;
+  const s = page.data.value;
+  if (!s) return nothing;
+  const st = s.status || {};
+  const steps = st.applicationStatus || [];
+  const resources = st.resources || [];
+  return html`<h1>ApplicationSet ${page.name}</h1>
+    <div class="conditions">${(st.conditions || []).map((c) => html`<div class="notice">${conditionMark(c)} <strong>${c.type}</strong> ${c.message || ''}</div>`)}</div>
+    <h2>Generated Applications</h2>
+    <table><thead><tr><th>Application</th><th>Sync</th><th>Health</th><th>Rollout step</th><th>Rollout status</th><th>Message</th></tr></thead><tbody>
+    ${resources.length ? repeat(resources, (r) => r.name, (r) => {
+      const step = steps.find((x) => x.application === r.name) || {};
+      return html`<tr><td><a href="/applications/${r.name || ''}" data-link>${r.name}</a></td><td>${syncBadge(r.status)}</td><td>${healthBadge(r.health && r.health.status)}</td><td>${step.step ?? ''}</td><td>${step.status || ''}</td><td>${step.message || ''}</td></tr>`;
+    }) : html`<tr><td colspan="6" class="empty">None.</td></tr>`}
+    </tbody></table>`;
+}
+
+function openClusters() {
+  /** @type {ClustersPage} */
+  const page = { page: 'clusters', items: loading() };
+  show(page);
+  loadPage(page, (value, error) => {
+    page.items = { loading: false, value, error };
+    if (error) showError(error);
+  }, '/api/clusters', (/** @type {ClusterList} */ r) => r.items || []);
+}
+
+/** @param {string | undefined} s */
+const clusterClass = (s) => (s === 'Successful' ? 'h-Healthy' : s === 'Failed' ? 'h-Degraded' : 'h-Unknown');
+/** @param {string | undefined} s */
+const clusterMark = (s) => (s === 'Successful' ? '✔' : s === 'Failed' ? '✖' : '?');
+
+/** @param {ClustersPage} page */
+function clustersView(page) {
+  const items = page.items.value;
+  if (!items) return html`<h1>Clusters</h1><p class="muted">Loading…</p>`;
+  return html`<h1>Clusters</h1><table><thead><tr><th>Name</th><th>Server</th><th>State</th><th>Version</th><th>Labels</th><th>Message</th></tr></thead><tbody>
+      ${repeat(items, (c) => c.name, (c) => html`<tr data-testid="cluster-row" data-cluster=${c.name || ''}><td>${c.name}</td><td class="mono">${c.server}</td>
+        <td><span class="badge ${clusterClass(c.state)}">${clusterMark(c.state)} ${c.state}</span></td>
+        <td>${c.version}</td><td>${Object.entries(c.labels || {}).map(([k, v]) => html`<span class="badge">${k}=${v}</span> `)}</td><td>${c.message}</td></tr>`)}
+    </tbody></table>`;
 }
 
 route();
