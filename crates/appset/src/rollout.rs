@@ -178,18 +178,9 @@ pub fn validate(steps: &[RollingSyncStep]) -> Result<(), InvalidStep> {
 }
 
 /// Whether `labels` satisfy every requirement (an empty list matches everything).
+/// Steps are validated before use ([`validate`]); an invalid one matches nothing.
 pub fn matches(requirements: &[LabelSelectorRequirement], labels: &BTreeMap<String, String>) -> bool {
-    requirements.iter().all(|req| {
-        let values = req.values.as_deref().unwrap_or_default();
-        let value = labels.get(&req.key);
-        match req.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    })
+    crate::Selector::from_expressions(requirements).is_ok_and(|s| s.matches(labels))
 }
 
 /// The 0-based index of the step `labels` belong to.

@@ -14,9 +14,9 @@ use crate::params::{Params, normalize_name};
 /// The matching clusters as parameter sets (sorted by cluster name): `name`, `nameNormalized`,
 /// `server`, `metadata.labels.KEY`, `metadata.annotations.KEY`, `values.KEY`.
 pub(crate) fn generate(g: &ClusterGenerator, place: &str, inputs: &Inputs) -> Result<Vec<ParamSet>, GenerateError> {
-    let selector = Selector::new(&g.selector).map_err(|message| GenerateError::InvalidSelector {
+    let selector = Selector::new(&g.selector).map_err(|err| GenerateError::InvalidSelector {
         place: format!("{place}.selector"),
-        message,
+        message: err.to_string(),
     })?;
     // `in-cluster` is recognised by its server alone: a cluster with that server adds its labels and
     // annotations to it and is named `in-cluster`; the name with another server is refused.

@@ -130,9 +130,9 @@ pub(crate) fn run(g: &ApplicationSetGenerator, place: &str, ctx: &Context<'_>) -
     let here = format!("{place}.{name}");
     // Compile the post-filter first: a bad selector is reported even when nothing is generated.
     let filter = match &g.selector {
-        Some(sel) => Some(Selector::new(sel).map_err(|message| GenerateError::InvalidSelector {
+        Some(sel) => Some(Selector::new(sel).map_err(|err| GenerateError::InvalidSelector {
             place: format!("{place}.selector"),
-            message,
+            message: err.to_string(),
         })?),
         None => None,
     };

@@ -1,102 +1,107 @@
 //! Kubernetes label selectors (`matchLabels`, `matchExpressions` with `In`, `NotIn`, `Exists`,
 //! `DoesNotExist`) over string maps: cluster labels for the clusters generator, flattened parameters
 //! for a generator's post-filter `selector`, and Application labels for rollout steps.
+//!
+//! Matching is kube's ([`kube::core::Selector`]). Validation is Capstan's own because it is stricter
+//! than kube's conversion and names the requirement at fault, as the API server does: `In`/`NotIn`
+//! need values, `Exists`/`DoesNotExist` take none, keys are not empty.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::core::{Expression, SelectorExt};
 
 /// A validated label selector. Every requirement must hold; an empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Selector {
-    requirements: Vec<Requirement>,
-}
+pub struct Selector(kube::core::Selector);
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Requirement {
-    key: String,
-    op: Op,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Op {
-    Equals(String),
-    In(BTreeSet<String>),
-    NotIn(BTreeSet<String>),
-    Exists,
-    DoesNotExist,
+/// Why a selector is invalid, naming the requirement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A `matchLabels` entry with an empty key.
+    #[error("matchLabels: empty key")]
+    EmptyLabelKey,
+    /// A `matchExpressions` entry with an empty key.
+    #[error("matchExpressions[{index}]: empty key")]
+    EmptyKey {
+        /// Index of the expression.
+        index: usize,
+    },
+    /// `In`/`NotIn` without values.
+    #[error("matchExpressions[{index}]: operator {operator} needs at least one value")]
+    NoValues {
+        /// Index of the expression.
+        index: usize,
+        /// The operator.
+        operator: String,
+    },
+    /// `Exists`/`DoesNotExist` with values.
+    #[error("matchExpressions[{index}]: operator {operator} takes no values")]
+    UnexpectedValues {
+        /// Index of the expression.
+        index: usize,
+        /// The operator.
+        operator: String,
+    },
+    /// Any other operator.
+    #[error("matchExpressions[{index}]: unknown operator {operator:?} (expected In, NotIn, Exists or DoesNotExist)")]
+    UnknownOperator {
+        /// Index of the expression.
+        index: usize,
+        /// The operator.
+        operator: String,
+    },
 }
 
 impl Selector {
     /// Validate `selector`. The error says which requirement is wrong and why
     /// (`matchExpressions[0]: unknown operator "Foo" ...`).
-    pub fn new(selector: &LabelSelector) -> Result<Self, String> {
-        let mut requirements = Vec::new();
+    pub fn new(selector: &LabelSelector) -> Result<Self, SelectorError> {
+        let mut expressions = Vec::new();
         for (key, value) in selector.match_labels.iter().flatten() {
             if key.is_empty() {
-                return Err("matchLabels: empty key".into());
+                return Err(SelectorError::EmptyLabelKey);
             }
-            requirements.push(Requirement {
-                key: key.clone(),
-                op: Op::Equals(value.clone()),
-            });
+            expressions.push(Expression::Equal(key.clone(), value.clone()));
         }
-        let expressions = selector.match_expressions.as_deref().unwrap_or_default();
-        requirements.extend(Self::from_expressions(expressions)?.requirements);
-        Ok(Self { requirements })
+        let requirements = selector.match_expressions.as_deref().unwrap_or_default();
+        expressions.extend(Self::from_expressions(requirements)?.0);
+        Ok(Self(expressions.into_iter().collect()))
     }
 
     /// Validate a list of `matchExpressions` (as in a RollingSync step).
-    pub fn from_expressions(expressions: &[LabelSelectorRequirement]) -> Result<Self, String> {
-        let mut requirements = Vec::new();
-        for (i, expr) in expressions.iter().enumerate() {
-            let at = format!("matchExpressions[{i}]");
-            if expr.key.is_empty() {
-                return Err(format!("{at}: empty key"));
+    pub fn from_expressions(requirements: &[LabelSelectorRequirement]) -> Result<Self, SelectorError> {
+        let mut expressions = Vec::new();
+        for (index, req) in requirements.iter().enumerate() {
+            if req.key.is_empty() {
+                return Err(SelectorError::EmptyKey { index });
             }
-            let values: BTreeSet<String> = expr.values.iter().flatten().cloned().collect();
-            let op = match expr.operator.as_str() {
-                "In" | "NotIn" if values.is_empty() => {
-                    return Err(format!("{at}: operator {} needs at least one value", expr.operator));
-                }
-                "In" => Op::In(values),
-                "NotIn" => Op::NotIn(values),
+            let values: std::collections::BTreeSet<String> = req.values.iter().flatten().cloned().collect();
+            let operator = req.operator.clone();
+            let key = req.key.clone();
+            expressions.push(match req.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => return Err(SelectorError::NoValues { index, operator }),
+                "In" => Expression::In(key, values),
+                "NotIn" => Expression::NotIn(key, values),
                 "Exists" | "DoesNotExist" if !values.is_empty() => {
-                    return Err(format!("{at}: operator {} takes no values", expr.operator));
+                    return Err(SelectorError::UnexpectedValues { index, operator });
                 }
-                "Exists" => Op::Exists,
-                "DoesNotExist" => Op::DoesNotExist,
-                other => {
-                    return Err(format!(
-                        "{at}: unknown operator {other:?} (expected In, NotIn, Exists or DoesNotExist)"
-                    ));
-                }
-            };
-            requirements.push(Requirement {
-                key: expr.key.clone(),
-                op,
+                "Exists" => Expression::Exists(key),
+                "DoesNotExist" => Expression::DoesNotExist(key),
+                _ => return Err(SelectorError::UnknownOperator { index, operator }),
             });
         }
-        Ok(Self { requirements })
+        Ok(Self(expressions.into_iter().collect()))
     }
 
     /// Whether the selector has no requirement (and so matches everything).
     pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
+        self.0.selects_all()
     }
 
     /// Whether `labels` satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.requirements.iter().all(|r| {
-            let value = labels.get(&r.key);
-            match &r.op {
-                Op::Equals(want) => value == Some(want),
-                Op::In(values) => value.is_some_and(|v| values.contains(v)),
-                Op::NotIn(values) => value.is_none_or(|v| !values.contains(v)),
-                Op::Exists => value.is_some(),
-                Op::DoesNotExist => value.is_none(),
-            }
-        })
+        self.0.matches(labels)
     }
 }
 
@@ -167,14 +172,20 @@ mod tests {
 
     #[test]
     fn invalid_selectors_are_rejected_with_the_requirement() {
-        let err = Selector::from_expressions(&[expr("a", "Exists", &[]), expr("env", "Foo", &["x"])]).unwrap_err();
+        let err = Selector::from_expressions(&[expr("a", "Exists", &[]), expr("env", "Foo", &["x"])])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("matchExpressions[1]: unknown operator \"Foo\""),
             "{err}"
         );
-        let err = Selector::from_expressions(&[expr("env", "In", &[])]).unwrap_err();
+        let err = Selector::from_expressions(&[expr("env", "In", &[])])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("operator In needs at least one value"), "{err}");
-        let err = Selector::from_expressions(&[expr("env", "Exists", &["x"])]).unwrap_err();
+        let err = Selector::from_expressions(&[expr("env", "Exists", &["x"])])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("takes no values"), "{err}");
     }
 }
