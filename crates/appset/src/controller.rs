@@ -118,10 +118,25 @@ pub enum AppSetError {
 
 /// A failed reconcile (an API call failed); retried with backoff.
 #[derive(Debug, thiserror::Error)]
-#[error("ApplicationSet {set}: {message}")]
+#[error("ApplicationSet {set}: {}", status::redact(&.source.to_string()))]
 pub struct ReconcileError {
     set: String,
-    message: String,
+    #[source]
+    source: WriteError,
+}
+
+/// A call to the Kubernetes API that failed, or something the controller waited for in vain.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The API refused or could not be reached.
+    #[error("{}", describe_kube_error(.0))]
+    Kube(#[from] kube::Error),
+    /// An operation request could not be encoded.
+    #[error("encoding the operation request: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// A watch did not list in time or stopped, or an object kept changing under a write.
+    #[error("{0}")]
+    Waiting(&'static str),
 }
 
 struct Ctx {

@@ -158,18 +158,29 @@ pub fn deep_merge(base: &mut Value, patch: Value) {
     }
 }
 
+/// Why a text is not one YAML or JSON document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum YamlError {
+    /// The parser's message, on one line.
+    #[error("{0}")]
+    Syntax(String),
+    /// More than one document.
+    #[error("expected one YAML document, found {0}")]
+    SeveralDocuments(usize),
+}
+
 /// Parse a YAML or JSON document (one document; an empty text is `null`).
-pub(crate) fn parse_yaml(text: &str) -> Result<Value, String> {
+pub(crate) fn parse_yaml(text: &str) -> Result<Value, YamlError> {
     let mut options = serde_saphyr::Options::default();
     options.legacy_octal_numbers = true;
     options.with_snippet = false;
-    let docs: Vec<Value> =
-        serde_saphyr::from_str_multiple_with_options(text, options).map_err(|e| one_line(&e.to_string()))?;
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple_with_options(text, options)
+        .map_err(|e| YamlError::Syntax(one_line(&e.to_string())))?;
     let mut docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
     match docs.len() {
         0 => Ok(Value::Null),
         1 => Ok(docs.remove(0)),
-        n => Err(format!("expected one YAML document, found {n}")),
+        n => Err(YamlError::SeveralDocuments(n)),
     }
 }
 

@@ -248,7 +248,7 @@ fn inline_values(options: &ApplicationSourceHelm, chart: &str) -> Result<Option<
         chart: chart.to_string(),
         message,
     };
-    match manifests::parse_yaml_value(&options.values).map_err(invalid)? {
+    match manifests::parse_yaml_value(&options.values).map_err(|e| invalid(e.to_string()))? {
         Value::Object(_) => Ok(Some(options.values.clone())),
         Value::Null => Ok(None),
         _ => Err(invalid("expected a mapping".to_string())),
@@ -312,13 +312,14 @@ fn check_lock_files(root: &Path, chart_dir: &Path) -> Result<(), RenderError> {
             continue;
         };
         let file = display_rel(root, &path);
-        let doc = manifests::parse_yaml_value(&text)
-            .map_err(|message| format!("cannot be read: {message}"))
-            .and_then(fold_keys)
-            .map_err(|message| RenderError::ForgedLock {
-                file: file.clone(),
-                message,
-            })?;
+        let doc = match manifests::parse_yaml_value(&text) {
+            Ok(doc) => fold_keys(doc).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cannot be read: {e}")),
+        }
+        .map_err(|message| RenderError::ForgedLock {
+            file: file.clone(),
+            message,
+        })?;
         let entries = match doc.get("dependencies") {
             None | Some(Value::Null) => continue,
             Some(Value::Array(entries)) => entries,
@@ -363,7 +364,7 @@ fn chart_dependencies(chart_dir: &Path) -> Vec<(&'static str, Vec<Value>)> {
                     out.push((file, deps.clone()));
                 }
             }
-            Ok(Err(message)) => out.push((file, vec![serde_json::json!({"__ambiguous": message})])),
+            Ok(Err(err)) => out.push((file, vec![serde_json::json!({"__ambiguous": err.to_string()})])),
             Err(_) => {}
         }
     }
@@ -374,15 +375,13 @@ fn chart_dependencies(chart_dir: &Path) -> Vec<(&'static str, Vec<Value>)> {
 /// these files with Go's `encoding/json`, which matches field names regardless of case, so
 /// `Dependencies:` or `Repository:` mean to Helm what their lower-case spellings mean. Two keys that
 /// differ only in case make the file ambiguous, which is refused.
-fn fold_keys(doc: Value) -> Result<Value, String> {
-    fn fold(map: serde_json::Map<String, Value>) -> Result<serde_json::Map<String, Value>, String> {
+fn fold_keys(doc: Value) -> Result<Value, manifests::ValueError> {
+    fn fold(map: serde_json::Map<String, Value>) -> Result<serde_json::Map<String, Value>, manifests::ValueError> {
         let mut out = serde_json::Map::new();
         for (key, value) in map {
             let lower = key.to_ascii_lowercase();
             if out.insert(lower.clone(), value).is_some() {
-                return Err(format!(
-                    "the key {lower:?} is given more than once (keys differing only in case)"
-                ));
+                return Err(manifests::ValueError::AmbiguousKey(lower));
             }
         }
         Ok(out)

@@ -24,13 +24,27 @@ fn options() -> Options {
     options
 }
 
+/// Why one YAML value (values, a chart or lock file) cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ValueError {
+    /// Not YAML: the parser's message with line and column.
+    #[error(transparent)]
+    Syntax(#[from] serde_saphyr::Error),
+    /// More than one document.
+    #[error("expected one YAML document, found {0}")]
+    SeveralDocuments(usize),
+    /// Two keys that differ only in case, where the reader ignores case.
+    #[error("the key {0:?} is given more than once (keys differing only in case)")]
+    AmbiguousKey(String),
+}
+
 /// Parse one YAML value (e.g. Helm values); the error is the parser's message with line and column.
-pub(crate) fn parse_yaml_value(text: &str) -> Result<Value, String> {
-    let docs: Vec<Value> = serde_saphyr::from_str_multiple_with_options(text, options()).map_err(|e| e.to_string())?;
+pub(crate) fn parse_yaml_value(text: &str) -> Result<Value, ValueError> {
+    let docs: Vec<Value> = serde_saphyr::from_str_multiple_with_options(text, options())?;
     match docs.len() {
         0 => Ok(Value::Null),
         1 => Ok(docs.into_iter().next().unwrap_or(Value::Null)),
-        n => Err(format!("expected one YAML document, found {n}")),
+        n => Err(ValueError::SeveralDocuments(n)),
     }
 }
 

@@ -47,7 +47,7 @@ pub(super) async fn apply(
     set: &ApplicationSet,
     namespace: &str,
     generated: Vec<Application>,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, WriteError> {
     let set_name = set.name_any();
     let uid = set.uid().unwrap_or_default();
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
@@ -55,8 +55,8 @@ pub(super) async fn apply(
     let steps = rolling_steps(set);
     tokio::time::timeout(Duration::from_secs(30), ctx.apps.wait_until_ready())
         .await
-        .map_err(|_| "generated Applications could not be listed within 30 s".to_string())?
-        .map_err(|_| "the Application watch stopped".to_string())?;
+        .map_err(|_| WriteError::Waiting("generated Applications could not be listed within 30 s"))?
+        .map_err(|_| WriteError::Waiting("the Application watch stopped"))?;
     let owned: BTreeMap<String, Arc<Application>> = ctx
         .apps
         .state()

@@ -4,7 +4,6 @@
 use capstan_api::Application;
 use capstan_api::labels::RESOURCES_FINALIZER;
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation};
-use capstan_compare::describe_kube_error;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
@@ -14,7 +13,7 @@ use crate::rollout::{AppView, OperationView};
 
 /// Delete an owned Application; with `preserve`, first remove its resources finalizer so its objects
 /// stay in the cluster.
-pub(super) async fn delete_app(api: &Api<Application>, app: &Application, preserve: bool) -> Result<(), String> {
+pub(super) async fn delete_app(api: &Api<Application>, app: &Application, preserve: bool) -> Result<(), WriteError> {
     let name = app.name_any();
     if preserve {
         strip_resources_finalizer(api, app).await?;
@@ -29,11 +28,11 @@ pub(super) async fn delete_app(api: &Api<Application>, app: &Application, preser
     match api.delete(&name, &dp).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(describe_kube_error(&e)),
+        Err(e) => Err(e.into()),
     }
 }
 
-pub(super) async fn strip_resources_finalizer(api: &Api<Application>, app: &Application) -> Result<(), String> {
+pub(super) async fn strip_resources_finalizer(api: &Api<Application>, app: &Application) -> Result<(), WriteError> {
     if !app.finalizers().iter().any(|f| f == RESOURCES_FINALIZER) {
         return Ok(());
     }
@@ -45,13 +44,13 @@ pub(super) async fn strip_resources_finalizer(api: &Api<Application>, app: &Appl
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(describe_kube_error(&e)),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Ask the Application controller to sync `app` (unless a request or an operation is already there).
-pub(super) async fn request_sync(api: &Api<Application>, app: &Application, op: &Operation) -> Result<(), String> {
-    let body = serde_json::to_string(op).map_err(|e| e.to_string())?;
+pub(super) async fn request_sync(api: &Api<Application>, app: &Application, op: &Operation) -> Result<(), WriteError> {
+    let body = serde_json::to_string(op)?;
     let pp = PatchParams {
         field_manager: Some(ROLLOUT_FIELD_MANAGER.into()),
         ..Default::default()
@@ -71,15 +70,12 @@ pub(super) async fn request_sync(api: &Api<Application>, app: &Application, op: 
         match api.patch(&current.name_any(), &pp, &Patch::Merge(patch)).await {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                current = api
-                    .get(&current.name_any())
-                    .await
-                    .map_err(|e| describe_kube_error(&e))?;
+                current = api.get(&current.name_any()).await.map_err(WriteError::from)?;
             }
-            Err(e) => return Err(describe_kube_error(&e)),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err("the Application kept changing; will retry".into())
+    Err(WriteError::Waiting("the Application kept changing; will retry"))
 }
 
 /// The rollout's view of an Application.

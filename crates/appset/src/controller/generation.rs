@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use capstan_api::applicationset::{ApplicationsSyncPolicy, RollingSyncStep};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::{Application, ApplicationSet};
-use capstan_compare::describe_kube_error;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -37,12 +36,12 @@ pub(super) async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result
     let name = set.name_any();
     let namespace = set.namespace().unwrap_or_else(|| ctx.config.namespace.clone());
     let api: Api<ApplicationSet> = Api::namespaced(ctx.client.clone(), &namespace);
-    let fail = |message: String| ReconcileError {
+    let fail = |source: WriteError| ReconcileError {
         set: format!("{namespace}/{name}"),
-        message: redact(&message),
+        source,
     };
     // Decide on the stored object, not the watch cache.
-    let Some(mut set) = api.get_opt(&name).await.map_err(|e| fail(describe_kube_error(&e)))? else {
+    let Some(mut set) = api.get_opt(&name).await.map_err(|e| fail(e.into()))? else {
         return Ok(Action::await_change());
     };
     if set.metadata.deletion_timestamp.is_some() {
@@ -107,7 +106,7 @@ pub(super) async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result
         let patch = json!({"metadata": {"annotations": {REFRESH_ANNOTATION: null}}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map_err(|e| fail(describe_kube_error(&e)))?;
+            .map_err(|e| fail(e.into()))?;
     }
     Ok(action)
 }

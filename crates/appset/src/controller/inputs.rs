@@ -137,16 +137,27 @@ fn hide_values(message: &str) -> String {
     out
 }
 
+/// Why a generator's repository could not be checked out.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckoutError {
+    /// A local path inside Capstan's own cache.
+    #[error("repoURL {0:?} points into Capstan's own cache, which may hold other Applications' repositories")]
+    InCache(String),
+    /// Resolving or checking out failed.
+    #[error(transparent)]
+    Source(#[from] capstan_source::SourceError),
+}
+
 /// Refuse a repository URL naming a local path (`file://...` or an absolute path) inside Capstan's own
 /// cache root `cache_root`, where other Applications' and sets' repositories are checked out. Paths
 /// are compared after resolving symbolic links, `.` and `..` ([`normalize`]), so neither hides it.
-pub fn check_not_in_cache(repo_url: &str, cache_root: &Path) -> Result<(), String> {
+pub fn check_not_in_cache(repo_url: &str, cache_root: &Path) -> Result<(), CheckoutError> {
     let url = repo_url.trim();
     let local = url.strip_prefix("file://").or(url.starts_with('/').then_some(url));
     match local {
-        Some(path) if normalize(Path::new(path)).starts_with(normalize(cache_root)) => Err(format!(
-            "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
-        )),
+        Some(path) if normalize(Path::new(path)).starts_with(normalize(cache_root)) => {
+            Err(CheckoutError::InCache(url.to_string()))
+        }
         _ => Ok(()),
     }
 }
@@ -184,19 +195,13 @@ pub async fn checkout(
     cache_root: &Path,
     source: &GitSource,
     force: bool,
-) -> Result<capstan_source::Checkout, String> {
+) -> Result<capstan_source::Checkout, CheckoutError> {
     check_not_in_cache(&source.repo_url, cache_root)?;
     let creds = capstan_controller::credentials::for_repo(client, namespace, &source.repo_url)
         .await
         .unwrap_or_else(Credentials::none);
-    let resolved = repos
-        .resolve(&source.repo_url, &source.revision, &creds, force)
-        .await
-        .map_err(|e| e.to_string())?;
-    repos
-        .checkout(&source.repo_url, &resolved.sha)
-        .await
-        .map_err(|e| e.to_string())
+    let resolved = repos.resolve(&source.repo_url, &source.revision, &creds, force).await?;
+    Ok(repos.checkout(&source.repo_url, &resolved.sha).await?)
 }
 
 #[cfg(test)]
@@ -366,7 +371,7 @@ mod tests {
             format!("{d}/repos/missing/../../cache/x"),
         ];
         for url in &refused {
-            let err = check_not_in_cache(url, &cache).expect_err(url);
+            let err = check_not_in_cache(url, &cache).expect_err(url).to_string();
             assert!(
                 err.contains(&format!("{url:?}")) && err.contains("points into Capstan's own cache"),
                 "{err}"
@@ -379,7 +384,7 @@ mod tests {
             "https://git.example/r.git".to_string(),
             "git@git.example:r.git".to_string(),
         ] {
-            assert_eq!(check_not_in_cache(&url, &cache), Ok(()), "{url}");
+            assert!(check_not_in_cache(&url, &cache).is_ok(), "{url}");
         }
     }
 }

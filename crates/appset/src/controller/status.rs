@@ -5,7 +5,6 @@ use capstan_api::applicationset::{
     ApplicationSetApplicationStatus, ApplicationSetCondition, ApplicationSetResource, ApplicationsSyncPolicy,
 };
 use capstan_api::{Application, ApplicationSet, ApplicationSetStatus};
-use capstan_compare::describe_kube_error;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -147,7 +146,7 @@ pub(super) async fn write_status(
     api: &Api<ApplicationSet>,
     set: &ApplicationSet,
     status: &ApplicationSetStatus,
-) -> Result<(), String> {
+) -> Result<(), WriteError> {
     let before = set.status.clone().unwrap_or_default();
     if before == *status {
         return Ok(());
@@ -158,11 +157,11 @@ pub(super) async fn write_status(
     api.patch_status(&set.name_any(), &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(|_| ())
-        .map_err(|e| describe_kube_error(&e))
+        .map_err(WriteError::from)
 }
 
 /// Keep [`PRESERVE_FINALIZER`] on the set exactly when it preserves resources on deletion.
-pub(super) async fn ensure_finalizer(api: &Api<ApplicationSet>, set: &mut ApplicationSet) -> Result<(), String> {
+pub(super) async fn ensure_finalizer(api: &Api<ApplicationSet>, set: &mut ApplicationSet) -> Result<(), WriteError> {
     let has = set.finalizers().iter().any(|f| f == PRESERVE_FINALIZER);
     let want = preserve(set);
     if has == want {
@@ -181,13 +180,13 @@ pub(super) async fn ensure_finalizer(api: &Api<ApplicationSet>, set: &mut Applic
     *set = api
         .patch(&set.name_any(), &PatchParams::default(), &Patch::Merge(patch))
         .await
-        .map_err(|e| describe_kube_error(&e))?;
+        .map_err(WriteError::from)?;
     Ok(())
 }
 
 /// A set being deleted: with [`PRESERVE_FINALIZER`], take the resources finalizer off every owned
 /// Application, then let garbage collection proceed.
-pub(super) async fn finalize(ctx: &Ctx, api: &Api<ApplicationSet>, set: &ApplicationSet) -> Result<(), String> {
+pub(super) async fn finalize(ctx: &Ctx, api: &Api<ApplicationSet>, set: &ApplicationSet) -> Result<(), WriteError> {
     if !set.finalizers().iter().any(|f| f == PRESERVE_FINALIZER) {
         return Ok(());
     }
@@ -195,10 +194,7 @@ pub(super) async fn finalize(ctx: &Ctx, api: &Api<ApplicationSet>, set: &Applica
     let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
     let uid = set.uid().unwrap_or_default();
     // Listed from the API server, not the cache: no Application may keep its finalizer.
-    let list = apps
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| describe_kube_error(&e))?;
+    let list = apps.list(&ListParams::default()).await.map_err(WriteError::from)?;
     for app in list.items.iter().filter(|a| is_owned(a, &uid)) {
         strip_resources_finalizer(&apps, app).await?;
     }
@@ -210,7 +206,7 @@ pub(super) async fn finalize(ctx: &Ctx, api: &Api<ApplicationSet>, set: &Applica
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(describe_kube_error(&e)),
+        Err(e) => Err(e.into()),
     }
 }
 

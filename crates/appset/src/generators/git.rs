@@ -196,7 +196,7 @@ pub(crate) fn generate(g: &GitGenerator, place: &str, ctx: &Context<'_>) -> Resu
             }
             let bytes = std::fs::read(root.join(file)).map_err(|e| invalid(format!("cannot read: {e}")))?;
             let text = String::from_utf8(bytes).map_err(|_| invalid("not valid UTF-8 text".into()))?;
-            for (element, object) in parse_file(&text, file).map_err(invalid)? {
+            for (element, object) in parse_file(&text, file).map_err(|e| invalid(e.to_string()))? {
                 let mut params = flatten(&object);
                 insert_file_params(&g.path_param_prefix, file, &mut params);
                 let origin = match element {
@@ -211,12 +211,31 @@ pub(crate) fn generate(g: &GitGenerator, place: &str, ctx: &Context<'_>) -> Resu
     Ok(sets)
 }
 
+/// Why a parameter file cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum ParamFileError {
+    /// Not YAML or JSON.
+    #[error("not valid YAML or JSON: {0}")]
+    Syntax(String),
+    /// A list element that is not an object.
+    #[error("element {index} must be an object of parameters, found {found}")]
+    NotAnObject {
+        /// Its index.
+        index: usize,
+        /// Its JSON type.
+        found: &'static str,
+    },
+    /// Neither an object nor a list.
+    #[error("must hold an object of parameters or a list of them, found {0}")]
+    Neither(&'static str),
+}
+
 /// The objects of a parameter file: one for an object (or an empty file), one per element for a list.
-fn parse_file(text: &str, file: &str) -> Result<Vec<(Option<usize>, Value)>, String> {
+fn parse_file(text: &str, file: &str) -> Result<Vec<(Option<usize>, Value)>, ParamFileError> {
     let value = if file.to_ascii_lowercase().ends_with(".json") {
-        serde_json::from_str(text).map_err(|e| format!("not valid YAML or JSON: {e}"))?
+        serde_json::from_str(text).map_err(|e| ParamFileError::Syntax(e.to_string()))?
     } else {
-        parse_yaml(text).map_err(|e| format!("not valid YAML or JSON: {e}"))?
+        parse_yaml(text).map_err(|e| ParamFileError::Syntax(e.to_string()))?
     };
     match value {
         Value::Null => Ok(vec![(None, Value::Object(Default::default()))]),
@@ -226,16 +245,13 @@ fn parse_file(text: &str, file: &str) -> Result<Vec<(Option<usize>, Value)>, Str
             .enumerate()
             .map(|(i, item)| match item {
                 Value::Object(_) => Ok((Some(i), item)),
-                other => Err(format!(
-                    "element {i} must be an object of parameters, found {}",
-                    super::list::json_type(&other)
-                )),
+                other => Err(ParamFileError::NotAnObject {
+                    index: i,
+                    found: super::list::json_type(&other),
+                }),
             })
             .collect(),
-        other => Err(format!(
-            "must hold an object of parameters or a list of them, found {}",
-            super::list::json_type(&other)
-        )),
+        other => Err(ParamFileError::Neither(super::list::json_type(&other))),
     }
 }
 
