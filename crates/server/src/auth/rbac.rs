@@ -103,13 +103,18 @@ impl Principal {
     }
 }
 
+/// Why `policy.yaml` cannot be used; the message names the ConfigMap and key.
+#[derive(Debug, thiserror::Error)]
+#[error("{map}/{key}: {0}", map = CONFIGMAP, key = KEY)]
+pub struct PolicyError(#[source] serde_saphyr::Error);
+
 impl Policy {
     /// Parse `policy.yaml`; errors name the problem.
-    pub fn parse(text: &str) -> Result<Policy, String> {
+    pub fn parse(text: &str) -> Result<Policy, PolicyError> {
         if text.trim().is_empty() {
             return Ok(Policy::default());
         }
-        serde_saphyr::from_str(text).map_err(|e| format!("{CONFIGMAP}/{KEY}: {e}"))
+        serde_saphyr::from_str(text).map_err(PolicyError)
     }
 
     /// The role of `who` in `project`.
@@ -211,7 +216,7 @@ grants:
 
     #[test]
     fn a_bad_policy_is_an_error_naming_the_configmap() {
-        let err = Policy::parse("grants: [{role: owner}]").unwrap_err();
+        let err = Policy::parse("grants: [{role: owner}]").unwrap_err().to_string();
         assert!(err.contains("capstan-rbac/policy.yaml"), "{err}");
         assert!(Policy::parse("grantz: []").is_err());
     }
