@@ -80,7 +80,7 @@ pub struct State {
     /// Turns true when the server shuts down: long-lived streams end then.
     shutdown: tokio::sync::watch::Sender<bool>,
     /// The single sign-on provider, once discovered.
-    pub sso: crate::auth::oidc::Sso,
+    pub sso: crate::auth::oidc::provider::Sso,
 }
 
 /// How many watches must have listed once before the server is ready.
