@@ -325,7 +325,7 @@ pub struct ResourceStatus {
 #[serde(rename_all = "camelCase")]
 pub struct OperationState {
     /// `Running`, `Succeeded`, `Failed`, `Error` or `Terminating`.
-    pub phase: String,
+    pub phase: crate::operation::OperationPhase,
     /// What is happening or what went wrong.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -347,6 +347,9 @@ pub struct OperationState {
     /// The operation being run, so a restarted controller can resume it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<crate::operation::Operation>,
+    /// Who stopped the operation, when a terminate request (`capstan.dev/terminate`) ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated_by: Option<String>,
 }
 
 /// What a sync did to one object.

@@ -1119,7 +1119,7 @@ fn view(app: &Application, updated: bool) -> AppView {
         health: status.health.as_ref().map(|h| h.status.clone()).unwrap_or_default(),
         health_message: status.health.as_ref().map(|h| h.message.clone()).unwrap_or_default(),
         operation: status.operation_state.as_ref().map(|o| OperationView {
-            phase: o.phase.clone(),
+            phase: o.phase,
             message: o.message.clone(),
             started_at: o.started_at.clone(),
             initiated_by: o

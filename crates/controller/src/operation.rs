@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use capstan_api::Application;
 use capstan_api::application::{ApplicationStatus, OperationState, RevisionHistory};
 use capstan_api::labels::RESOURCES_FINALIZER;
-use capstan_api::operation::{Operation, SyncOperation, TERMINATE_ANNOTATION};
+use capstan_api::operation::{Operation, OperationPhase, SyncOperation, TERMINATE_ANNOTATION};
 use capstan_compare::annotations;
 use capstan_compare::normalize::Tracking;
 use capstan_compare::{ObjectKey, SyncCode, describe_kube_error};
@@ -21,8 +21,8 @@ use serde_json::json;
 use crate::pipeline::{AppState, short};
 use crate::reconcile::{Ctx, ReconcileError, now, now_precise, write_status};
 
-/// How the message of a terminated operation starts.
-pub const TERMINATED_PREFIX: &str = "terminated by ";
+/// How the message of a terminated operation starts (who stopped it is in `terminatedBy`).
+const TERMINATED_PREFIX: &str = "terminated by ";
 
 /// The automated sync `app` needs now, if any: a new revision is synced once; with `selfHeal` drift at
 /// an already synced revision is reverted; a failed sync is retried per `retry` with backoff.
@@ -46,11 +46,11 @@ pub fn automated(app: &Application, status: &ApplicationStatus, state: &AppState
     if last.revision != state.revision.sha {
         return Some(op);
     }
-    match last.phase.as_str() {
-        "Succeeded" => auto.self_heal.then_some(op),
-        "Running" => None,
+    match last.phase {
+        OperationPhase::Succeeded => auto.self_heal.then_some(op),
+        OperationPhase::Running => None,
         // A person stopped it: not retried at the same revision.
-        _ if last.message.starts_with(TERMINATED_PREFIX) => None,
+        _ if last.terminated_by.is_some() => None,
         _ => retry_due_in(app, status).is_some_and(|due| due.is_zero()).then_some(op),
     }
 }
@@ -88,7 +88,7 @@ pub fn retry_due_in(app: &Application, status: &ApplicationStatus) -> Option<Dur
     policy.automated.as_ref()?;
     let retry = policy.retry.as_ref()?;
     let last = status.operation_state.as_ref()?;
-    if matches!(last.phase.as_str(), "Succeeded" | "Running") || last.message.starts_with(TERMINATED_PREFIX) {
+    if matches!(last.phase, OperationPhase::Succeeded | OperationPhase::Running) || last.terminated_by.is_some() {
         return None;
     }
     if retry.limit >= 0 && last.retry_count >= retry.limit {
@@ -164,7 +164,7 @@ pub async fn run(
     let resuming = status
         .operation_state
         .as_ref()
-        .is_some_and(|o| o.phase == "Running" && o.operation.as_ref() == Some(&op));
+        .is_some_and(|o| o.phase == OperationPhase::Running && o.operation.as_ref() == Some(&op));
     let mut target_app = app.clone();
     let mut work_state = state;
     let mut prune = op.sync.as_ref().is_some_and(|s| s.prune);
@@ -260,7 +260,9 @@ pub async fn run(
     let previous = status.operation_state.clone();
     let retry_count = match &previous {
         Some(p)
-            if op.initiated_by == "automated" && p.revision == work_state.revision.sha && p.phase != "Succeeded" =>
+            if op.initiated_by == "automated"
+                && p.revision == work_state.revision.sha
+                && p.phase != OperationPhase::Succeeded =>
         {
             p.retry_count + 1
         }
@@ -277,7 +279,7 @@ pub async fn run(
         now_precise()
     };
     let mut op_state = OperationState {
-        phase: "Running".into(),
+        phase: OperationPhase::Running,
         message: if resuming {
             "resuming after a controller restart".into()
         } else {
@@ -294,10 +296,11 @@ pub async fn run(
             Vec::new()
         },
         operation: Some(op.clone()),
+        terminated_by: None,
     };
     if let Err(message) = prepared {
         ctx.unwatch_terminate(&op_key);
-        op_state.phase = "Failed".into();
+        op_state.phase = OperationPhase::Failed;
         op_state.message = message.clone();
         op_state.finished_at = Some(now_precise());
         status.operation_state = Some(op_state);
@@ -437,17 +440,18 @@ pub async fn run(
     };
     let sync_started = Instant::now();
     let terminated = terminate_requested(terminate_asked, terminate_rx);
-    let mut was_terminated = false;
+    let mut terminated_by = None;
     let running = async {
         tokio::select! {
             (outcome, ()) = async { tokio::join!(execution, reporter) } => outcome,
             who = terminated => {
-                was_terminated = true;
                 // Dropping the execution stops it between requests: waves not started are not applied.
                 let results = so_far.borrow().results.clone();
+                let message = format!("{TERMINATED_PREFIX}{who}");
+                terminated_by = Some(who);
                 capstan_sync::SyncOutcome {
                     succeeded: false,
-                    message: format!("{TERMINATED_PREFIX}{who}"),
+                    message,
                     results,
                     ..Default::default()
                 }
@@ -479,10 +483,12 @@ pub async fn run(
         );
     }
     op_state.phase = if outcome.succeeded {
-        "Succeeded".into()
+        OperationPhase::Succeeded
     } else {
-        "Failed".into()
+        OperationPhase::Failed
     };
+    let was_terminated = terminated_by.is_some();
+    op_state.terminated_by = terminated_by;
     op_state.message = outcome.message.clone();
     op_state.finished_at = Some(now_precise());
     let observed = outcome.observed;
@@ -676,7 +682,7 @@ fn op_state_changed(status: &ApplicationStatus) -> bool {
     status
         .operation_state
         .as_ref()
-        .is_none_or(|o| o.phase != "Succeeded" || !o.resources.is_empty())
+        .is_none_or(|o| o.phase != OperationPhase::Succeeded || !o.resources.is_empty())
 }
 
 /// Delete the objects of an Application being deleted with the resources finalizer, then remove

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use capstan_api::Application;
 use capstan_api::application::{ApplicationCondition, ApplicationStatus, HealthStatus, SyncStatus};
 use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
-use capstan_api::operation::{OPERATION_ANNOTATION, Operation, TERMINATE_ANNOTATION};
+use capstan_api::operation::{OPERATION_ANNOTATION, Operation, OperationPhase, TERMINATE_ANNOTATION};
 use capstan_source::Resolved;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -281,11 +281,14 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         "reconcile started"
     );
     let mut status = app.status.clone().unwrap_or_default();
-    let op_running = status.operation_state.as_ref().is_some_and(|o| o.phase == "Running");
+    let op_running = status
+        .operation_state
+        .as_ref()
+        .is_some_and(|o| o.phase == OperationPhase::Running);
     let running = status
         .operation_state
         .as_ref()
-        .filter(|o| o.phase == "Running")
+        .filter(|o| o.phase == OperationPhase::Running)
         .and_then(|o| o.operation.clone());
 
     // A refresh (and a request without an id) is cleared while Git is asked and the state compared
@@ -413,7 +416,7 @@ fn with_failed_request(
 ) -> ApplicationStatus {
     if let Some(Ok(op)) = requested {
         status.operation_state = Some(capstan_api::application::OperationState {
-            phase: "Failed".into(),
+            phase: OperationPhase::Failed,
             message: format!("the operation could not start: {err}"),
             started_at: now_precise(),
             finished_at: Some(now_precise()),
