@@ -9,10 +9,9 @@ use capstan_api::Application;
 use capstan_api::application::{ApplicationStatus, OperationState, RevisionHistory};
 use capstan_api::labels::RESOURCES_FINALIZER;
 use capstan_api::operation::{Operation, OperationPhase, SyncOperation, TERMINATE_ANNOTATION};
-use capstan_compare::annotations;
 use capstan_compare::normalize::Tracking;
 use capstan_compare::{ObjectKey, SyncCode, describe_kube_error};
-use capstan_sync::{Progress, Recorded, SyncOptions};
+use capstan_sync::{ExecuteOptions, Progress, Recorded, SyncOptions};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::events::EventType;
@@ -70,11 +69,7 @@ pub fn automated_could_act(app: &Application, comparison: &capstan_compare::Comp
         !r.hook
             && r.sync == SyncCode::OutOfSync
             && (!r.requires_pruning
-                || (auto.prune
-                    && !r
-                        .live
-                        .as_ref()
-                        .is_some_and(|l| annotations::has_sync_option(l, "Prune=false"))))
+                || (auto.prune && !r.live.as_ref().is_some_and(|l| !SyncOptions::of_object(l).prune)))
     });
     let desired = comparison.resources.iter().any(|r| !r.hook && r.desired.is_some());
     actionable && (desired || auto.allow_empty)
@@ -243,13 +238,14 @@ pub async fn run(
         }
         // `CreateNamespace=true` given in the request (not in the spec) is held to the same rules.
         // In the spec or in the request, in any spelling the sync accepts.
-        let requested_namespace = app
-            .spec
-            .sync_policy
-            .iter()
-            .flat_map(|p| p.sync_options.iter())
-            .chain(extra_options.iter())
-            .any(|o| annotations::has_option(o, "CreateNamespace=true"));
+        let requested_namespace = SyncOptions::parse(
+            app.spec
+                .sync_policy
+                .iter()
+                .flat_map(|p| p.sync_options.iter())
+                .chain(extra_options.iter()),
+        )
+        .create_namespace;
         if requested_namespace && let Some(message) = &work_state.create_namespace_violation {
             return Err(format!("the sync would break the project's rules: {message}"));
         }
@@ -336,23 +332,20 @@ pub async fn run(
     // Published while the operation runs; the event of its end waits for it (events keep their order).
     let started_event = tokio::spawn(started_event);
 
-    let options: Vec<String> = app
-        .spec
-        .sync_policy
-        .as_ref()
-        .map(|p| p.sync_options.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(extra_options)
-        .collect();
-    let has = |o: &str| options.iter().any(|x| annotations::has_option(x, o));
-    let sync_opts = SyncOptions {
+    let options = SyncOptions::parse(
+        app.spec
+            .sync_policy
+            .iter()
+            .flat_map(|p| p.sync_options.iter())
+            .chain(extra_options.iter()),
+    );
+    let sync_opts = ExecuteOptions {
         prune,
         dry_run,
-        prune_last: has("PruneLast=true"),
+        prune_last: options.prune_last,
         // Objects equal to Git are not applied again unless `ApplyOutOfSyncOnly=false` asks for it.
-        apply_out_of_sync_only: !has("ApplyOutOfSyncOnly=false"),
-        create_namespace: has("CreateNamespace=true"),
+        apply_out_of_sync_only: options.apply_out_of_sync_only,
+        create_namespace: options.create_namespace,
         destination_namespace: app.spec.destination.namespace.clone(),
         selected,
         wave_timeout: ctx.config.wave_timeout,
@@ -635,11 +628,7 @@ fn listed_results(
 /// objects are all Synced, with no hooks, nothing to prune and no re-apply of unchanged objects
 /// asked for.
 pub fn nothing_to_do(app: &Application, op: &Operation, state: &AppState) -> bool {
-    let reapply = |options: &[String]| {
-        options
-            .iter()
-            .any(|o| annotations::has_option(o, "ApplyOutOfSyncOnly=false"))
-    };
+    let reapply = |options: &[String]| !SyncOptions::parse(options).apply_out_of_sync_only;
     op.rollback.is_none()
         && state.comparison.sync() == SyncCode::Synced
         && !state.comparison.resources.iter().any(|r| r.hook || r.requires_pruning)
@@ -762,7 +751,7 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
         };
         for obj in list.items {
             let value = serde_json::to_value(&obj).unwrap_or_default();
-            if !tracking.owns(&value) || annotations::has_sync_option(&value, "Delete=false") {
+            if !tracking.owns(&value) || !SyncOptions::of_object(&value).delete {
                 continue;
             }
             let ns = obj.namespace();

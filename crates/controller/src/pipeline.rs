@@ -532,11 +532,11 @@ fn project_violations(
         }
     }
     // Parsed as the sync parses it (any case, comma-separated lists).
-    let create_namespace = app.spec.sync_policy.as_ref().is_some_and(|p| {
-        p.sync_options
-            .iter()
-            .any(|o| capstan_compare::annotations::has_option(o, "CreateNamespace=true"))
-    });
+    let create_namespace = app
+        .spec
+        .sync_policy
+        .as_ref()
+        .is_some_and(|p| capstan_sync::SyncOptions::parse(&p.sync_options).create_namespace);
     // Checked whether or not the spec asks for it: a sync request may ask too.
     let namespace_violation = if app_namespace.is_empty() {
         None

@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::Value;
 use tokio::sync::{Semaphore, watch};
 
+use crate::options::SyncOptions;
 use crate::plan::{self, Action, PlanOptions, Task};
 
 /// Result message of objects that already equalled Git and were not applied again.
@@ -22,7 +23,7 @@ pub const UNCHANGED: &str = "unchanged";
 
 /// How many write requests of syncs may be in flight to one cluster: the objects of one wave are
 /// applied this many at a time, and the syncs of several Applications to one cluster share the limit
-/// (see [`SyncOptions::writes`]). On the playground's 2-core API server a first sync of 2,000
+/// (see [`ExecuteOptions::writes`]). On the playground's 2-core API server a first sync of 2,000
 /// ConfigMaps took 2.2 s with 64 at a time against 2.5 s with 16; the API server's own limit of
 /// mutating requests in flight is 200 by default (more are answered 429, which the client retries).
 pub const PARALLELISM: usize = 64;
@@ -42,9 +43,9 @@ const DECIDE_ADMISSION: &[&str] = &[
     "APIService",
 ];
 
-/// Options of one sync operation.
+/// How one sync operation runs (the sync options it was given among them, see [`SyncOptions`]).
 #[derive(Debug, Clone)]
-pub struct SyncOptions {
+pub struct ExecuteOptions {
     /// Delete tracked objects that are no longer in Git.
     pub prune: bool,
     /// Validate with the API server, change nothing.
@@ -71,7 +72,7 @@ pub struct SyncOptions {
     pub own_writes: OwnWrites,
 }
 
-impl Default for SyncOptions {
+impl Default for ExecuteOptions {
     fn default() -> Self {
         Self {
             prune: false,
@@ -158,7 +159,7 @@ impl Recording {
 pub async fn execute(
     client: &kube::Client,
     comparison: &Comparison,
-    opts: &SyncOptions,
+    opts: &ExecuteOptions,
     progress: Option<&watch::Sender<Progress>>,
     recorded: Recorded,
 ) -> SyncOutcome {
@@ -265,7 +266,7 @@ fn failed(message: String, results: Vec<ResourceResult>) -> SyncOutcome {
 struct Run<'a> {
     client: &'a kube::Client,
     resources: &'a [ResourceState],
-    opts: &'a SyncOptions,
+    opts: &'a ExecuteOptions,
     progress: Option<&'a watch::Sender<Progress>>,
     /// The operation's record; `None` once it is known to be written.
     recorded: Option<Recorded>,
@@ -681,7 +682,7 @@ async fn send(
     desired: &Value,
     dry_run: bool,
 ) -> Result<DynamicObject, kube::Error> {
-    if annotations::has_sync_option(desired, "Replace=true") {
+    if SyncOptions::of_object(desired).replace {
         return replace(api, state, desired, dry_run).await;
     }
     let mut pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -713,7 +714,7 @@ async fn replace(
 
 async fn prune(client: &kube::Client, state: &ResourceState, dry_run: bool) -> TaskOutcome {
     let live = state.live.as_ref();
-    if live.is_some_and(|l| annotations::has_sync_option(l, "Prune=false")) {
+    if live.is_some_and(|l| !SyncOptions::of_object(l).prune) {
         return Ok(("PruneSkipped".into(), Seen::Nothing));
     }
     let api = api_for(client, state, &state.key.namespace);

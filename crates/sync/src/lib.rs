@@ -10,7 +10,9 @@
 //! Application.
 
 pub mod execute;
+pub mod options;
 pub mod plan;
 
-pub use execute::{Progress, Recorded, Recording, SyncOptions, SyncOutcome, execute};
+pub use execute::{ExecuteOptions, Progress, Recorded, Recording, SyncOutcome, execute};
+pub use options::SyncOptions;
 pub use plan::{Action, Task, kind_order, plan};

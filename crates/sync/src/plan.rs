@@ -3,6 +3,8 @@
 use capstan_compare::annotations::{self, HookSpec, Phase};
 use capstan_compare::{ObjectKey, ResourceState, SyncCode};
 
+use crate::options::SyncOptions;
+
 /// What a task does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Action {
@@ -101,10 +103,7 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
             if !opts.prune {
                 continue;
             }
-            let prune_last = opts.prune_last
-                || r.live
-                    .as_ref()
-                    .is_some_and(|l| annotations::has_sync_option(l, "PruneLast=true"));
+            let prune_last = opts.prune_last || r.live.as_ref().is_some_and(|l| SyncOptions::of_object(l).prune_last);
             let (phase, wave) = if prune_last {
                 (Phase::PostSync, LAST_WAVE)
             } else {
@@ -121,7 +120,7 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
             continue;
         }
         let Some(desired) = &r.desired else { continue };
-        match annotations::hook(desired)? {
+        match annotations::hook(desired).map_err(|e| e.to_string())? {
             HookSpec::Skip => {}
             HookSpec::Phases(phases) => {
                 for phase in phases {
