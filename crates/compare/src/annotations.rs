@@ -173,7 +173,9 @@ mod tests {
         );
         assert_eq!(hook(&obj(json!({"capstan.dev/hook": "Skip"}))), Ok(HookSpec::Skip));
         assert_eq!(
-            hook(&obj(json!({"capstan.dev/hook": "Later"}))).err().map(|e| e.to_string()),
+            hook(&obj(json!({"capstan.dev/hook": "Later"})))
+                .err()
+                .map(|e| e.to_string()),
             Some("unknown hook phase \"Later\" in capstan.dev/hook".into())
         );
         assert_eq!(delete_policies(&obj(json!({}))), vec![DeletePolicy::BeforeHookCreation]);

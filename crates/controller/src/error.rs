@@ -1,6 +1,7 @@
 //! The controller's errors: why a pipeline pass failed ([`PipelineError`], reported as an Application
 //! condition) and why a reconcile failed ([`ReconcileError`], retried with backoff).
 
+use capstan_api::operation::OPERATION_ANNOTATION;
 use capstan_compare::describe_kube_error;
 
 /// Why a pass failed; each maps to an Application condition type.
@@ -25,6 +26,15 @@ impl PipelineError {
             PipelineError::InvalidSpec(_) => "InvalidSpecError",
         }
     }
+}
+
+/// An operation request annotation that does not hold an operation (reported as `InvalidSpecError`).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {OPERATION_ANNOTATION} annotation: {source}")]
+pub struct InvalidRequest {
+    /// Why it does not parse.
+    #[from]
+    pub source: serde_json::Error,
 }
 
 /// Errors of one reconcile (they are retried with backoff).

@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Ctx;
-use crate::error::{PipelineError, ReconcileError};
+use crate::error::{InvalidRequest, PipelineError, ReconcileError};
 use crate::operation::{self, record};
 use crate::status::{clear_handled_request, clear_terminate, set_condition, write_status};
 use crate::{automated, clock, finalize};
@@ -99,13 +99,13 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     }
     let raw_request = annotations.get(OPERATION_ANNOTATION).cloned();
     // A request the operation in status carries is being (or has been) handled.
-    let requested: Option<Result<Operation, String>> = raw_request
+    let requested: Option<Result<Operation, InvalidRequest>> = raw_request
         .as_deref()
         .filter(|raw| !capstan_api::operation::handled(&app, raw))
-        .map(|raw| serde_json::from_str(raw).map_err(|e| format!("invalid {OPERATION_ANNOTATION} annotation: {e}")));
+        .map(|raw| serde_json::from_str(raw).map_err(InvalidRequest::from));
     // A request with an id is removed once its operation has finished (the id in status keeps it
     // from running twice); one without is removed before anything else happens.
-    let identified = |r: &Option<Result<Operation, String>>| {
+    let identified = |r: &Option<Result<Operation, InvalidRequest>>| {
         r.as_ref().is_some_and(|r| r.as_ref().is_ok_and(|op| !op.id.is_empty()))
     };
     let clear_first = raw_request
@@ -193,7 +193,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     let op = match requested {
         Some(Ok(op)) => Some(op),
         Some(Err(message)) => {
-            set_condition(&mut status, "InvalidSpecError", message);
+            set_condition(&mut status, "InvalidSpecError", message.to_string());
             None
         }
         None => running.or_else(|| automated::automated(&app, &status, &state.revision.sha, &state.comparison)),
@@ -250,7 +250,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
 /// the request is not lost silently.
 fn with_failed_request(
     mut status: ApplicationStatus,
-    requested: &Option<Result<Operation, String>>,
+    requested: &Option<Result<Operation, InvalidRequest>>,
     err: &PipelineError,
 ) -> ApplicationStatus {
     if let Some(Ok(op)) = requested {

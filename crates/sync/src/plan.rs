@@ -1,6 +1,6 @@
 //! Ordering a sync into tasks: phase → wave → kind → name.
 
-use capstan_compare::annotations::{self, HookSpec, Phase};
+use capstan_compare::annotations::{self, AnnotationError, HookSpec, Phase};
 use capstan_compare::{ObjectKey, ResourceState, SyncCode};
 
 use crate::options::SyncOptions;
@@ -90,7 +90,7 @@ pub fn kind_order(kind: &str) -> usize {
 const LAST_WAVE: i64 = i64::MAX;
 
 /// Order the work for `resources`.
-pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>, String> {
+pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>, AnnotationError> {
     let selected = |key: &ObjectKey| opts.selected.is_empty() || opts.selected.contains(key);
     let mut tasks = Vec::new();
     for (index, r) in resources.iter().enumerate() {
@@ -120,7 +120,7 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
             continue;
         }
         let Some(desired) = &r.desired else { continue };
-        match annotations::hook(desired).map_err(|e| e.to_string())? {
+        match annotations::hook(desired)? {
             HookSpec::Skip => {}
             HookSpec::Phases(phases) => {
                 for phase in phases {

@@ -19,7 +19,7 @@ use std::time::Instant;
 use capstan_api::Application;
 use capstan_api::application::ApplicationStatus;
 use capstan_api::operation::{Operation, TERMINATE_ANNOTATION};
-use capstan_sync::{ExecuteOptions, Progress, Recorded, SyncOutcome};
+use capstan_sync::{ExecuteOptions, Progress, RecordError, Recorded, SyncOutcome};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
@@ -116,7 +116,12 @@ pub async fn run(
         let written = write_status(ctx, app, status, Some(&work_state), None).await;
         write_cost.set(started.elapsed());
         tracing::debug!(app = %op_key, elapsed_ms = started.elapsed().as_millis() as u64, "Running recorded");
-        recording.finish(written.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+        recording.finish(
+            written
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| RecordError::Failed(e.to_string())),
+        );
         written
     };
 
