@@ -63,8 +63,7 @@ pub fn automated_could_act(app: &Application, comparison: &Comparison) -> bool {
     let actionable = comparison.resources.iter().any(|r| {
         !r.hook
             && r.sync == SyncCode::OutOfSync
-            && (!r.requires_pruning
-                || (auto.prune && !r.live.as_ref().is_some_and(|l| !SyncOptions::of_object(l).prune)))
+            && (!r.requires_pruning || (auto.prune && r.live.as_ref().is_none_or(|l| SyncOptions::of_object(l).prune)))
     });
     let desired = comparison.resources.iter().any(|r| !r.hook && r.desired.is_some());
     actionable && (desired || auto.allow_empty)

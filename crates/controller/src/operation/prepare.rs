@@ -242,7 +242,7 @@ mod tests {
             rollback_entry(&app(false, &[]), &status, 3).expect("entry").revision,
             "abc"
         );
-        let missing = rollback_entry(&app(false, &[]), &status, 4).err().expect("refused");
+        let missing = rollback_entry(&app(false, &[]), &status, 4).expect_err("refused");
         assert_eq!(missing.to_string(), "history entry 4 not found");
     }
 
@@ -250,7 +250,7 @@ mod tests {
     fn requested_objects_must_be_keys() {
         let keys = selected(&["apps/Deployment/web/api".into(), "/ConfigMap/web/settings".into()]).expect("keys");
         assert_eq!(keys.len(), 2);
-        let refused = selected(&["Deployment/api".into()]).err().expect("refused");
+        let refused = selected(&["Deployment/api".into()]).expect_err("refused");
         assert_eq!(
             refused.to_string(),
             "invalid resource \"Deployment/api\": use GROUP/KIND/NAMESPACE/NAME"
