@@ -7,6 +7,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::operation::{OPERATION_ANNOTATION, Operation, OperationPhase};
+
 /// An Application: a source in Git rendered and kept in sync with a destination.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -325,7 +327,7 @@ pub struct ResourceStatus {
 #[serde(rename_all = "camelCase")]
 pub struct OperationState {
     /// `Running`, `Succeeded`, `Failed`, `Error` or `Terminating`.
-    pub phase: String,
+    pub phase: crate::operation::OperationPhase,
     /// What is happening or what went wrong.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -347,6 +349,9 @@ pub struct OperationState {
     /// The operation being run, so a restarted controller can resume it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<crate::operation::Operation>,
+    /// Who stopped the operation, when a terminate request (`capstan.dev/terminate`) ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated_by: Option<String>,
 }
 
 /// What a sync did to one object.
@@ -416,6 +421,38 @@ pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> sche
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true
     })
+}
+
+/// What the operation annotation asks, and whether an operation runs.
+impl Application {
+    /// The request in the operation annotation, unless the operation in its status already handled it (an
+    /// unparsable request counts as pending: the controller reports and removes it).
+    pub fn pending_request(&self) -> Option<&str> {
+        let raw = self.metadata.annotations.as_ref()?.get(OPERATION_ANNOTATION)?;
+        (!self.handled(raw)).then_some(raw.as_str())
+    }
+
+    /// Whether the status records an operation that is still running.
+    pub fn operation_running(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.operation_state.as_ref())
+            .is_some_and(|o| o.phase == OperationPhase::Running)
+    }
+
+    /// Whether the request `raw` is the operation in its status.
+    pub fn handled(&self, raw: &str) -> bool {
+        let Ok(requested) = serde_json::from_str::<Operation>(raw) else {
+            return false;
+        };
+        !requested.id.is_empty()
+            && self
+                .status
+                .as_ref()
+                .and_then(|s| s.operation_state.as_ref())
+                .and_then(|o| o.operation.as_ref())
+                .is_some_and(|o| o.id == requested.id)
+    }
 }
 
 #[cfg(test)]

@@ -16,8 +16,92 @@ use serde::{Deserialize, Serialize};
 pub const OPERATION_ANNOTATION: &str = "capstan.dev/operation";
 
 /// Annotation asking the controller to stop the running operation (its value names who asked).
-/// Waves not yet started are not applied; the operation ends `Failed` with "terminated".
+/// Waves not yet started are not applied; the operation ends `Failed` with "terminated by …", and
+/// `terminatedBy` names who asked.
 pub const TERMINATE_ANNOTATION: &str = "capstan.dev/terminate";
+
+/// The phase of an operation (`status.operationState.phase`), spelt as Argo CD spells it.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum OperationPhase {
+    /// Started and not ended yet (a restarted controller resumes it).
+    #[default]
+    Running,
+    /// Being stopped (Capstan itself does not write it: a stopped operation ends `Failed`).
+    Terminating,
+    /// Ended: something failed, the operation could not start, or a person stopped it.
+    Failed,
+    /// Ended with an error outside the sync itself (Capstan itself does not write it).
+    Error,
+    /// Ended: everything was applied (and healthy).
+    Succeeded,
+}
+
+impl OperationPhase {
+    /// Every phase.
+    pub const ALL: [OperationPhase; 5] = [
+        OperationPhase::Running,
+        OperationPhase::Terminating,
+        OperationPhase::Failed,
+        OperationPhase::Error,
+        OperationPhase::Succeeded,
+    ];
+
+    /// The spelling in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationPhase::Running => "Running",
+            OperationPhase::Terminating => "Terminating",
+            OperationPhase::Failed => "Failed",
+            OperationPhase::Error => "Error",
+            OperationPhase::Succeeded => "Succeeded",
+        }
+    }
+
+    /// Whether the operation has ended (neither running nor being stopped).
+    pub fn is_completed(self) -> bool {
+        !matches!(self, OperationPhase::Running | OperationPhase::Terminating)
+    }
+
+    /// Whether the operation ended and did not succeed.
+    pub fn is_failed(self) -> bool {
+        matches!(self, OperationPhase::Failed | OperationPhase::Error)
+    }
+}
+
+impl std::fmt::Display for OperationPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A phase name that is none of [`OperationPhase`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown operation phase {0:?}")]
+pub struct UnknownPhase(pub String);
+
+impl std::str::FromStr for OperationPhase {
+    type Err = UnknownPhase;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        OperationPhase::ALL
+            .into_iter()
+            .find(|p| p.as_str() == text)
+            .ok_or_else(|| UnknownPhase(text.to_string()))
+    }
+}
+
+/// Phases compare with their spelling (`phase == "Succeeded"`), as clients reading the JSON do.
+impl PartialEq<str> for OperationPhase {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for OperationPhase {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
 
 /// A requested operation.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -50,35 +134,6 @@ pub fn new_request_id() -> String {
         .unwrap_or_default();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{nanos:x}-{:x}-{n:x}", std::process::id())
-}
-
-/// The request in `app`'s annotation, unless the operation in its status already handled it (an
-/// unparsable request counts as pending: the controller reports and removes it).
-pub fn pending_request(app: &crate::application::Application) -> Option<&str> {
-    let raw = app.metadata.annotations.as_ref()?.get(OPERATION_ANNOTATION)?;
-    (!handled(app, raw)).then_some(raw.as_str())
-}
-
-/// Whether `app`'s status records an operation that is still running.
-pub fn operation_running(app: &crate::application::Application) -> bool {
-    app.status
-        .as_ref()
-        .and_then(|s| s.operation_state.as_ref())
-        .is_some_and(|o| o.phase == "Running")
-}
-
-/// Whether the request `raw` of `app` is the operation in its status.
-pub fn handled(app: &crate::application::Application, raw: &str) -> bool {
-    let Ok(requested) = serde_json::from_str::<Operation>(raw) else {
-        return false;
-    };
-    !requested.id.is_empty()
-        && app
-            .status
-            .as_ref()
-            .and_then(|s| s.operation_state.as_ref())
-            .and_then(|o| o.operation.as_ref())
-            .is_some_and(|o| o.id == requested.id)
 }
 
 /// Parameters of a sync.
@@ -133,13 +188,32 @@ mod tests {
         }
         app.status = Some(ApplicationStatus {
             operation_state: in_status.map(|op| OperationState {
-                phase: "Succeeded".into(),
+                phase: OperationPhase::Succeeded,
                 operation: Some(op.clone()),
                 ..Default::default()
             }),
             ..Default::default()
         });
         app
+    }
+
+    #[test]
+    fn phases_keep_their_api_spelling() {
+        for phase in OperationPhase::ALL {
+            let json = serde_json::to_value(phase).expect("json");
+            assert_eq!(json, serde_json::json!(phase.as_str()));
+            assert_eq!(serde_json::from_value::<OperationPhase>(json).expect("phase"), phase);
+            assert_eq!(phase.as_str().parse::<OperationPhase>(), Ok(phase));
+            assert_eq!(phase.to_string(), phase.as_str());
+        }
+        assert!("running".parse::<OperationPhase>().is_err());
+        assert!(serde_json::from_value::<OperationPhase>(serde_json::json!("Paused")).is_err());
+        assert!(OperationPhase::Succeeded.is_completed() && !OperationPhase::Running.is_completed());
+        assert!(OperationPhase::Error.is_failed() && !OperationPhase::Succeeded.is_failed());
+        // A stored state without `terminatedBy` (written before it existed) still reads.
+        let state: OperationState =
+            serde_json::from_value(serde_json::json!({"phase": "Failed", "message": "m"})).expect("state");
+        assert_eq!((state.phase, state.terminated_by), (OperationPhase::Failed, None));
     }
 
     #[test]
@@ -155,16 +229,16 @@ mod tests {
             ..first.clone()
         };
         assert_ne!(first.id, second.id, "ids differ");
-        assert!(pending_request(&app_with(None, Some(&first))).is_none());
-        assert!(pending_request(&app_with(Some(&first), None)).is_some());
-        assert!(pending_request(&app_with(Some(&first), Some(&first))).is_none());
-        assert!(pending_request(&app_with(Some(&second), Some(&first))).is_some());
+        assert!(app_with(None, Some(&first)).pending_request().is_none());
+        assert!(app_with(Some(&first), None).pending_request().is_some());
+        assert!(app_with(Some(&first), Some(&first)).pending_request().is_none());
+        assert!(app_with(Some(&second), Some(&first)).pending_request().is_some());
         // Without an id a request is never taken as handled: identical requests would be lost.
         let anonymous = Operation {
             id: String::new(),
             ..first.clone()
         };
-        assert!(pending_request(&app_with(Some(&anonymous), Some(&anonymous))).is_some());
+        assert!(app_with(Some(&anonymous), Some(&anonymous)).pending_request().is_some());
         // Neither is one that does not parse.
         let mut broken = app_with(None, Some(&first));
         broken
@@ -172,6 +246,6 @@ mod tests {
             .annotations
             .get_or_insert_default()
             .insert(OPERATION_ANNOTATION.into(), "{not json".into());
-        assert!(pending_request(&broken).is_some());
+        assert!(broken.pending_request().is_some());
     }
 }

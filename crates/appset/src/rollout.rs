@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use capstan_api::applicationset::{ApplicationSetApplicationStatus, RollingSyncStep};
+use capstan_api::operation::OperationPhase;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -67,8 +68,8 @@ pub struct AppView {
 /// The part of `status.operationState` the planner reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OperationView {
-    /// `Running`, `Succeeded`, `Failed`, `Error`, `Terminating`.
-    pub phase: String,
+    /// Where the operation stands.
+    pub phase: OperationPhase,
     /// What happened.
     pub message: String,
     /// When it started (RFC 3339).
@@ -397,7 +398,7 @@ fn is_requested(s: &ApplicationSetApplicationStatus) -> bool {
 
 fn classify(app: &AppView, prev: Option<&ApplicationSetApplicationStatus>, now: Timestamp) -> State {
     let op = app.operation.as_ref();
-    let running = op.is_some_and(|o| o.phase == "Running");
+    let running = op.is_some_and(|o| o.phase == OperationPhase::Running);
     // A sync the rollout requested, followed until its operation has run.
     if let Some(p) = prev.filter(|p| is_requested(p))
         && let Some(since) = parse_time(&p.last_transition_time)
@@ -415,11 +416,11 @@ fn classify(app: &AppView, prev: Option<&ApplicationSetApplicationStatus>, now: 
                 return requested("waiting for the Application controller".into());
             }
             None => {} // lost: decide afresh
-            Some(o) => match o.phase.as_str() {
-                "Failed" | "Error" => {
-                    return State::Failed(format!("sync {}: {}", o.phase.to_lowercase(), o.message));
+            Some(o) => match o.phase {
+                OperationPhase::Failed | OperationPhase::Error => {
+                    return State::Failed(format!("sync {}: {}", o.phase.as_str().to_lowercase(), o.message));
                 }
-                "Succeeded" => {
+                OperationPhase::Succeeded => {
                     if app.health == "Degraded" {
                         return State::Failed(with_detail("synced, but health is Degraded", &app.health_message));
                     }
@@ -622,7 +623,7 @@ mod tests {
 
         // Request consumed, operation running: still in flight, nothing new.
         apps[0].operation = Some(OperationView {
-            phase: "Running".into(),
+            phase: OperationPhase::Running,
             started_at: "2024-01-01T00:00:01Z".into(),
             initiated_by: INITIATED_BY.into(),
             ..Default::default()
@@ -633,7 +634,7 @@ mod tests {
         assert_eq!(status_of(&p2, "a1").last_transition_time, "2024-01-01T00:00:00Z");
 
         // Synced but still Progressing health: step 2 still waits.
-        apps[0].operation.as_mut().expect("op").phase = "Succeeded".into();
+        apps[0].operation.as_mut().expect("op").phase = OperationPhase::Succeeded;
         apps[0].sync = "Synced".into();
         apps[0].health = "Progressing".into();
         let p3 = plan(&steps, &apps, &p2.statuses, t("2024-01-01T00:00:03Z"));
@@ -654,7 +655,7 @@ mod tests {
         apps[0].request_pending = true;
         // An older rollout operation (before this request) must not be mistaken for this one.
         apps[0].operation = Some(OperationView {
-            phase: "Succeeded".into(),
+            phase: OperationPhase::Succeeded,
             started_at: "2023-12-31T00:00:00Z".into(),
             initiated_by: INITIATED_BY.into(),
             ..Default::default()
@@ -687,7 +688,7 @@ mod tests {
             app("a3", "one", "OutOfSync", "Healthy"),
         ];
         apps[0].operation = Some(OperationView {
-            phase: "Running".into(),
+            phase: OperationPhase::Running,
             initiated_by: "cli".into(),
             ..Default::default()
         });
@@ -719,7 +720,7 @@ mod tests {
         let p1 = plan(&steps1, &apps, &[], t("2024-01-01T00:00:00Z"));
         assert_eq!(p1.sync, ["a1"]);
         apps[0].operation = Some(OperationView {
-            phase: "Failed".into(),
+            phase: OperationPhase::Failed,
             message: "wave 0 did not become healthy within 10s: Deployment stuck".into(),
             started_at: "2024-01-01T00:00:01Z".into(),
             initiated_by: INITIATED_BY.into(),
@@ -762,7 +763,7 @@ mod tests {
         ];
         let p1 = plan(&steps, &apps, &[], t("2024-01-01T00:00:00Z"));
         apps[0].operation = Some(OperationView {
-            phase: "Succeeded".into(),
+            phase: OperationPhase::Succeeded,
             started_at: "2024-01-01T00:00:00Z".into(),
             initiated_by: INITIATED_BY.into(),
             ..Default::default()

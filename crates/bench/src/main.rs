@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use capstan_api::operation::OperationPhase;
 use capstan_testkit::{GitServer, TestCluster, git};
 use futures::{StreamExt, stream};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -335,7 +336,7 @@ impl Bench {
         watch
             .until("configmaps", Duration::from_secs(600), |s| {
                 s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-first"))
-                    && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
+                    && s.pointer("/operationState/phase") == Some(&json!(OperationPhase::Succeeded))
             })
             .await?;
         let capstan_time = started.elapsed();
@@ -363,7 +364,7 @@ impl Bench {
         watch
             .until("configmaps", Duration::from_secs(120), |s| {
                 s.pointer("/operationState/operation/initiatedBy") == Some(&json!("bench-resync"))
-                    && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
+                    && s.pointer("/operationState/phase") == Some(&json!(OperationPhase::Succeeded))
             })
             .await?;
         let resync_time = started.elapsed();
@@ -769,7 +770,7 @@ impl Bench {
             }
             if s.pointer("/sync/revision") == Some(&json!(sha))
                 && s.pointer("/sync/status") == Some(&json!("Synced"))
-                && s.pointer("/operationState/phase") == Some(&json!("Succeeded"))
+                && s.pointer("/operationState/phase") == Some(&json!(OperationPhase::Succeeded))
             {
                 break sent.elapsed();
             }

@@ -14,14 +14,31 @@ pub fn get<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     })
 }
 
+/// An annotation whose value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnnotationError {
+    /// The sync wave is not an integer.
+    #[error("{} {value:?} is not an integer", labels::SYNC_WAVE)]
+    SyncWave {
+        /// The annotation's value.
+        value: String,
+        /// Why it does not parse.
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    /// The hook annotation names a phase that does not exist.
+    #[error("unknown hook phase {0:?} in {hook}", hook = labels::HOOK)]
+    HookPhase(String),
+}
+
 /// The object's sync wave (default 0; an unparsable value is an error for the caller to report).
-pub fn sync_wave(obj: &Value) -> Result<i64, String> {
+pub fn sync_wave(obj: &Value) -> Result<i64, AnnotationError> {
     match get(obj, labels::SYNC_WAVE) {
         None => Ok(0),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("{} {v:?} is not an integer", labels::SYNC_WAVE)),
+        Some(v) => v.trim().parse().map_err(|source| AnnotationError::SyncWave {
+            value: v.to_string(),
+            source,
+        }),
     }
 }
 
@@ -62,7 +79,7 @@ pub enum HookSpec {
 }
 
 /// Parse the hook annotation.
-pub fn hook(obj: &Value) -> Result<HookSpec, String> {
+pub fn hook(obj: &Value) -> Result<HookSpec, AnnotationError> {
     let Some(value) = get(obj, labels::HOOK) else {
         return Ok(HookSpec::None);
     };
@@ -74,7 +91,7 @@ pub fn hook(obj: &Value) -> Result<HookSpec, String> {
             "Sync" => phases.push(Phase::Sync),
             "PostSync" => phases.push(Phase::PostSync),
             "SyncFail" => phases.push(Phase::SyncFail),
-            other => return Err(format!("unknown hook phase {other:?} in {}", labels::HOOK)),
+            other => return Err(AnnotationError::HookPhase(other.to_string())),
         }
     }
     phases.sort();
@@ -144,13 +161,23 @@ mod tests {
         assert_eq!(sync_wave(&obj(json!({"capstan.dev/sync-wave": "-2"}))), Ok(-2));
         assert_eq!(sync_wave(&obj(json!({"argocd.argoproj.io/sync-wave": "5"}))), Ok(5));
         assert_eq!(sync_wave(&obj(json!({}))), Ok(0));
-        assert!(sync_wave(&obj(json!({"capstan.dev/sync-wave": "soon"}))).is_err());
+        assert_eq!(
+            sync_wave(&obj(json!({"capstan.dev/sync-wave": "soon"})))
+                .err()
+                .map(|e| e.to_string()),
+            Some("capstan.dev/sync-wave \"soon\" is not an integer".into())
+        );
         assert_eq!(
             hook(&obj(json!({"argocd.argoproj.io/hook": "PostSync,PreSync"}))),
             Ok(HookSpec::Phases(vec![Phase::PreSync, Phase::PostSync]))
         );
         assert_eq!(hook(&obj(json!({"capstan.dev/hook": "Skip"}))), Ok(HookSpec::Skip));
-        assert!(hook(&obj(json!({"capstan.dev/hook": "Later"}))).is_err());
+        assert_eq!(
+            hook(&obj(json!({"capstan.dev/hook": "Later"})))
+                .err()
+                .map(|e| e.to_string()),
+            Some("unknown hook phase \"Later\" in capstan.dev/hook".into())
+        );
         assert_eq!(delete_policies(&obj(json!({}))), vec![DeletePolicy::BeforeHookCreation]);
         assert_eq!(
             delete_policies(&obj(

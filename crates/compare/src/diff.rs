@@ -120,18 +120,18 @@ pub async fn compare(
     let mut to_dry_run = Vec::new();
     for d in desired {
         let key = ObjectKey::of(&d.object)?;
-        let hook_spec = annotations::hook(&d.object).map_err(|message| CompareError::InvalidObject {
+        let hook_spec = annotations::hook(&d.object).map_err(|e| CompareError::InvalidObject {
             what: key.to_string(),
-            message,
+            message: e.to_string(),
         })?;
         if hook_spec == HookSpec::Skip {
             // Still in Git: its live object is neither compared nor extraneous (never pruned).
             live_by_key.remove(&key);
             continue;
         }
-        let wave = annotations::sync_wave(&d.object).map_err(|message| CompareError::InvalidObject {
+        let wave = annotations::sync_wave(&d.object).map_err(|e| CompareError::InvalidObject {
             what: key.to_string(),
-            message,
+            message: e.to_string(),
         })?;
         let hook = matches!(hook_spec, HookSpec::Phases(_));
         let api_version = d

@@ -26,14 +26,12 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use crate::pipeline::PipelineError;
-use crate::watches::Watches;
+use crate::clock;
+use crate::error::PipelineError;
+use crate::watches::{Trigger, Watches};
 
 /// How often registered clusters are probed.
 const PROBE_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Where reconcile triggers go, once the controller runs (the CLI has none).
-pub type Trigger = Arc<OnceLock<UnboundedSender<ObjectRef<Application>>>>;
 
 /// One destination cluster.
 pub struct Destination {
@@ -422,7 +420,7 @@ impl Clusters {
             dest.client.apiserver_version(),
         )
         .await;
-        let now = crate::reconcile::now();
+        let now = clock::now();
         let state = match result {
             Ok(Ok(info)) => ConnectionState {
                 status: "Successful".into(),

@@ -1,31 +1,47 @@
 //! The Application controller: it drives the pipeline `source → render → compare → sync → health`
 //! for every Application and reports where each stands.
 //!
+//! Modules, each depending only on those listed after it (never on one before it, nor on this root):
+//!
+//! - [`reconcile`]: what happens to one Application on each trigger — request annotations, the
+//!   comparison, requested, resumed and automated operations, status, deletion.
+//! - [`operation`]: running a sync or rollback and recording it (operation state, history, Events),
+//!   in steps: `prepare`, `record`, `progress`, `finish`.
+//! - [`automated`]: whether an automated sync (new revision, self-heal, retry) is due; pure.
+//! - [`finalize`]: deleting an Application's objects with the resources finalizer.
+//! - [`status`]: writing status (merge patches, conditions) and clearing request annotations.
+//! - [`context`]: the shared state ([`context::Ctx`]): clients, pipeline, pollers, settings, the
+//!   versions written and watched per Application, terminate signals, Events.
+//! - [`poller`]: one Git poller per repository, triggering the Applications that use it.
 //! - [`pipeline`]: one read-only pass (resolve, render, prepare, read live state, compare).
-//! - [`reconcile`]: what happens to one Application on each trigger — status, conditions, automated
-//!   sync, self-heal, requested operations, deletion with the resources finalizer.
-//! - [`operation`]: running a sync or rollback and recording it (operation state, history, Events).
+//! - [`clusters`]: destination clusters — `in-cluster` and those registered with cluster Secrets —
+//!   each with its client, discovery and watches, probed for reachability.
 //! - [`watches`]: watches, filtered by Capstan's tracking label, on every kind Capstan manages: a
 //!   cache of the live managed objects that comparisons read, and a trigger that re-reconciles an
 //!   Application when one of its objects changes.
-//! - [`clusters`]: destination clusters — `in-cluster` and those registered with cluster Secrets —
-//!   each with its client, discovery and watches, probed for reachability.
-//! - [`credentials`]: repository Secrets.
 //! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
+//! - [`credentials`]: repository Secrets.
+//! - [`config`], [`error`], [`clock`]: settings, error types, timestamps; they depend on no module.
 //!
 //! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
 //! Application and shuts down gracefully.
 
+pub mod automated;
+pub mod clock;
 pub mod clusters;
+pub mod config;
+pub mod context;
 pub mod credentials;
+pub mod error;
+pub mod finalize;
 pub mod operation;
 pub mod pipeline;
 pub mod poller;
 pub mod projects;
 pub mod reconcile;
+pub mod status;
 pub mod watches;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,50 +51,19 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 
-pub use pipeline::{Pipeline, PipelineError};
-
-/// Controller settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Namespace whose Applications (and repository Secrets) are served.
-    pub namespace: String,
-    /// Where Git caches live.
-    pub cache_dir: PathBuf,
-    /// How often Git is polled per Application (jittered by up to 10 %).
-    pub poll_interval: Duration,
-    /// How long a wave may take to become healthy, or a hook to complete.
-    pub wave_timeout: Duration,
-    /// Limit of one `helm`/`kustomize` run.
-    pub render_timeout: Duration,
-    /// Applications reconciled at once.
-    pub concurrency: u16,
-    /// Whether `file://` repository URLs and local paths are allowed.
-    pub allow_local_repositories: bool,
-    /// Whether a missing `default` AppProject denies everything (instead of allowing everything).
-    pub deny_implicit_default_project: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            namespace: capstan_api::NAMESPACE.into(),
-            cache_dir: std::env::temp_dir().join("capstan-cache"),
-            poll_interval: Duration::from_secs(180),
-            wave_timeout: Duration::from_secs(600),
-            render_timeout: Duration::from_secs(60),
-            concurrency: 32,
-            allow_local_repositories: false,
-            deny_implicit_default_project: false,
-        }
-    }
-}
+pub use config::Config;
+pub use error::{PipelineError, ReconcileError};
+pub use pipeline::Pipeline;
 
 /// Errors that stop the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum ControllerError {
     /// The Application CRD is not installed.
-    #[error("the Application CRD is not installed in the cluster: run `capstan install` first ({0})")]
-    NotInstalled(String),
+    #[error(
+        "the Application CRD is not installed in the cluster: run `capstan install` first ({})",
+        capstan_compare::describe_kube_error(.0)
+    )]
+    NotInstalled(#[source] kube::Error),
 }
 
 /// Run the controller until `shutdown` resolves.
@@ -90,7 +75,7 @@ pub async fn run(
     let apps: Api<Application> = Api::namespaced(client.clone(), &config.namespace);
     apps.list(&kube::api::ListParams::default().limit(1))
         .await
-        .map_err(|e| ControllerError::NotInstalled(capstan_compare::describe_kube_error(&e)))?;
+        .map_err(ControllerError::NotInstalled)?;
 
     // Each repository's poller refreshes its refs every interval; Applications resolve from that
     // answer in between (a refresh or an operation still asks Git directly).
@@ -110,7 +95,7 @@ pub async fn run(
         .deny_implicit_default(config.deny_implicit_default_project);
     pipeline.projects.spawn();
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
-    let ctx = Arc::new(reconcile::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
+    let ctx = Arc::new(context::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 
     let (reader, writer) = reflector::store();
     let forget = ctx.clone();

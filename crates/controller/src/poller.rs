@@ -11,6 +11,8 @@ use capstan_api::Application;
 use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::clock;
+use crate::credentials;
 use crate::pipeline::Pipeline;
 
 /// The Applications using one repository.
@@ -64,7 +66,7 @@ impl Pollers {
             let mut last: Option<Vec<(String, String)>> = None;
             loop {
                 tokio::time::sleep(poll_delay(interval, &url)).await;
-                let creds = crate::credentials::for_repo(&pipeline.client, &pipeline.namespace, &url)
+                let creds = credentials::for_repo(&pipeline.client, &pipeline.namespace, &url)
                     .await
                     .unwrap_or_default();
                 match pipeline.repos.refresh(&url, &creds).await {
@@ -118,7 +120,7 @@ fn release(repos: &mut HashMap<String, Poller>, app: &ObjectRef<Application>, ke
 /// The time between two polls of `url`: `interval` plus up to 10 % that is stable per URL, so the
 /// pollers of repositories watched at the same moment (a controller start) spread out.
 fn poll_delay(interval: Duration, url: &str) -> Duration {
-    crate::reconcile::jitter(interval, url)
+    clock::jitter(interval, url)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -14,7 +14,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::pipeline::PipelineError;
+use crate::error::PipelineError;
 
 /// The projects of one namespace.
 pub struct Projects {

@@ -16,22 +16,25 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use capstan_api::labels::TRACKING_LABEL;
 use capstan_compare::{KindInfo, ObjectKey, OwnWrites};
 
-use crate::clusters::Trigger;
 use capstan_compare::normalize::TRACKING_ANNOTATION;
 use capstan_compare::owned::keep_own_apply_entry;
 use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// Shortest time between two reconciles of one Application caused by changes to its objects.
 pub const THROTTLE: Duration = Duration::from_millis(250);
+
+/// Where reconcile triggers go, once the controller runs (the CLI has none).
+pub type Trigger = Arc<OnceLock<UnboundedSender<AppRef>>>;
 
 /// The set of watched kinds and where their events go.
 pub struct Watches {

@@ -5,6 +5,7 @@
 //! revision yet still reports the old revision's health. So a child counts as Progressing until it is
 //! Synced and no operation is running on it, unless its own health is already Degraded or Unknown.
 
+use capstan_api::operation::OperationPhase;
 use serde_json::Value;
 
 use crate::json::str_at;
@@ -25,10 +26,8 @@ pub(crate) fn application(obj: &Value) -> Health {
     if matches!(code, HealthCode::Degraded | HealthCode::Unknown) {
         return Health::new(code, message);
     }
-    if matches!(
-        str_at(status, &["operationState", "phase"]),
-        Some("Running" | "Terminating")
-    ) {
+    let phase = str_at(status, &["operationState", "phase"]).and_then(|p| p.parse::<OperationPhase>().ok());
+    if phase.is_some_and(|p| !p.is_completed()) {
         return Health::progressing("Application sync is running");
     }
     match str_at(status, &["sync", "status"]) {

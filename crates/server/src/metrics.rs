@@ -28,7 +28,7 @@ pub fn app_info(state: &State) -> String {
         let status = app.status.clone().unwrap_or_default();
         let sync = status.sync.map(|s| s.status).unwrap_or_else(|| "Unknown".into());
         let health = status.health.map(|h| h.status).unwrap_or_else(|| "Unknown".into());
-        let phase = status.operation_state.map(|o| o.phase).unwrap_or_default();
+        let phase = status.operation_state.map(|o| o.phase.as_str()).unwrap_or_default();
         let _ = writeln!(
             out,
             "capstan_app_info{{namespace=\"{}\",name=\"{}\",project=\"{}\",dest_cluster=\"{}\",dest_namespace=\"{}\",sync_status=\"{}\",health_status=\"{}\",operation=\"{}\"}} 1",
@@ -39,7 +39,7 @@ pub fn app_info(state: &State) -> String {
             escape(&app.spec.destination.namespace),
             escape(&sync),
             escape(&health),
-            escape(&phase),
+            escape(phase),
         );
     }
     out

@@ -2036,6 +2036,8 @@ export interface components {
             /** @description Sync to Git (or to a given revision). */
             sync?: components["schemas"]["SyncOperation"] | null;
         };
+        /** @description The phase of an operation (`status.operationState.phase`), spelt as Argo CD spells it. */
+        OperationPhase: "Running" | "Terminating" | "Failed" | "Error" | "Succeeded";
         /** @description The current or last sync operation. */
         OperationState: {
             /** @description When the operation finished (RFC 3339). */
@@ -2045,7 +2047,7 @@ export interface components {
             /** @description The operation being run, so a restarted controller can resume it. */
             operation?: components["schemas"]["Operation"] | null;
             /** @description `Running`, `Succeeded`, `Failed`, `Error` or `Terminating`. */
-            phase: string;
+            phase: components["schemas"]["OperationPhase"];
             /** @description The result of each object in the operation. */
             resources?: components["schemas"]["ResourceResult"][];
             /**
@@ -2058,6 +2060,8 @@ export interface components {
             revision?: string;
             /** @description When the operation started (RFC 3339). */
             startedAt?: string;
+            /** @description Who stopped the operation, when a terminate request (`capstan.dev/terminate`) ended it. */
+            terminatedBy?: string | null;
         };
         /** @description The current or last operation of an Application. */
         OperationSummary: {
@@ -2066,7 +2070,7 @@ export interface components {
             /** @description What is happening or what went wrong. */
             message: string;
             /** @description Phase of the operation. */
-            phase: string;
+            phase: components["schemas"]["OperationPhase"];
             /** @description When it started (RFC 3339). */
             startedAt: string;
         };

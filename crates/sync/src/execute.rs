@@ -8,13 +8,15 @@ use capstan_api::application::ResourceResult;
 use capstan_compare::annotations::{self, DeletePolicy, Phase};
 use capstan_compare::diff::FIELD_MANAGER;
 use capstan_compare::normalize::owner;
-use capstan_compare::{Comparison, ObjectKey, OwnWrites, ResourceState, describe_kube_error};
+use capstan_compare::{Comparison, ObjectKey, OwnWrites, ResourceState};
 use capstan_health::HealthCode;
 use futures::{StreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::Value;
 use tokio::sync::{Semaphore, watch};
 
+use crate::error::{RecordError, SyncError};
+use crate::options::SyncOptions;
 use crate::plan::{self, Action, PlanOptions, Task};
 
 /// Result message of objects that already equalled Git and were not applied again.
@@ -22,7 +24,7 @@ pub const UNCHANGED: &str = "unchanged";
 
 /// How many write requests of syncs may be in flight to one cluster: the objects of one wave are
 /// applied this many at a time, and the syncs of several Applications to one cluster share the limit
-/// (see [`SyncOptions::writes`]). On the playground's 2-core API server a first sync of 2,000
+/// (see [`ExecuteOptions::writes`]). On the playground's 2-core API server a first sync of 2,000
 /// ConfigMaps took 2.2 s with 64 at a time against 2.5 s with 16; the API server's own limit of
 /// mutating requests in flight is 200 by default (more are answered 429, which the client retries).
 pub const PARALLELISM: usize = 64;
@@ -42,9 +44,9 @@ const DECIDE_ADMISSION: &[&str] = &[
     "APIService",
 ];
 
-/// Options of one sync operation.
+/// How one sync operation runs (the sync options it was given among them, see [`SyncOptions`]).
 #[derive(Debug, Clone)]
-pub struct SyncOptions {
+pub struct ExecuteOptions {
     /// Delete tracked objects that are no longer in Git.
     pub prune: bool,
     /// Validate with the API server, change nothing.
@@ -71,7 +73,7 @@ pub struct SyncOptions {
     pub own_writes: OwnWrites,
 }
 
-impl Default for SyncOptions {
+impl Default for ExecuteOptions {
     fn default() -> Self {
         Self {
             prune: false,
@@ -120,10 +122,10 @@ pub struct SyncOutcome {
 /// the record; hooks (which must never run twice) and every later stage do. A record that failed
 /// stops the sync before its next stage.
 #[derive(Clone)]
-pub struct Recorded(watch::Receiver<Option<Result<(), String>>>);
+pub struct Recorded(watch::Receiver<Option<Result<(), RecordError>>>);
 
 /// Opens a [`Recorded`] gate once the operation's record has been written (or has failed).
-pub struct Recording(watch::Sender<Option<Result<(), String>>>);
+pub struct Recording(watch::Sender<Option<Result<(), RecordError>>>);
 
 impl Recorded {
     /// A closed gate and the [`Recording`] that opens it.
@@ -133,22 +135,22 @@ impl Recorded {
     }
 
     /// Why the record could not be written, if it has failed already (without waiting).
-    pub fn failure(&self) -> Option<String> {
+    pub fn failure(&self) -> Option<RecordError> {
         self.0.borrow().as_ref().and_then(|r| r.clone().err())
     }
 
     /// Wait until the record has been written; its error if it failed.
-    pub async fn wait(&mut self) -> Result<(), String> {
+    pub async fn wait(&mut self) -> Result<(), RecordError> {
         match self.0.wait_for(Option::is_some).await {
             Ok(done) => done.clone().unwrap_or(Ok(())),
-            Err(_) => Err("the operation was not recorded as running".into()),
+            Err(_) => Err(RecordError::NotRecorded),
         }
     }
 }
 
 impl Recording {
     /// The record was written (`Ok`) or could not be (`Err`, with why).
-    pub fn finish(self, result: Result<(), String>) {
+    pub fn finish(self, result: Result<(), RecordError>) {
         let _ = self.0.send(Some(result));
     }
 }
@@ -158,7 +160,7 @@ impl Recording {
 pub async fn execute(
     client: &kube::Client,
     comparison: &Comparison,
-    opts: &SyncOptions,
+    opts: &ExecuteOptions,
     progress: Option<&watch::Sender<Progress>>,
     recorded: Recorded,
 ) -> SyncOutcome {
@@ -171,7 +173,7 @@ pub async fn execute(
     };
     let tasks = match plan::plan(resources, &plan_opts) {
         Ok(t) => t,
-        Err(message) => return failed(message, Vec::new()),
+        Err(err) => return failed(SyncError::from(err).to_string(), Vec::new()),
     };
     let (main, sync_fail): (Vec<Task>, Vec<Task>) = tasks.into_iter().partition(|t| t.phase != Phase::SyncFail);
     // A SyncFail hook that cannot run fails the sync before anything at all happens.
@@ -190,17 +192,17 @@ pub async fn execute(
     };
     // Refused before anything is applied (the SyncFail hooks still run, as for any failed sync).
     if let Some(message) = refusal(resources, &main) {
-        return run.fail(message, &sync_fail).await;
+        return run.fail(SyncError::Refused(message), &sync_fail).await;
     }
     if opts.create_namespace
         && !opts.destination_namespace.is_empty()
         && !opts.dry_run
-        && let Err(message) = ensure_namespace(client, &opts.destination_namespace).await
+        && let Err(err) = ensure_namespace(client, &opts.destination_namespace).await
     {
-        return run.fail(message, &sync_fail).await;
+        return run.fail(err, &sync_fail).await;
     }
-    if let Err(message) = run.validate_new_objects(&main).await {
-        return run.fail(message, &sync_fail).await;
+    if let Err(err) = run.validate_new_objects(&main).await {
+        return run.fail(err, &sync_fail).await;
     }
     let groups = plan::waves(&main);
     let group_count = groups.len();
@@ -209,16 +211,16 @@ pub async fn execute(
         // Only plain applies may run before the operation is recorded (see `Recorded`).
         let idempotent = group.iter().all(|t| matches!(t.action, Action::Apply | Action::Keep));
         if (i > 0 || !idempotent)
-            && let Err(message) = run.wait_recorded().await
+            && let Err(err) = run.wait_recorded().await
         {
-            return run.finish(false, message);
+            return run.finish(false, err.to_string());
         }
-        if let Err(message) = run.stage(group, last).await {
-            return run.fail(message, &sync_fail).await;
+        if let Err(err) = run.stage(group, last).await {
+            return run.fail(err, &sync_fail).await;
         }
     }
-    if let Err(message) = run.wait_recorded().await {
-        return run.finish(false, message);
+    if let Err(err) = run.wait_recorded().await {
+        return run.finish(false, err.to_string());
     }
     let applied = run
         .results
@@ -265,7 +267,7 @@ fn failed(message: String, results: Vec<ResourceResult>) -> SyncOutcome {
 struct Run<'a> {
     client: &'a kube::Client,
     resources: &'a [ResourceState],
-    opts: &'a SyncOptions,
+    opts: &'a ExecuteOptions,
     progress: Option<&'a watch::Sender<Progress>>,
     /// The operation's record; `None` once it is known to be written.
     recorded: Option<Recorded>,
@@ -275,7 +277,7 @@ struct Run<'a> {
 }
 
 /// A task's result status (`Synced`, `Pruned`, …) and what it saw of its object, or why it failed.
-type TaskOutcome = Result<(String, Seen), String>;
+type TaskOutcome = Result<(String, Seen), SyncError>;
 
 /// What a task saw of its object.
 enum Seen {
@@ -289,7 +291,7 @@ enum Seen {
 
 impl Run<'_> {
     /// Wait for the operation's record (at once when it is known to be written).
-    async fn wait_recorded(&mut self) -> Result<(), String> {
+    async fn wait_recorded(&mut self) -> Result<(), RecordError> {
         if let Some(recorded) = self.recorded.as_mut() {
             recorded.wait().await?;
             self.recorded = None;
@@ -308,8 +310,8 @@ impl Run<'_> {
     }
 
     /// The sync failed with `message`: run the SyncFail hooks (not in a dry run), then end.
-    async fn fail(mut self, message: String, sync_fail: &[Task]) -> SyncOutcome {
-        let mut message = message;
+    async fn fail(mut self, err: SyncError, sync_fail: &[Task]) -> SyncOutcome {
+        let mut message = err.to_string();
         if !sync_fail.is_empty() && !self.opts.dry_run {
             if let Err(err) = self.wait_recorded().await {
                 return self.finish(false, format!("{message}; SyncFail hooks not run: {err}"));
@@ -335,7 +337,7 @@ impl Run<'_> {
     }
 
     /// Run one (phase, wave) group in parallel, then wait for it to be healthy unless it is the last.
-    async fn stage(&mut self, group: &[Task], last: bool) -> Result<(), String> {
+    async fn stage(&mut self, group: &[Task], last: bool) -> Result<(), SyncError> {
         let Some(first) = group.first() else { return Ok(()) };
         self.report(format!(
             "{} wave {}: {} task(s)",
@@ -366,7 +368,7 @@ impl Run<'_> {
             let (status, message) = match &outcome {
                 Ok(status) if task.action == Action::Keep => (status.clone(), UNCHANGED.to_string()),
                 Ok(status) => (status.clone(), String::new()),
-                Err(message) => ("SyncFailed".to_string(), message.clone()),
+                Err(err) => ("SyncFailed".to_string(), err.to_string()),
             };
             let settled = task.action == Action::Keep
                 && self.resources[task.index].live.as_ref().is_some_and(|live| {
@@ -378,12 +380,17 @@ impl Run<'_> {
             if outcome.is_ok() && matches!(task.action, Action::Apply | Action::Keep) && !settled {
                 to_wait.push(task);
             }
-            if let Err(message) = &outcome
+            let succeeded = outcome.is_ok();
+            if let Err(err) = outcome
                 && first_error.is_none()
             {
-                first_error = Some(format!("{} {}: {message}", verb(task.action), task.key));
+                first_error = Some(SyncError::Task {
+                    verb: verb(task.action),
+                    key: task.key.clone(),
+                    source: Box::new(err),
+                });
             }
-            if task.action == Action::Keep && outcome.is_ok() {
+            if task.action == Action::Keep && succeeded {
                 // Objects left as they were are counted, not listed: a re-sync of thousands of
                 // unchanged objects should not produce (and store) thousands of results.
                 self.unchanged += 1;
@@ -417,7 +424,7 @@ impl Run<'_> {
     /// compared; a sync that only creates objects needs no such step (nothing running is touched,
     /// and a first sync of thousands of objects is not doubled). An object whose namespace or kind
     /// does not exist yet (created by this sync) cannot be validated in advance.
-    async fn validate_new_objects(&self, tasks: &[Task]) -> Result<(), String> {
+    async fn validate_new_objects(&self, tasks: &[Task]) -> Result<(), SyncError> {
         if self.opts.dry_run {
             return Ok(());
         }
@@ -444,7 +451,7 @@ impl Run<'_> {
             return Ok(());
         }
         self.report(format!("validating {} new object(s) with the API server", new.len()));
-        let refused: Vec<(usize, Option<String>)> = stream::iter(0..new.len())
+        let refused: Vec<(usize, Option<SyncError>)> = stream::iter(0..new.len())
             .map(|i| {
                 let state = &self.resources[new[i].index];
                 async move {
@@ -463,7 +470,11 @@ impl Run<'_> {
             .filter_map(|(i, refusal)| refusal.map(|r| (i, r)))
             .min_by_key(|(i, _)| *i);
         match first {
-            Some((i, message)) => Err(format!("applying {}: {message}", new[i].key)),
+            Some((i, refusal)) => Err(SyncError::Task {
+                verb: "applying",
+                key: new[i].key.clone(),
+                source: Box::new(refusal),
+            }),
             None => Ok(()),
         }
     }
@@ -520,13 +531,13 @@ impl Run<'_> {
         }
     }
 
-    async fn wait_healthy(&mut self, tasks: &[&Task]) -> Result<(), String> {
+    async fn wait_healthy(&mut self, tasks: &[&Task]) -> Result<(), SyncError> {
         let deadline = Instant::now() + self.opts.wave_timeout;
         let mut pending: Vec<&Task> = tasks.to_vec();
         loop {
             // A record that failed ends the sync now, not after the wave's wait.
             if let Some(err) = self.recorded.as_ref().and_then(Recorded::failure) {
-                return Err(err);
+                return Err(err.into());
             }
             let this = &*self;
             let checks: Vec<(usize, Option<Value>)> = stream::iter(0..pending.len())
@@ -568,10 +579,10 @@ impl Run<'_> {
             }
             let waiting_on = waiting_on.unwrap_or_default();
             if Instant::now() > deadline {
-                return Err(format!(
-                    "wave did not become healthy within {} s: waiting for {waiting_on}",
-                    self.opts.wave_timeout.as_secs()
-                ));
+                return Err(SyncError::WaveTimeout {
+                    seconds: self.opts.wave_timeout.as_secs(),
+                    waiting_on,
+                });
             }
             self.report(format!(
                 "waiting for healthy state of {waiting_on}{}",
@@ -639,7 +650,7 @@ async fn apply(
     state: &ResourceState,
     dry_run: bool,
     writes: &Semaphore,
-) -> Result<Option<Value>, String> {
+) -> Result<Option<Value>, SyncError> {
     let Some(desired) = &state.desired else { return Ok(None) };
     let api = api_for(client, state, &state.key.namespace);
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -652,26 +663,26 @@ async fn apply(
             Err(kube::Error::Api(s)) if s.code == 404 && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            Err(e) => return Err(describe_kube_error(&e)),
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
 /// Why the API server would refuse to create the object of `state` (a server-side dry run), if it
 /// would; `None` also when it cannot tell yet (the namespace or kind is created by this sync).
-async fn validate(client: &kube::Client, state: &ResourceState) -> Option<String> {
+async fn validate(client: &kube::Client, state: &ResourceState) -> Option<SyncError> {
     let desired = state.desired.as_ref()?;
     let api = api_for(client, state, &state.key.namespace);
     match send(&api, state, desired, true).await {
         Ok(_) => None,
         Err(kube::Error::Api(s)) if s.code == 404 => None,
-        Err(e) => Some(describe_kube_error(&e)),
+        Err(e) => Some(e.into()),
     }
 }
 
 /// A place among the write requests in flight to the destination.
-async fn write_permit(writes: &Semaphore) -> Result<tokio::sync::SemaphorePermit<'_>, String> {
-    writes.acquire().await.map_err(|_| "the sync was stopped".to_string())
+async fn write_permit(writes: &Semaphore) -> Result<tokio::sync::SemaphorePermit<'_>, SyncError> {
+    writes.acquire().await.map_err(|_| SyncError::Stopped)
 }
 
 /// One request writing `desired`: a server-side apply, or a replace with `Replace=true`.
@@ -681,7 +692,7 @@ async fn send(
     desired: &Value,
     dry_run: bool,
 ) -> Result<DynamicObject, kube::Error> {
-    if annotations::has_sync_option(desired, "Replace=true") {
+    if SyncOptions::of_object(desired).replace {
         return replace(api, state, desired, dry_run).await;
     }
     let mut pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -713,7 +724,7 @@ async fn replace(
 
 async fn prune(client: &kube::Client, state: &ResourceState, dry_run: bool) -> TaskOutcome {
     let live = state.live.as_ref();
-    if live.is_some_and(|l| annotations::has_sync_option(l, "Prune=false")) {
+    if live.is_some_and(|l| !SyncOptions::of_object(l).prune) {
         return Ok(("PruneSkipped".into(), Seen::Nothing));
     }
     let api = api_for(client, state, &state.key.namespace);
@@ -738,11 +749,11 @@ async fn prune(client: &kube::Client, state: &ResourceState, dry_run: bool) -> T
         Ok(_) => Ok(("Pruned".into(), Seen::Deleted)),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(("Pruned".into(), Seen::Deleted)),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(("PruneSkipped".into(), Seen::Nothing)),
-        Err(e) => Err(describe_kube_error(&e)),
+        Err(e) => Err(e.into()),
     }
 }
 
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), String> {
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), SyncError> {
     use k8s_namespace::*;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &namespace_resource());
     match api.get_opt(name).await {
@@ -750,15 +761,22 @@ async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), Strin
         Ok(None) => {
             let ns: DynamicObject = serde_json::from_value(serde_json::json!({
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
-            }))
-            .map_err(|e| e.to_string())?;
+            }))?;
             match api.create(&PostParams::default(), &ns).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(e) => Err(format!("creating namespace {name}: {}", describe_kube_error(&e))),
+                Err(source) => Err(SyncError::Namespace {
+                    action: "creating",
+                    name: name.to_string(),
+                    source,
+                }),
             }
         }
-        Err(e) => Err(format!("reading namespace {name}: {}", describe_kube_error(&e))),
+        Err(source) => Err(SyncError::Namespace {
+            action: "reading",
+            name: name.to_string(),
+            source,
+        }),
     }
 }
 
@@ -795,7 +813,7 @@ async fn run_hook(
     state: &ResourceState,
     timeout: Duration,
     report: impl Fn(String),
-) -> Result<(), String> {
+) -> Result<(), SyncError> {
     let Some(desired) = &state.desired else { return Ok(()) };
     let policies = annotations::delete_policies(desired);
     let api = api_for(client, state, &state.key.namespace);
@@ -805,11 +823,8 @@ async fn run_hook(
         .and_then(Value::as_str)
         .is_none();
     let name = if generate {
-        let obj: DynamicObject = serde_json::from_value(desired.clone()).map_err(|e| e.to_string())?;
-        let created = api
-            .create(&PostParams::default(), &obj)
-            .await
-            .map_err(|e| describe_kube_error(&e))?;
+        let obj: DynamicObject = serde_json::from_value(desired.clone())?;
+        let created = api.create(&PostParams::default(), &obj).await?;
         created.metadata.name.unwrap_or_default()
     } else {
         let name = state.key.name.clone();
@@ -817,24 +832,30 @@ async fn run_hook(
             delete_previous_hook(&api, state, desired).await?;
         }
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&name, &pp, &Patch::Apply(desired))
-            .await
-            .map_err(|e| describe_kube_error(&e))?;
+        api.patch(&name, &pp, &Patch::Apply(desired)).await?;
         name
     };
     let deadline = Instant::now() + timeout;
     let outcome = loop {
-        let live = api.get_opt(&name).await.map_err(|e| describe_kube_error(&e))?;
+        let live = api.get_opt(&name).await?;
         let Some(live) = live else {
-            break Err(format!("hook {name} disappeared before completing"));
+            break Err(SyncError::HookDisappeared(name.clone()));
         };
-        let value = serde_json::to_value(live).map_err(|e| e.to_string())?;
+        let value = serde_json::to_value(live)?;
         let health = capstan_health::assess(&value);
         match health.code {
             HealthCode::Healthy => break Ok(()),
-            HealthCode::Degraded => break Err(format!("hook {name} failed: {}", health.message)),
+            HealthCode::Degraded => {
+                break Err(SyncError::HookFailed {
+                    name: name.clone(),
+                    message: health.message,
+                });
+            }
             _ if Instant::now() > deadline => {
-                break Err(format!("hook {name} did not complete within {} s", timeout.as_secs()));
+                break Err(SyncError::HookTimeout {
+                    name: name.clone(),
+                    seconds: timeout.as_secs(),
+                });
             }
             _ => {
                 report(format!("waiting for hook {}/{name} to complete", state.key.kind));
@@ -860,26 +881,32 @@ async fn run_hook(
 /// object this Application created: an existing object of the same name that is not tracked by it
 /// (someone else's, or nobody's) fails the hook instead. The delete names the uid that was checked,
 /// so an object recreated meanwhile is never deleted.
-async fn delete_previous_hook(api: &Api<DynamicObject>, state: &ResourceState, desired: &Value) -> Result<(), String> {
+async fn delete_previous_hook(
+    api: &Api<DynamicObject>,
+    state: &ResourceState,
+    desired: &Value,
+) -> Result<(), SyncError> {
     let name = &state.key.name;
     let what = format!("{}/{name}", state.key.kind);
-    let Some(live) = api.get_opt(name).await.map_err(|e| describe_kube_error(&e))? else {
+    let Some(live) = api.get_opt(name).await? else {
         return Ok(());
     };
-    let live = serde_json::to_value(live).map_err(|e| e.to_string())?;
+    let live = serde_json::to_value(live)?;
     // The desired object carries this Application's tracking id (set when it was prepared).
     let ours = owner(desired);
     if ours.is_none() || owner(&live) != ours {
-        return Err(format!(
+        return Err(SyncError::HookNotReplaced(format!(
             "{what} exists and is not managed by this Application; refusing to replace it"
-        ));
+        )));
     }
     let Some(uid) = live
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .map(str::to_string)
     else {
-        return Err(format!("{what} has no uid; refusing to replace it"));
+        return Err(SyncError::HookNotReplaced(format!(
+            "{what} has no uid; refusing to replace it"
+        )));
     };
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Foreground),
@@ -893,23 +920,25 @@ async fn delete_previous_hook(api: &Api<DynamicObject>, state: &ResourceState, d
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            return Err(format!(
+            return Err(SyncError::HookNotReplaced(format!(
                 "{what} was replaced by another object while deleting the previous hook; refusing to replace it"
-            ));
+            )));
         }
-        Err(e) => return Err(describe_kube_error(&e)),
+        Err(e) => return Err(e.into()),
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        match api.get_opt(name).await.map_err(|e| describe_kube_error(&e))? {
+        match api.get_opt(name).await? {
             None => return Ok(()),
             Some(obj) if obj.metadata.uid.as_deref() != Some(uid.as_str()) => {
-                return Err(format!(
+                return Err(SyncError::HookNotReplaced(format!(
                     "{what} was recreated by someone else while deleting the previous hook; refusing to replace it"
-                ));
+                )));
             }
             Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
-    Err(format!("previous hook {what} was not deleted within 60 s"))
+    Err(SyncError::HookNotReplaced(format!(
+        "previous hook {what} was not deleted within 60 s"
+    )))
 }

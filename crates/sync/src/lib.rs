@@ -9,8 +9,12 @@
 //! object and the API server's message. Nothing is applied when an object is tracked by another
 //! Application.
 
+pub mod error;
 pub mod execute;
+pub mod options;
 pub mod plan;
 
-pub use execute::{Progress, Recorded, Recording, SyncOptions, SyncOutcome, execute};
+pub use error::{RecordError, SyncError};
+pub use execute::{ExecuteOptions, Progress, Recorded, Recording, SyncOutcome, execute};
+pub use options::SyncOptions;
 pub use plan::{Action, Task, kind_order, plan};

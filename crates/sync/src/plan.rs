@@ -1,7 +1,9 @@
 //! Ordering a sync into tasks: phase → wave → kind → name.
 
-use capstan_compare::annotations::{self, HookSpec, Phase};
+use capstan_compare::annotations::{self, AnnotationError, HookSpec, Phase};
 use capstan_compare::{ObjectKey, ResourceState, SyncCode};
+
+use crate::options::SyncOptions;
 
 /// What a task does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -88,7 +90,7 @@ pub fn kind_order(kind: &str) -> usize {
 const LAST_WAVE: i64 = i64::MAX;
 
 /// Order the work for `resources`.
-pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>, String> {
+pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>, AnnotationError> {
     let selected = |key: &ObjectKey| opts.selected.is_empty() || opts.selected.contains(key);
     let mut tasks = Vec::new();
     for (index, r) in resources.iter().enumerate() {
@@ -101,10 +103,7 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
             if !opts.prune {
                 continue;
             }
-            let prune_last = opts.prune_last
-                || r.live
-                    .as_ref()
-                    .is_some_and(|l| annotations::has_sync_option(l, "PruneLast=true"));
+            let prune_last = opts.prune_last || r.live.as_ref().is_some_and(|l| SyncOptions::of_object(l).prune_last);
             let (phase, wave) = if prune_last {
                 (Phase::PostSync, LAST_WAVE)
             } else {

@@ -57,8 +57,7 @@ pub(super) async fn request_sync(api: &Api<Application>, app: &Application, op: 
     };
     let mut current = app.clone();
     for _ in 0..3 {
-        let busy = capstan_api::operation::pending_request(&current).is_some()
-            || capstan_api::operation::operation_running(&current);
+        let busy = current.pending_request().is_some() || current.operation_running();
         if busy {
             return Ok(());
         }
@@ -99,7 +98,7 @@ pub(super) fn view(app: &Application, updated: bool) -> AppView {
         health: status.health.as_ref().map(|h| h.status.clone()).unwrap_or_default(),
         health_message: status.health.as_ref().map(|h| h.message.clone()).unwrap_or_default(),
         operation: status.operation_state.as_ref().map(|o| OperationView {
-            phase: o.phase.clone(),
+            phase: o.phase,
             message: o.message.clone(),
             started_at: o.started_at.clone(),
             initiated_by: o
@@ -108,7 +107,7 @@ pub(super) fn view(app: &Application, updated: bool) -> AppView {
                 .map(|op| op.initiated_by.clone())
                 .unwrap_or_default(),
         }),
-        request_pending: capstan_api::operation::pending_request(app).is_some(),
+        request_pending: app.pending_request().is_some(),
         updated,
     }
 }

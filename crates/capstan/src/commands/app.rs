@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use capstan_api::Application;
 use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
-use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation};
+use capstan_api::operation::{OPERATION_ANNOTATION, Operation, OperationPhase, RollbackOperation, SyncOperation};
 use capstan_controller::pipeline::short;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -610,10 +610,10 @@ async fn wait_for(
                 .as_ref()
                 .is_some_and(|o| wanted.is_empty() || o.operation.as_ref().is_some_and(|x| x.id == wanted));
             // Waiting for any operation, a request not yet taken up comes first.
-            let pending = wanted.is_empty() && capstan_api::operation::pending_request(&app).is_some();
+            let pending = wanted.is_empty() && app.pending_request().is_some();
             if let Some(o) = op.as_ref().filter(|_| ours && !pending) {
-                if o.phase != "Running" {
-                    if o.phase != "Succeeded" {
+                if o.phase != OperationPhase::Running {
+                    if o.phase != OperationPhase::Succeeded {
                         finish_bar();
                         let failed: Vec<String> = o
                             .resources
@@ -626,13 +626,17 @@ async fn wait_for(
                         } else {
                             format!("\n  {}", failed.join("\n  "))
                         };
-                        bail!("operation on {name} {}: {}{detail}", o.phase.to_lowercase(), o.message);
+                        bail!(
+                            "operation on {name} {}: {}{detail}",
+                            o.phase.as_str().to_lowercase(),
+                            o.message
+                        );
                     }
                     operation_done = true;
                 } else if let Some(bar) = &bar {
                     bar.set_message(format!("{name}: {}", o.message));
                 }
-            } else if wanted.is_empty() && !pending && op.as_ref().is_none_or(|o| o.phase != "Running") {
+            } else if wanted.is_empty() && !pending && op.as_ref().is_none_or(|o| o.phase != OperationPhase::Running) {
                 operation_done = true;
             }
         }

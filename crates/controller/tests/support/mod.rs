@@ -200,7 +200,7 @@ pub fn op_phase(app: &Application) -> String {
     app.status
         .as_ref()
         .and_then(|s| s.operation_state.as_ref())
-        .map(|o| o.phase.clone())
+        .map(|o| o.phase.to_string())
         .unwrap_or_default()
 }
 

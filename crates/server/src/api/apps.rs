@@ -35,7 +35,7 @@ use crate::state::State;
 pub fn summary(app: &Application, role: Role) -> AppSummary {
     let status = app.status.clone().unwrap_or_default();
     let operation = status.operation_state.as_ref().map(|o| OperationSummary {
-        phase: o.phase.clone(),
+        phase: o.phase,
         message: o.message.clone(),
         started_at: o.started_at.clone(),
         finished_at: o.finished_at.clone(),
@@ -420,8 +420,8 @@ async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), A
 /// Refuse a new operation while one runs or another request is pending (as Argo CD does), instead of
 /// silently replacing someone else's request.
 fn idle(app: &Application) -> Result<(), ApiError> {
-    let running = capstan_api::operation::operation_running(app);
-    let pending = capstan_api::operation::pending_request(app).is_some();
+    let running = app.operation_running();
+    let pending = app.pending_request().is_some();
     if running || pending {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -552,7 +552,7 @@ pub async fn terminate(
     Path(name): Path<String>,
 ) -> Result<Accept<Terminating>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
-    let running = capstan_api::operation::operation_running(&app);
+    let running = app.operation_running();
     if !running {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

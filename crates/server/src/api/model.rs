@@ -71,7 +71,7 @@ pub struct AppSummary {
 #[serde(rename_all = "camelCase")]
 pub struct OperationSummary {
     /// Phase of the operation.
-    pub phase: String,
+    pub phase: capstan_api::operation::OperationPhase,
     /// What is happening or what went wrong.
     pub message: String,
     /// When it started (RFC 3339).

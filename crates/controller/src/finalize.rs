@@ -1,0 +1,163 @@
+//! Deleting an Application's objects when the Application is deleted with the resources finalizer
+//! (objects with `sync-options: Delete=false` stay), then removing the finalizer.
+
+use std::time::{Duration, Instant};
+
+use capstan_api::Application;
+use capstan_api::labels::RESOURCES_FINALIZER;
+use capstan_compare::describe_kube_error;
+use capstan_compare::normalize::Tracking;
+use capstan_sync::SyncOptions;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+use crate::context::Ctx;
+use crate::error::{PipelineError, ReconcileError};
+
+/// Whether `app` carries the resources finalizer.
+pub fn has_finalizer(app: &Application) -> bool {
+    app.finalizers().iter().any(|f| f == RESOURCES_FINALIZER)
+}
+
+/// Delete the objects of an Application being deleted with the resources finalizer, then remove
+/// the finalizer. Objects with `sync-options: Delete=false` are left in place.
+pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError> {
+    if !has_finalizer(app) {
+        return Ok(());
+    }
+    let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
+    // The kinds of its objects, and of the hooks its last operation ran (hooks are not among its
+    // resources, but a hook left behind carries its tracking label too).
+    let status = app.status.as_ref();
+    let resources = status.into_iter().flat_map(|s| &s.resources);
+    let last_results = status
+        .and_then(|s| s.operation_state.as_ref())
+        .into_iter()
+        .flat_map(|o| &o.resources);
+    let mut kinds: Vec<(String, String)> = resources
+        .map(|r| (&r.group, &r.version, &r.kind))
+        .chain(last_results.map(|r| (&r.group, &r.version, &r.kind)))
+        .filter(|(_, version, _)| !version.is_empty())
+        .map(|(group, version, kind)| {
+            (
+                if group.is_empty() {
+                    version.clone()
+                } else {
+                    format!("{group}/{version}")
+                },
+                kind.clone(),
+            )
+        })
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    let mut pending: Vec<(Api<DynamicObject>, String)> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    let dest = match ctx.pipeline.destination(app).await {
+        Ok(dest) => dest,
+        Err(err @ PipelineError::InvalidSpec(_)) => {
+            // The cluster is no longer registered: its objects cannot be reached, and deleting them
+            // later, should a cluster of that name be registered again, would surprise everyone.
+            // Leave them in place (as Argo CD does) and let the Application go.
+            ctx.event(
+                app,
+                EventType::Warning,
+                "ResourcesLeftInPlace",
+                format!("the Application's objects were not deleted: {err}"),
+            )
+            .await;
+            return remove_finalizer(app, ctx).await;
+        }
+        Err(err) => {
+            // The objects cannot be reached: keep the finalizer and say why (removing it by hand
+            // leaves them in place).
+            let message = format!("cannot delete the Application's objects: {err}");
+            ctx.event(app, EventType::Warning, "DeletionFailed", message.clone())
+                .await;
+            return Err(ReconcileError::Deletion {
+                app: app.name_any(),
+                message,
+            });
+        }
+    };
+    for (api_version, kind) in kinds {
+        let info = match dest.discovery.resolve(&api_version, &kind).await {
+            Ok(Some(info)) => info,
+            Ok(None) => continue, // the kind is gone, and its objects with it
+            Err(e) => {
+                failures.push(e.to_string());
+                continue;
+            }
+        };
+        let api: Api<DynamicObject> = Api::all_with(dest.client.clone(), &info.resource);
+        let list = match api.list(&ListParams::default().labels(&tracking.selector())).await {
+            Ok(list) => list,
+            Err(e) => {
+                failures.push(format!("listing {kind}: {}", describe_kube_error(&e)));
+                continue;
+            }
+        };
+        for obj in list.items {
+            let value = serde_json::to_value(&obj).unwrap_or_default();
+            if !tracking.owns(&value) || !SyncOptions::of_object(&value).delete {
+                continue;
+            }
+            let ns = obj.namespace();
+            let scoped: Api<DynamicObject> = match &ns {
+                Some(ns) if info.namespaced => Api::namespaced_with(dest.client.clone(), ns, &info.resource),
+                _ => Api::all_with(dest.client.clone(), &info.resource),
+            };
+            let name = obj.name_any();
+            let dp = DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Foreground),
+                preconditions: obj.metadata.uid.clone().map(|uid| kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match scoped.delete(&name, &dp).await {
+                Ok(_) => pending.push((scoped, name)),
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => failures.push(format!("deleting {kind} {name}: {}", describe_kube_error(&e))),
+            }
+        }
+    }
+    if !failures.is_empty() {
+        // Keep the finalizer: the next attempt deletes what is left.
+        ctx.event(app, EventType::Warning, "DeletionFailed", failures.join("; "))
+            .await;
+        return Err(ReconcileError::Deletion {
+            app: app.name_any(),
+            message: failures.join("; "),
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (api, name) in pending {
+        while Instant::now() < deadline && matches!(api.get_opt(&name).await, Ok(Some(_))) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    remove_finalizer(app, ctx).await
+}
+
+/// Remove the resources finalizer, keeping any other.
+async fn remove_finalizer(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError> {
+    let remaining: Vec<String> = app
+        .finalizers()
+        .iter()
+        .filter(|f| *f != RESOURCES_FINALIZER)
+        .cloned()
+        .collect();
+    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    apps.patch(
+        &app.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": remaining}})),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| ReconcileError::update(app.name_any(), e))
+}

@@ -1,0 +1,457 @@
+//! One pass of the pipeline for one Application: resolve the revision, render it, prepare the objects
+//! for the destination, read the live state and compare. Used by the controller and by
+//! `capstan app diff`; it changes nothing in any cluster. Reading the objects is in [`live`], the
+//! project's rules for them in [`rules`].
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_api::Application;
+use capstan_api::application::{HealthStatus, ResourceStatus};
+use capstan_api::project::AppProjectSpec;
+use capstan_compare::diff::Desired;
+use capstan_compare::normalize::Tracking;
+use capstan_compare::{Comparison, KindInfo, ObjectKey, describe_kube_error};
+use capstan_health::HealthCode;
+use capstan_render::{RenderRequest, Renderer};
+use capstan_source::{Credentials, RepoCache, Resolved};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use crate::clusters::{Clusters, Destination};
+use crate::credentials;
+use crate::error::PipelineError;
+use crate::projects::Projects;
+
+mod live;
+mod rules;
+
+use live::{live_objects, prepare};
+use rules::{ObjectRules, check_namespaces, project_violations};
+
+pub use capstan_api::cluster::{IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
+
+/// Shared machinery for pipeline passes.
+pub struct Pipeline {
+    /// Client of the cluster Capstan runs in (Applications, Secrets, and the `in-cluster` destination).
+    pub client: Client,
+    /// The Git cache.
+    pub repos: RepoCache,
+    /// The render cache.
+    pub renderer: Renderer,
+    /// Destination clusters.
+    pub clusters: Arc<Clusters>,
+    /// AppProjects.
+    pub projects: Projects,
+    /// Namespace holding repository Secrets.
+    pub namespace: String,
+    /// Where the Git caches live (no Application may read from there directly).
+    pub cache_dir: PathBuf,
+}
+
+/// The result of one pass.
+pub struct AppState {
+    /// The resolved revision.
+    pub revision: Resolved,
+    /// Desired vs live.
+    pub comparison: Comparison,
+    /// Per-object status for `status.resources`.
+    pub resources: Vec<ResourceStatus>,
+    /// Aggregated health.
+    pub health: HealthStatus,
+    /// Desired objects the Application's project does not permit, each message naming the object
+    /// and the rule; a sync is refused while there is any.
+    pub project_violations: Vec<String>,
+    /// Tracked objects a pruning sync would delete although the project does not permit their kind.
+    pub prune_violations: Vec<String>,
+    /// Why creating the destination namespace (`CreateNamespace=true`, in the spec or in a sync
+    /// request) is not permitted, if it is not.
+    pub create_namespace_violation: Option<String>,
+    /// The destination the comparison was made against; a sync of this state goes there.
+    pub destination: Arc<Destination>,
+}
+
+impl Pipeline {
+    /// A pipeline with its caches under `cache_dir`. One answer from a remote is shared for
+    /// `refs_ttl` by every Application of the repository that polls meanwhile (forced resolutions —
+    /// refreshes, operations — always ask the remote).
+    pub fn new(
+        client: Client,
+        cache_dir: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+    ) -> Arc<Self> {
+        Self::with_local_repositories(client, cache_dir, namespace, render_timeout, refs_ttl, false)
+    }
+
+    /// [`Pipeline::new`], with `file://` repository URLs and local paths allowed or not (the
+    /// operator's `--allow-local-repositories`).
+    pub fn with_local_repositories(
+        client: Client,
+        cache_dir: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+        allow_local: bool,
+    ) -> Arc<Self> {
+        let guard = cache_dir.clone();
+        let mut pipeline = Self::build(client, cache_dir, guard, namespace, render_timeout, refs_ttl);
+        pipeline.repos = pipeline.repos.with_local_repositories(allow_local);
+        Arc::new(pipeline)
+    }
+
+    /// Like [`Pipeline::new`], refusing repositories anywhere under `guard` (a directory holding
+    /// `cache_dir` and other Git caches, e.g. the controller's when a server runs beside it).
+    pub fn guarding(
+        client: Client,
+        cache_dir: PathBuf,
+        guard: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self::build(
+            client,
+            cache_dir,
+            guard,
+            namespace,
+            render_timeout,
+            refs_ttl,
+        ))
+    }
+
+    fn build(
+        client: Client,
+        cache_dir: PathBuf,
+        guard: PathBuf,
+        namespace: &str,
+        render_timeout: Duration,
+        refs_ttl: Duration,
+    ) -> Self {
+        Self {
+            repos: RepoCache::new(cache_dir, Duration::from_secs(120), refs_ttl),
+            renderer: Renderer::new(render_timeout),
+            cache_dir: guard,
+            clusters: Clusters::new(client.clone(), namespace),
+            projects: Projects::new(client.clone(), namespace),
+            client,
+            namespace: namespace.to_string(),
+        }
+    }
+
+    /// The destination of `app`.
+    pub async fn destination(&self, app: &Application) -> Result<Arc<Destination>, PipelineError> {
+        let d = &app.spec.destination;
+        let (server, name) = (d.server.trim().trim_end_matches('/'), d.name.trim());
+        let local = server == IN_CLUSTER_SERVER || (server.is_empty() && (name.is_empty() || name == IN_CLUSTER_NAME));
+        if !local {
+            // A registered cluster may just not have been read yet (right after a restart).
+            self.clusters.wait_ready().await;
+        }
+        self.clusters.lookup(app)
+    }
+
+    /// Resolve `revision` (default: the Application's targetRevision).
+    pub async fn resolve(
+        &self,
+        app: &Application,
+        revision: Option<&str>,
+        force: bool,
+    ) -> Result<Resolved, PipelineError> {
+        let source = &app.spec.source;
+        if source.repo_url.trim().is_empty() {
+            return Err(PipelineError::InvalidSpec("spec.source.repoURL is empty".into()));
+        }
+        let url = source.repo_url.as_str();
+        let local_path = url
+            .strip_prefix("file://")
+            .or(if url.starts_with('/') { Some(url) } else { None });
+        if local_path.is_some_and(|p| is_within(std::path::Path::new(p), &self.cache_dir)) {
+            return Err(PipelineError::InvalidSpec(format!(
+                "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
+            )));
+        }
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        capstan_project::check_source(&project, &rules, url).map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
+        let creds = self.credentials(&source.repo_url).await;
+        let revision = revision.unwrap_or(&source.target_revision);
+        self.repos
+            .resolve(&source.repo_url, revision, &creds, force)
+            .await
+            .map_err(|e| PipelineError::Comparison(e.to_string()))
+    }
+
+    async fn credentials(&self, url: &str) -> Credentials {
+        credentials::for_repo(&self.client, &self.namespace, url)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Render `app` at `resolved` and compare it with its destination, reading the live state from
+    /// the controller's watch cache where it has one.
+    pub async fn compare(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
+        self.compare_with(app, resolved, true).await
+    }
+
+    /// [`Pipeline::compare`] reading the live state from the API server: for an operation's own
+    /// comparisons, which must see what it has just applied.
+    pub async fn compare_fresh(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
+        self.compare_with(app, resolved, false).await
+    }
+
+    /// The state after a sync of `before`: the objects the sync `observed` (the API server's
+    /// answers to its applies and reads; `None`: deleted) replace their live state in `before`, and
+    /// the comparison is made again against the same desired objects. A large sync is not followed
+    /// by reading all its objects again; changes made by others meanwhile arrive through the watches.
+    pub async fn after_sync(
+        &self,
+        app: &Application,
+        before: &AppState,
+        observed: HashMap<ObjectKey, Option<Value>>,
+    ) -> Result<AppState, PipelineError> {
+        let dest = before.destination.clone();
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
+        let mut desired = Vec::new();
+        let mut live = Vec::new();
+        for r in &before.comparison.resources {
+            if let Some(object) = &r.desired {
+                desired.push(Desired {
+                    object: object.clone(),
+                    info: r.info.clone(),
+                });
+            }
+            let now = match observed.get(&r.key) {
+                Some(seen) => seen.as_ref(),
+                None => r.live.as_ref(),
+            };
+            if let Some(obj) = now {
+                live.push((obj.clone(), r.info.clone()));
+            }
+        }
+        conclude(
+            app,
+            dest,
+            (&project, &rules),
+            before.revision.clone(),
+            desired,
+            live,
+            &tracking,
+        )
+        .await
+    }
+
+    async fn compare_with(
+        &self,
+        app: &Application,
+        resolved: Resolved,
+        cached: bool,
+    ) -> Result<AppState, PipelineError> {
+        let dest = self.destination(app).await?;
+        let (client, discovery) = (&dest.client, &dest.discovery);
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let namespace = app.spec.destination.namespace.clone();
+        capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)
+            .map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
+        let source = &app.spec.source;
+        let tree = self
+            .repos
+            .checkout(&source.repo_url, &resolved.sha)
+            .await
+            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+        let kube_version = discovery.server_version().await;
+        if kube_version.is_none() {
+            // Reachability is checked here so an unreachable destination is reported as such.
+            client.apiserver_version().await.map_err(|e| {
+                PipelineError::Destination(format!(
+                    "{} is unreachable: {}",
+                    dest.describe(),
+                    describe_kube_error(&e)
+                ))
+            })?;
+        }
+        // Helm charts may ask which APIs the destination serves (`.Capabilities.APIVersions`).
+        let api_versions = if Renderer::tool_for(&tree, source) == Some(capstan_render::Tool::Helm) {
+            match discovery.api_versions().await {
+                Ok(list) => list.as_ref().clone(),
+                Err(err) => return Err(PipelineError::Destination(format!("{}: {err}", dest.describe()))),
+            }
+        } else {
+            Vec::new()
+        };
+        let request = RenderRequest {
+            repo_root: &tree,
+            source,
+            app_name: &app.name_any(),
+            namespace: &namespace,
+            kube_version,
+            api_versions,
+        };
+        let rendered = self.renderer.render(&request, &resolved.sha).await.map_err(|e| {
+            PipelineError::Comparison(format!(
+                "rendering {} at {}: {e}",
+                display_path(&source.path),
+                short(&resolved.sha)
+            ))
+        })?;
+
+        let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
+        let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
+        check_namespaces(&dest, &desired)?;
+        // Objects the project denies are never read from the cluster: their live state (an existing
+        // kube-system ConfigMap named in a team's repository, say) must not reach the status, the
+        // tree or a diff. The sync is refused for them anyway.
+        let rules_for = ObjectRules::new(&project, &rules, &dest, app);
+        let denied: HashSet<ObjectKey> = desired
+            .iter()
+            .filter(|d| rules_for.desired_violation(d).is_some())
+            .filter_map(|d| ObjectKey::of(&d.object).ok())
+            .collect();
+        let previous = app.status.as_ref().map(|s| s.resources.clone()).unwrap_or_default();
+        let cache = cached.then_some(&dest.watches);
+        let live = live_objects(client, discovery, &desired, &previous, &tracking, cache, &denied).await?;
+        conclude(
+            app,
+            dest.clone(),
+            (&project, &rules),
+            resolved,
+            desired,
+            live,
+            &tracking,
+        )
+        .await
+    }
+}
+
+/// Compare `desired` with `live` on `dest` and sum up the state of `app` at `revision`.
+async fn conclude(
+    app: &Application,
+    dest: Arc<Destination>,
+    (project, rules): (&str, &AppProjectSpec),
+    revision: Resolved,
+    desired: Vec<Desired>,
+    live: Vec<(Value, KindInfo)>,
+    tracking: &Tracking,
+) -> Result<AppState, PipelineError> {
+    let comparison = capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences)
+        .await
+        .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+    let (resources, health) = summarize(&comparison);
+    let (project_violations, prune_violations, create_namespace_violation) =
+        project_violations(project, rules, &dest, app, &comparison);
+    Ok(AppState {
+        revision,
+        comparison,
+        resources,
+        health,
+        project_violations,
+        prune_violations,
+        create_namespace_violation,
+        destination: dest,
+    })
+}
+
+/// Whether `path` lies inside `dir`, comparing canonical paths (so `..` and symlinks cannot hide it),
+/// or lexically normalised ones for paths that do not exist.
+pub fn is_within(path: &std::path::Path, dir: &std::path::Path) -> bool {
+    fn normal(p: &std::path::Path) -> PathBuf {
+        std::fs::canonicalize(p).unwrap_or_else(|_| {
+            let mut out = PathBuf::new();
+            for c in p.components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    other => out.push(other),
+                }
+            }
+            out
+        })
+    }
+    normal(path).starts_with(normal(dir))
+}
+
+fn display_path(path: &str) -> String {
+    if path.is_empty() {
+        "the repository root".into()
+    } else {
+        format!("path {path:?}")
+    }
+}
+
+/// The first 7 characters of a SHA.
+pub fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+/// `status.resources` and the aggregated health of a comparison.
+pub fn summarize(comparison: &Comparison) -> (Vec<ResourceStatus>, HealthStatus) {
+    let mut codes = Vec::new();
+    let mut worst_message = String::new();
+    let mut worst = HealthCode::Healthy;
+    let resources = comparison
+        .resources
+        .iter()
+        .filter(|r| !r.hook)
+        .map(|r| {
+            let health = match (&r.live, &r.error) {
+                (_, Some(error)) => capstan_health::Health {
+                    code: HealthCode::Degraded,
+                    message: format!("refused by the API server: {error}"),
+                },
+                (Some(live), None) => capstan_health::assess(live),
+                // "Missing" says it all (and a message per missing object would make a large
+                // Application's first status, and every write of it until the first sync, larger).
+                (None, None) => capstan_health::Health {
+                    code: HealthCode::Missing,
+                    message: String::new(),
+                },
+            };
+            if !r.requires_pruning {
+                codes.push(health.code);
+                if capstan_health::worst([worst, health.code]) != worst {
+                    worst = health.code;
+                    worst_message = if health.code == HealthCode::Missing && health.message.is_empty() {
+                        format!("{} {}: not found in the cluster", r.key.kind, r.key.name)
+                    } else if health.message.is_empty() {
+                        format!("{} {}", r.key.kind, r.key.name)
+                    } else {
+                        format!("{} {}: {}", r.key.kind, r.key.name, health.message)
+                    };
+                }
+            }
+            ResourceStatus {
+                group: r.key.group.clone(),
+                version: r.info.resource.version.clone(),
+                kind: r.key.kind.clone(),
+                namespace: r.key.namespace.clone(),
+                name: r.key.name.clone(),
+                status: r.sync.as_str().to_string(),
+                health: Some(HealthStatus {
+                    status: health.code.as_str().into(),
+                    message: health.message,
+                }),
+                sync_wave: (r.wave != 0).then_some(r.wave),
+                hook: false,
+                requires_pruning: r.requires_pruning,
+            }
+        })
+        .collect();
+    let code = capstan_health::worst(codes);
+    let message = if code == HealthCode::Healthy {
+        String::new()
+    } else {
+        worst_message
+    };
+    (
+        resources,
+        HealthStatus {
+            status: code.as_str().into(),
+            message,
+        },
+    )
+}

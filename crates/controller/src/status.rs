@@ -1,0 +1,216 @@
+//! Writing an Application: its status (as a merge patch of what changed, with the conditions that
+//! go with a comparison) and the removal of handled request annotations (refresh, operation,
+//! terminate).
+
+use capstan_api::Application;
+use capstan_api::application::{ApplicationCondition, ApplicationStatus, SyncStatus};
+use capstan_api::labels::REFRESH_ANNOTATION;
+use capstan_api::operation::{OPERATION_ANNOTATION, TERMINATE_ANNOTATION};
+use capstan_compare::describe_kube_error;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::clock;
+use crate::context::Ctx;
+use crate::error::ReconcileError;
+use crate::pipeline::AppState;
+
+/// Put `state` (and an error condition, if any) into `status` and write it when it changed.
+pub async fn write_status(
+    ctx: &Ctx,
+    app: &mut Application,
+    status: &mut ApplicationStatus,
+    state: Option<&AppState>,
+    error: Option<(&str, String)>,
+) -> Result<(), ReconcileError> {
+    let before = app.status.clone().unwrap_or_default();
+    if let Some(state) = state {
+        status.sync = Some(SyncStatus {
+            status: state.comparison.sync().as_str().into(),
+            revision: state.revision.sha.clone(),
+        });
+        status.health = Some(state.health.clone());
+        status.resources = state.resources.clone();
+        status
+            .conditions
+            .retain(|c| !matches!(c.type_.as_str(), "ComparisonError" | "InvalidSpecError"));
+        let shared: Vec<String> = state
+            .comparison
+            .resources
+            .iter()
+            .filter_map(|r| {
+                r.owned_by_other
+                    .as_ref()
+                    .map(|o| format!("{} is tracked by Application {o}", r.key))
+            })
+            .collect();
+        status.conditions.retain(|c| c.type_ != "SharedResourceWarning");
+        if !shared.is_empty() {
+            set_condition(status, "SharedResourceWarning", shared.join("; "));
+        }
+        status.conditions.retain(|c| c.type_ != "ProjectViolation");
+        if !state.project_violations.is_empty() {
+            set_condition(status, "ProjectViolation", state.project_violations.join("; "));
+        }
+    }
+    if let Some((type_, message)) = error {
+        status
+            .conditions
+            .retain(|c| !matches!(c.type_.as_str(), "ComparisonError" | "InvalidSpecError"));
+        set_condition(status, type_, message);
+    }
+    let mut compare_before = before.clone();
+    compare_before.reconciled_at = None;
+    let forced = status.reconciled_at.is_some() && status.reconciled_at != before.reconciled_at;
+    status.reconciled_at = None;
+    if *status == compare_before && !forced {
+        status.reconciled_at = before.reconciled_at;
+        return Ok(());
+    }
+    status.reconciled_at = Some(clock::now_precise());
+    patch_status(ctx, app, status).await
+}
+
+/// Write `status`, sending only what changed from the stored status as a JSON merge patch.
+///
+/// `app` must hold the status as last stored; it is updated with the stored result, so that several
+/// writes in one reconcile each send the difference from the previous one.
+pub async fn patch_status(ctx: &Ctx, app: &mut Application, status: &ApplicationStatus) -> Result<(), ReconcileError> {
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let to_json = |s: &ApplicationStatus| serde_json::to_value(s).unwrap_or(serde_json::Value::Null);
+    let before = app.status.as_ref().map(to_json).unwrap_or(serde_json::Value::Null);
+    let patch = json!({"status": merge_patch(&before, &to_json(status))});
+    let stored = api
+        .patch_status(&app.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|e| ReconcileError::update(app.name_any(), e))?;
+    ctx.record_written(&stored);
+    *app = stored;
+    Ok(())
+}
+
+/// The RFC 7386 merge patch that turns `old` into `new`: changed keys, `null` for removed keys,
+/// arrays and scalars replaced whole.
+///
+/// Hand-written because the maintained JSON patch crates create RFC 6902 patches (index-based array
+/// operations that break when the stored object moved on), not merge patches.
+pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) if ov == nv => {}
+                    Some(ov) if ov.is_object() && nv.is_object() => {
+                        patch.insert(k.clone(), merge_patch(ov, nv));
+                    }
+                    _ => {
+                        patch.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        (_, n) => n.clone(),
+    }
+}
+
+/// Set the condition `type_` to `message` (its transition time changes with the message).
+pub fn set_condition(status: &mut ApplicationStatus, type_: &str, message: String) {
+    if let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.message != message {
+            c.message = message;
+            c.last_transition_time = clock::now();
+        }
+        return;
+    }
+    status.conditions.push(ApplicationCondition {
+        type_: type_.into(),
+        message,
+        last_transition_time: clock::now(),
+    });
+}
+
+/// Remove the request `raw` once the stored `app` says its operation has finished (the request
+/// names the operation in status, which is not running). Before that it stays: a restart resumes the
+/// operation it names, and never runs it twice.
+pub async fn clear_handled_request(ctx: &Ctx, app: &Application, raw: Option<String>) -> Result<(), ReconcileError> {
+    let Some(raw) = raw.filter(|raw| app.handled(raw)) else {
+        return Ok(());
+    };
+    let running = app.operation_running();
+    if running {
+        return Ok(());
+    }
+    clear_annotations(&ctx.client, app, None, Some(raw)).await
+}
+
+/// Remove the refresh and operation request annotations, unless they changed since `app` was read
+/// (a JSON patch that first tests their values: a request written meanwhile is kept for the next
+/// reconcile).
+pub async fn clear_annotations(
+    client: &Client,
+    app: &Application,
+    refresh: Option<String>,
+    operation: Option<String>,
+) -> Result<(), ReconcileError> {
+    let api: Api<Application> = Api::namespaced(client.clone(), &app.namespace().unwrap_or_default());
+    use json_patch::{PatchOperation, RemoveOperation, TestOperation, jsonptr::PointerBuf};
+    let mut ops = Vec::new();
+    for (key, value) in [(REFRESH_ANNOTATION, refresh), (OPERATION_ANNOTATION, operation)] {
+        let Some(value) = value else { continue };
+        let path = PointerBuf::from_tokens(["metadata", "annotations", key]);
+        ops.push(PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: value.into(),
+        }));
+        ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    }
+    let patch = json_patch::Patch(ops);
+    match api
+        .patch(&app.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // A test failed: a newer request replaced the one read; its own reconcile follows.
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            tracing::debug!(app = %app.name_any(), message = %s.message, "request changed before it was cleared");
+            Ok(())
+        }
+        Err(e) => Err(ReconcileError::update(app.name_any(), e)),
+    }
+}
+
+/// Remove the terminate annotation (a request for an operation that has ended means nothing).
+pub async fn clear_terminate(ctx: &Ctx, app: &Application) {
+    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {"annotations": {TERMINATE_ANNOTATION: null}}});
+    if let Err(err) = apps
+        .patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        tracing::debug!(err = %describe_kube_error(&err), "clearing the terminate annotation");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patches_carry_only_changes_and_null_removed_keys() {
+        let old = json!({"a": 1, "b": {"c": 1, "d": 2}, "e": [1, 2], "gone": true});
+        let new = json!({"a": 1, "b": {"c": 1, "d": 3}, "e": [1], "f": "x"});
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({"b": {"d": 3}, "e": [1], "f": "x", "gone": null})
+        );
+        assert_eq!(merge_patch(&json!(null), &json!({"a": 1})), json!({"a": 1}));
+        assert_eq!(merge_patch(&old, &old), json!({}));
+    }
+}

@@ -1,0 +1,144 @@
+//! Sync options, parsed once: the list an Application's `syncPolicy.syncOptions` and an operation's
+//! `syncOptions` give, and an object's `sync-options` annotation (`capstan.dev/sync-options` or Argo
+//! CD's alias), each a list of comma-separated `Name=value` words.
+//!
+//! Names and values are compared without regard to case, as Argo CD does. An option changes its
+//! default only in the spelling that does so (`PruneLast=true`, `Prune=false`); once given, that
+//! spelling wins over the default one anywhere in the list. Words Capstan does not know are ignored.
+
+use capstan_api::labels;
+use serde_json::Value;
+
+/// The sync options Capstan acts on. [`Default`] is what an empty list means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncOptions {
+    /// `Prune=false` (on an object) turns this off: a sync never deletes the object.
+    pub prune: bool,
+    /// `Delete=false` (on an object) turns this off: deleting the Application leaves the object.
+    pub delete: bool,
+    /// `PruneLast=true`: prune after everything else (after PostSync).
+    pub prune_last: bool,
+    /// `Replace=true` (on an object): replace it instead of applying it.
+    pub replace: bool,
+    /// `ApplyOutOfSyncOnly=false` turns this off: objects already equal to Git are applied again.
+    pub apply_out_of_sync_only: bool,
+    /// `CreateNamespace=true`: create the destination namespace when it is missing.
+    pub create_namespace: bool,
+}
+
+impl Default for SyncOptions {
+    fn default() -> Self {
+        Self {
+            prune: true,
+            delete: true,
+            prune_last: false,
+            replace: false,
+            apply_out_of_sync_only: true,
+            create_namespace: false,
+        }
+    }
+}
+
+impl SyncOptions {
+    /// Parse a list of options (each entry may itself be comma-separated).
+    pub fn parse<I>(options: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let mut parsed = Self::default();
+        for entry in options {
+            for word in entry.as_ref().split(',') {
+                parsed.set(word.trim());
+            }
+        }
+        parsed
+    }
+
+    /// The options of an object's `sync-options` annotation (the defaults without one).
+    pub fn of_object(obj: &Value) -> Self {
+        Self::parse(capstan_compare::annotations::get(obj, labels::SYNC_OPTIONS))
+    }
+
+    fn set(&mut self, word: &str) {
+        let is = |spelling: &str| word.eq_ignore_ascii_case(spelling);
+        if is("Prune=false") {
+            self.prune = false;
+        } else if is("Delete=false") {
+            self.delete = false;
+        } else if is("PruneLast=true") {
+            self.prune_last = true;
+        } else if is("Replace=true") {
+            self.replace = true;
+        } else if is("ApplyOutOfSyncOnly=false") {
+            self.apply_out_of_sync_only = false;
+        } else if is("CreateNamespace=true") {
+            self.create_namespace = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_empty_list_means_the_defaults() {
+        let none: [&str; 0] = [];
+        assert_eq!(SyncOptions::parse(none), SyncOptions::default());
+        let defaults = SyncOptions::default();
+        assert!(defaults.prune && defaults.delete && defaults.apply_out_of_sync_only);
+        assert!(!defaults.prune_last && !defaults.replace && !defaults.create_namespace);
+    }
+
+    #[test]
+    fn each_option_is_read_in_the_spelling_that_changes_it() {
+        let parsed = SyncOptions::parse([
+            "Prune=false",
+            "Delete=false",
+            "PruneLast=true",
+            "Replace=true",
+            "ApplyOutOfSyncOnly=false",
+            "CreateNamespace=true",
+        ]);
+        assert_eq!(
+            parsed,
+            SyncOptions {
+                prune: false,
+                delete: false,
+                prune_last: true,
+                replace: true,
+                apply_out_of_sync_only: false,
+                create_namespace: true,
+            }
+        );
+        // The default spellings change nothing.
+        let defaults = SyncOptions::parse(["Prune=true", "PruneLast=false", "ApplyOutOfSyncOnly=true"]);
+        assert_eq!(defaults, SyncOptions::default());
+    }
+
+    #[test]
+    fn entries_may_hold_several_words_in_any_case_and_unknown_words_are_ignored() {
+        let parsed = SyncOptions::parse(vec![
+            " prunelast=TRUE , Validate=false".to_string(),
+            "ServerSideApply=true,createnamespace=true".to_string(),
+        ]);
+        assert!(parsed.prune_last && parsed.create_namespace);
+        assert!(parsed.prune && !parsed.replace);
+        // Words are trimmed, but not inside: `PruneLast = true` is not an option.
+        assert!(!SyncOptions::parse(["PruneLast = true"]).prune_last);
+        // The spelling that changes a default wins wherever it appears.
+        assert!(SyncOptions::parse(["PruneLast=true", "PruneLast=false"]).prune_last);
+    }
+
+    #[test]
+    fn objects_give_them_in_either_annotation_spelling() {
+        let obj = |annotations: Value| json!({"metadata": {"name": "x", "annotations": annotations}});
+        let capstan = SyncOptions::of_object(&obj(json!({"capstan.dev/sync-options": "Prune=false, Replace=true"})));
+        assert!(!capstan.prune && capstan.replace);
+        let argo = SyncOptions::of_object(&obj(json!({"argocd.argoproj.io/sync-options": "Delete=false"})));
+        assert!(!argo.delete && argo.prune);
+        assert_eq!(SyncOptions::of_object(&json!({"metadata": {}})), SyncOptions::default());
+    }
+}
