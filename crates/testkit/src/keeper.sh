@@ -39,20 +39,14 @@ leased() {
     return $busy
 }
 
-stop() {
-    pid_file="$dir/run/$1.pid"
-    [ -e "$pid_file" ] || return 0
-    read -r pid ticks <"$pid_file" || return 0
-    if alive "$pid" "$ticks"; then
-        kill -TERM "$pid" 2>/dev/null
-        n=0
-        while alive "$pid" "$ticks" && [ $n -lt 10 ]; do
-            sleep 0.1
-            n=$((n + 1))
-        done
-        alive "$pid" "$ticks" && kill -KILL "$pid" 2>/dev/null
-    fi
-    rm -f "$pid_file"
+# Signal every recorded process of DIR that still runs (and is the same process) with $1.
+signal_all() {
+    for name in git-daemon kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+        pid_file="$dir/run/$name.pid"
+        [ -e "$pid_file" ] || continue
+        read -r pid ticks <"$pid_file" || continue
+        alive "$pid" "$ticks" && kill "-$1" "$pid" 2>/dev/null && running=1
+    done
 }
 
 locked=0
@@ -81,8 +75,15 @@ if [ $locked = 0 ]; then
     exec 9>>"$dir/lock"
     flock 9
 fi
-for name in git-daemon kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-    stop "$name"
+# A throwaway plane: a second for a clean exit, then SIGKILL.
+running=0
+signal_all TERM
+n=0
+while [ $running = 1 ] && [ $n -lt 10 ]; do
+    sleep 0.1
+    running=0
+    signal_all 0
+    n=$((n + 1))
 done
-rm -f "$dir/run/keeper.pid"
+[ $running = 1 ] && signal_all KILL
 rm -rf "$dir"
