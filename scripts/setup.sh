@@ -360,6 +360,9 @@ step_machete() {
 # --- cargo-nextest: the test runner of `make test` ---------------------------------------------------
 step_nextest() {
   local root="$CACHE/nextest"
+  # The keeper of the tests' shared control planes (crates/testkit/src/keeper.sh) takes their lock
+  # with flock(1).
+  command -v flock >/dev/null || apt_install util-linux
   if [ -x "$root/bin/cargo-nextest" ] && "$root/bin/cargo-nextest" nextest --version 2>/dev/null | grep -q "$NEXTEST_VERSION"; then
     log "cargo-nextest: cached ($NEXTEST_VERSION)"
     return

@@ -18,7 +18,7 @@ fn configmap(color: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{color: {color}}}\n")
 }
 
-/// A list-generator set deploying `<repo>/<name>` to namespace `web-<name>` as `web-<name>`.
+/// A list-generator set deploying `<repo>/<name>` to namespace `<set>-<name>` as `web-<name>`.
 fn list_set(name: &str, repo: &str, elements: Value, policy: Value, labels: Value) -> Value {
     json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",
@@ -34,7 +34,7 @@ fn list_set(name: &str, repo: &str, elements: Value, policy: Value, labels: Valu
                 "spec": {
                     "project": "default",
                     "source": {"repoURL": repo, "targetRevision": "main", "path": "{{name}}"},
-                    "destination": {"server": "https://kubernetes.default.svc", "namespace": "web-{{name}}"},
+                    "destination": {"server": "https://kubernetes.default.svc", "namespace": format!("{name}-{{{{name}}}}")},
                     "syncPolicy": {"automated": {"prune": true}, "syncOptions": ["CreateNamespace=true"]},
                 },
             },
@@ -45,7 +45,7 @@ fn list_set(name: &str, repo: &str, elements: Value, policy: Value, labels: Valu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn list_generator_creates_owned_applications_updates_them_and_deletes_removed_ones() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("apps")?;
     env.git.commit(
         "apps",
@@ -176,7 +176,7 @@ async fn list_generator_creates_owned_applications_updates_them_and_deletes_remo
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn git_directories_are_polled_for_new_and_removed_directories() -> anyhow::Result<()> {
     // The set polls Git every 3 s; no refresh is requested in this test.
-    let env = Env::start_with(Settings {
+    let env = Env::shared_with(Settings {
         set_poll: Duration::from_secs(3),
         ..Default::default()
     })
@@ -217,7 +217,7 @@ async fn git_directories_are_polled_for_new_and_removed_directories() -> anyhow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("apps")?;
     env.git.commit(
         "apps",
@@ -264,7 +264,8 @@ async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::
         message.contains("web-a"),
         "names the Application it did not update: {message}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The set controller looked again (a refresh it handled) before checking it changed nothing.
+    env.refresh_set_and_wait("keep").await?;
     let a = env.app("web-a").await?.expect("web-a kept");
     assert_eq!(a.labels().get("tier").map(String::as_str), Some("web"), "not updated");
     assert_eq!(a.metadata.generation, generation);
@@ -285,8 +286,10 @@ async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::
         a.labels().get("tier").map(String::as_str) == Some("changed")
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let cm = env.configmap("web-b", "settings").await?;
+    // web-b is gone, so its deletion (and whatever it deletes) is over; the set controller looked
+    // again after it (a refresh it handled).
+    env.refresh_set_and_wait("keep").await?;
+    let cm = env.configmap("keep-b", "settings").await?;
     assert!(
         cm.is_some(),
         "preserveResourcesOnDeletion keeps the objects of a deleted Application"
@@ -307,9 +310,9 @@ async fn create_only_keeps_applications_and_preserve_keeps_objects() -> anyhow::
         Ok(env.sets.get_opt("keep").await?.is_none())
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // web-a is gone: its deletion (and whatever it deletes) is over.
     assert!(
-        env.configmap("web-a", "settings").await?.is_some(),
+        env.configmap("keep-a", "settings").await?.is_some(),
         "objects stay after the set is deleted with preserveResourcesOnDeletion"
     );
     Ok(())
@@ -335,7 +338,7 @@ fn clusters_set(selector: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clusters_generator_follows_cluster_labels_within_seconds() -> anyhow::Result<()> {
     // Git is polled every 180 s: anything faster comes from the cluster Secret watch.
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.cluster_secret(
         "cluster-staging",
         "staging",
@@ -403,13 +406,24 @@ async fn cluster_secret_with_config(
 ) -> anyhow::Result<()> {
     let body = json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": secret, "namespace": "capstan",
+        "metadata": {"name": secret, "namespace": env.ns,
                      "labels": {"capstan.dev/secret-type": "cluster", "env": env_label}},
         "stringData": {"name": name, "server": server, "config": config},
     });
     env.secrets
         .patch(secret, &PatchParams::apply("test").force(), &Patch::Apply(body))
         .await?;
+    Ok(())
+}
+
+/// Wait until the Application controller has written `name`'s status and then handled a refresh:
+/// whatever it had to write after the Application was created is written.
+async fn settle(env: &Env, name: &str) -> anyhow::Result<()> {
+    env.wait_app(name, "status written", Duration::from_secs(60), |a| {
+        reconciled_at(a).is_some()
+    })
+    .await?;
+    env.refresh_app_and_wait(name).await?;
     Ok(())
 }
 
@@ -426,7 +440,7 @@ async fn owned_identities(env: &Env, set: &str) -> anyhow::Result<BTreeMap<Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreadable_or_duplicate_cluster_secret_leaves_applications_alone() -> anyhow::Result<()> {
     // Git is polled every 180 s: a reconcile within seconds comes from the cluster Secret watch.
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     let staging = "https://staging.example:6443";
     cluster_secret_with_config(&env, "cluster-staging", "staging", staging, "staging", "{}").await?;
     cluster_secret_with_config(
@@ -446,18 +460,17 @@ async fn an_unreadable_or_duplicate_cluster_secret_leaves_applications_alone() -
         up_to_date(s) && s.status.as_ref().is_some_and(|st| st.resources.len() == 2)
     })
     .await?;
-    // The Applications settle (the Application controller wrote their status).
-    let mut before = owned_identities(&env, "guestbook").await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = owned_identities(&env, "guestbook").await?;
-        if now == before {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "Applications did not settle: {now:?}");
-        before = now;
+    // The Applications settle: the Application controller reported that it cannot compare them
+    // (their clusters do not exist), which is where they stay.
+    for name in owned_identities(&env, "guestbook").await?.keys() {
+        env.wait_app(name, "the comparison error reported", Duration::from_secs(60), |a| {
+            a.status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ComparisonError"))
+        })
+        .await?;
     }
+    let before = owned_identities(&env, "guestbook").await?;
     assert_eq!(
         before.keys().collect::<Vec<_>>(),
         ["guestbook-production", "guestbook-staging"]
@@ -478,8 +491,8 @@ async fn an_unreadable_or_duplicate_cluster_secret_leaves_applications_alone() -
                 "{what}: the message names {needle:?}: {message}"
             );
         }
-        // Give a wrong controller time to act, then check nothing was touched.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // The set controller looked again (a refresh it handled), then check nothing was touched.
+        env.refresh_set_and_wait("guestbook").await?;
         assert_eq!(
             owned_identities(&env, "guestbook").await?,
             before,
@@ -542,7 +555,7 @@ fn git_files(repo: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("services")?;
     env.git.commit(
         "services",
@@ -566,19 +579,12 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
     }
     env.wait_set("svc", "up to date", Duration::from_secs(20), up_to_date)
         .await?;
-    // The Applications settle (the Application controller wrote their status): their identity and
-    // resourceVersion must not change from here on.
-    let mut before = identities(&env).await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let now = identities(&env).await?;
-        if now == before {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "Applications did not settle: {now:?}");
-        before = now;
+    // The Applications settle (the Application controller wrote their status, then handled a
+    // refresh after that): their identity and resourceVersion must not change from here on.
+    for name in ["svc-a", "svc-b"] {
+        settle(&env, name).await?;
     }
+    let before = identities(&env).await?;
     assert_eq!(before.keys().collect::<Vec<_>>(), ["svc-a", "svc-b"]);
 
     let check = async |what: &str, reason: &str, needle: &str| -> anyhow::Result<()> {
@@ -597,8 +603,8 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
         );
         let up = condition(&set, "ResourcesUpToDate").expect("ResourcesUpToDate");
         assert_eq!(up.0, "False", "{what}");
-        // Give a wrong controller time to act, then check nothing was touched.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The set controller looked again (a refresh it handled), then check nothing was touched.
+        env.refresh_set_and_wait("svc").await?;
         assert_eq!(
             identities(&env).await?,
             before,
@@ -661,7 +667,7 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
     // 6. A generated name that belongs to an Application the set does not own: never taken over.
     let other = json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
-        "metadata": {"name": "svc-c", "namespace": "capstan"},
+        "metadata": {"name": "svc-c", "namespace": env.ns},
         "spec": {
             "source": {"repoURL": repo, "targetRevision": "main", "path": "apps/a"},
             "destination": {"server": "https://kubernetes.default.svc", "namespace": "elsewhere"},
@@ -680,7 +686,7 @@ async fn bad_input_is_reported_and_leaves_existing_applications_alone() -> anyho
         .await?;
     let (_, _, message) = condition(&set, "ErrorOccurred").expect("condition");
     assert!(message.contains("svc-c") && message.contains("not owned"), "{message}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.refresh_set_and_wait("svc").await?;
     let c = env.app("svc-c").await?.expect("svc-c");
     assert!(
         c.owner_references().is_empty(),
@@ -805,7 +811,7 @@ async fn assert_step_order(env: &Env, sha: &str) -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rolling_sync_goes_step_by_step_and_stops_on_a_failure() -> anyhow::Result<()> {
     // Applications notice new commits every 2 s; a wave must be healthy within 15 s.
-    let env = Env::start_with(Settings {
+    let env = Env::shared_with(Settings {
         wave_timeout: Duration::from_secs(15),
         app_poll: Duration::from_secs(2),
         ..Default::default()
@@ -892,7 +898,13 @@ async fn rolling_sync_goes_step_by_step_and_stops_on_a_failure() -> anyhow::Resu
     assert!(message.contains("roll-one") && message.contains("step 1"), "{message}");
     let (status, step, why) = app_status_of(&set, "roll-one").expect("roll-one status");
     assert_eq!((status.as_str(), step.as_str()), ("Failed", "1"), "{why}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Positive signals before checking what did not happen: roll-two compared at the new commit,
+    // and the set controller looked again (a refresh it handled) after stopping the rollout.
+    env.wait_app("roll-two", "compared at the new commit", Duration::from_secs(30), |a| {
+        revision_of(a) == sha3
+    })
+    .await?;
+    env.refresh_set_and_wait("roll").await?;
     let two = env.app("roll-two").await?.expect("two");
     assert_eq!(revision_of(&two), sha3, "roll-two has seen the new commit");
     assert_eq!(sync_of(&two), "OutOfSync", "but was not synced to it");

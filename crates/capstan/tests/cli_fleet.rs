@@ -204,7 +204,7 @@ spec:
     assert!(first_green["production"] < first_green["late"], "{first_green:?}");
 
     // A change that never becomes healthy on the upgrade_testing cluster stops the rollout there.
-    git.commit(
+    let v3 = git.commit(
         "platform",
         "main",
         &[("guestbook/all.yaml", Some(&manifests("red", "never-ready")))],
@@ -230,7 +230,55 @@ spec:
         "the rollout did not report the failure: {}",
         serde_json::to_string_pretty(&last["status"])?
     );
-    std::thread::sleep(Duration::from_secs(10));
+    // Positive signals before checking what did not happen: the Applications of the later step
+    // compared against the bad commit (the controller polls Git every 3 s) without syncing it, and
+    // the ApplicationSet controller looked again after reporting the failure (a refresh it handled:
+    // it removes the annotation after writing the set's status).
+    for app in ["guestbook-staging", "guestbook-late"] {
+        until(&format!("{app} compared at v3"), Duration::from_secs(60), || {
+            let out = kubectl(
+                &hub_kc,
+                &[
+                    "-n",
+                    "capstan",
+                    "get",
+                    "applications.capstan.dev",
+                    app,
+                    "-o",
+                    "jsonpath={.status.sync.revision}",
+                ],
+            );
+            String::from_utf8_lossy(&out.stdout) == v3
+        });
+    }
+    let out = kubectl(
+        &hub_kc,
+        &[
+            "-n",
+            "capstan",
+            "annotate",
+            "--overwrite",
+            "applicationsets.capstan.dev",
+            "fleet",
+            "capstan.dev/refresh=normal",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    until("the set's refresh handled", Duration::from_secs(60), || {
+        let out = kubectl(
+            &hub_kc,
+            &[
+                "-n",
+                "capstan",
+                "get",
+                "applicationsets.capstan.dev",
+                "fleet",
+                "-o",
+                "jsonpath={.metadata.annotations}",
+            ],
+        );
+        out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("capstan.dev/refresh")
+    });
     assert_eq!(color(&staging_kc), "green", "the rollout stopped before staging");
     assert_eq!(color(&late_kc), "green", "the rollout stopped before late");
     Ok(())

@@ -44,7 +44,7 @@ spec: {template: {spec: {restartPolicy: Never, containers: [{name: c, image: bus
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn syncs_in_order_with_hooks_and_reports_health_and_history() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("apps")?;
     let sha = env.git.commit(
         "apps",
@@ -108,7 +108,7 @@ async fn syncs_in_order_with_hooks_and_reports_health_and_history() -> anyhow::R
     );
     assert_eq!(
         web.pointer("/metadata/annotations/capstan.dev~1tracking-id"),
-        Some(&json!("capstan/web"))
+        Some(&json!(format!("{}/web", env.ns)))
     );
     assert_eq!(
         web.pointer("/status/availableReplicas"),
@@ -118,8 +118,7 @@ async fn syncs_in_order_with_hooks_and_reports_health_and_history() -> anyhow::R
 
     // A no-op reconcile after the sync writes nothing: the resourceVersion stays.
     let rv = web.pointer("/metadata/resourceVersion").cloned();
-    env.refresh("web").await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    env.refresh_and_wait("web").await?;
     let again = env.get(v, k, p, "web", "web").await?.expect("deployment");
     assert_eq!(
         again.pointer("/metadata/resourceVersion").cloned(),
@@ -131,7 +130,7 @@ async fn syncs_in_order_with_hooks_and_reports_health_and_history() -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_wave_that_never_becomes_healthy_holds_back_the_next_wave() -> anyhow::Result<()> {
-    let env = Env::start_with(Duration::from_secs(10)).await?;
+    let env = Env::shared_with(Duration::from_secs(10)).await?;
     env.git.create_repo("stuck")?;
     let manifests = r#"
 apiVersion: apps/v1
@@ -191,7 +190,7 @@ data: {x: "1"}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn self_heal_reverts_drift_and_prune_follows_git_without_touching_others() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("heal")?;
     env.git.commit("heal", "main", &[("app/web.yaml", Some(WEB))], "one")?;
     env.create_app(app("heal", &env.git.git_url("heal"), "app", "heal", true))
@@ -259,7 +258,7 @@ async fn self_heal_reverts_drift_and_prune_follows_git_without_touching_others()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_commits_leave_what_runs_untouched_and_say_what_is_wrong() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("bad")?;
     env.git.commit("bad", "main", &[("app/web.yaml", Some(WEB))], "good")?;
     env.create_app(app("bad", &env.git.git_url("bad"), "app", "bad", true))
@@ -381,7 +380,7 @@ fn app_manifest_with_revision(env: &Env, name: &str, revision: &str) -> serde_js
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn manual_sync_rollback_shared_objects_and_cascading_delete() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("manual")?;
     let v1 = env.git.commit("manual", "main", &[("app/web.yaml", Some(WEB))], "v1")?;
     env.create_app(app("manual", &env.git.git_url("manual"), "app", "manual", false))
@@ -463,7 +462,7 @@ async fn manual_sync_rollback_shared_objects_and_cascading_delete() -> anyhow::R
     assert!(
         condition(&intruder, "SharedResourceWarning")
             .unwrap_or_default()
-            .contains("capstan/manual")
+            .contains(&format!("{}/manual", env.ns))
     );
     env.request("intruder", json!({"sync": {}, "initiatedBy": "test-4"}))
         .await?;
@@ -480,7 +479,7 @@ async fn manual_sync_rollback_shared_objects_and_cascading_delete() -> anyhow::R
     let cm = env.get(cv, ck, cp, "manual", "settings").await?.expect("settings");
     assert_eq!(
         cm.pointer("/metadata/annotations/capstan.dev~1tracking-id"),
-        Some(&json!("capstan/manual"))
+        Some(&json!(format!("{}/manual", env.ns)))
     );
 
     // Deleting with the resources finalizer deletes the objects; without it they stay.
@@ -503,7 +502,7 @@ async fn manual_sync_rollback_shared_objects_and_cascading_delete() -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_controller_restart_mid_sync_resumes_the_operation_in_order() -> anyhow::Result<()> {
-    let mut env = Env::start().await?;
+    let mut env = Env::shared().await?;
     env.git.create_repo("slow")?;
     let manifests = r#"
 apiVersion: apps/v1
@@ -594,7 +593,7 @@ data: {x: "1"}
         request_of(a).is_none()
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.refresh_and_wait("slow").await?;
     let later = env.app("slow").await?;
     assert_eq!(
         later.status.and_then(|s| s.operation_state).map(|o| o.started_at),
@@ -665,7 +664,7 @@ data: {x: "1"}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn helm_and_kustomize_apps_from_an_authenticated_https_repo_with_a_private_ca() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("charts")?;
     let chart = "apiVersion: v2\nname: hello\nversion: 0.1.0\n";
     let values = "replicas: 1\nmessage: default\n";
@@ -710,10 +709,10 @@ spec:
     // a CA only `ca.crt` makes trusted (as in Flux's repository Secrets).
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "repo-charts", "namespace": "capstan", "labels": {"capstan.dev/secret-type": "repository"}},
+        "metadata": {"name": "repo-charts", "namespace": env.ns, "labels": {"capstan.dev/secret-type": "repository"}},
         "stringData": {"url": env.git.https_url("charts"), "username": capstan_testkit::git::USER, "password": capstan_testkit::git::PASSWORD, "ca.crt": env.git.ca_pem()},
     }))?;
-    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.client.clone(), "capstan")
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.client.clone(), &env.ns)
         .create(&Default::default(), &secret)
         .await?;
 

@@ -67,7 +67,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// The Kubernetes Events recorded about Application `name` (in Capstan's namespace), oldest first.
 async fn app_events(env: &Env, name: &str) -> anyhow::Result<Vec<Event>> {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), "capstan");
+    let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
     let mut list: Vec<Event> = events
         .list(&ListParams::default())
         .await?
@@ -100,7 +100,7 @@ fn describe(events: &[Event]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ignored_differences_are_neither_drift_nor_reverted_but_other_fields_are() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("ignore")?;
     env.git
         .commit("ignore", "main", &[("app/web.yaml", Some(WEB))], "web")?;
@@ -213,7 +213,7 @@ async fn ignored_differences_are_neither_drift_nor_reverted_but_other_fields_are
 // so a sync that prunes (here one a person asks for) deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ignore_extraneous_objects_keep_the_app_synced_until_a_sync_prunes_them() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("extra")?;
     let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n";
     let doomed = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: doomed}\ndata: {a: b}\n";
@@ -323,7 +323,7 @@ async fn ignore_extraneous_objects_keep_the_app_synced_until_a_sync_prunes_them(
 // and reason into a series of the first one, keeping its message).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operations_are_recorded_as_kubernetes_events() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("events")?;
     let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n";
     env.git
@@ -433,7 +433,7 @@ async fn operations_are_recorded_as_kubernetes_events() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn render_path_and_repository_failures_leave_what_runs_untouched() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("steady")?;
     let settings = |color: &str| {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{color: {color}}}\n")
@@ -559,7 +559,7 @@ async fn render_path_and_repository_failures_leave_what_runs_untouched() -> anyh
 // truncated to the second let a reconcile right after a failure late in a second retry at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_automated_syncs_are_retried_with_backoff_up_to_the_limit() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("retry")?;
     let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n";
     let sha = env.git.commit(

@@ -42,7 +42,7 @@ async fn create_untracked(env: &Env, (v, k, p): (&str, &str, &str), ns: &str, ob
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn before_hook_creation_leaves_an_untracked_job_alone() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     create_namespace(&env, "hooksafe").await?;
     // Someone's Job that happens to have the hook's name.
     let theirs = create_untracked(
@@ -87,8 +87,9 @@ data: {a: b}
         "{message}"
     );
 
-    // Give a (wrong) delete time to happen, then check the Job is the very same object, untouched.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The controller looked again after the failure (a refresh it handled), then check the Job is
+    // the very same object, untouched.
+    env.refresh_and_wait("hooksafe").await?;
     let (v, k, p) = JOB_API;
     let live = env
         .get(v, k, p, "hooksafe", "migrate")
@@ -111,7 +112,7 @@ data: {a: b}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn before_hook_creation_replaces_its_own_hook_but_not_an_untracked_configmap() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("hookcm")?;
     let manifests = r#"
 apiVersion: v1
@@ -144,7 +145,7 @@ data: {a: b}
     })
     .await?;
     let first = env.get(v, k, p, "hookcm", "prep").await?.expect("hook created");
-    assert_eq!(first.pointer(TRACKING), Some(&json!("capstan/hookcm")));
+    assert_eq!(first.pointer(TRACKING), Some(&json!(format!("{}/hookcm", env.ns))));
 
     // Second sync: the previous run is ours, so BeforeHookCreation deletes and re-creates it.
     env.request("hookcm", json!({"sync": {}, "initiatedBy": "second"}))
@@ -155,7 +156,7 @@ data: {a: b}
     .await?;
     let second = env.get(v, k, p, "hookcm", "prep").await?.expect("hook re-created");
     assert_ne!(uid(&second), uid(&first), "the tracked previous hook was replaced");
-    assert_eq!(second.pointer(TRACKING), Some(&json!("capstan/hookcm")));
+    assert_eq!(second.pointer(TRACKING), Some(&json!(format!("{}/hookcm", env.ns))));
 
     // Someone else's ConfigMap now has the hook's name: the third sync must not delete it.
     env.api(v, k, p, Some("hookcm"))
@@ -184,7 +185,7 @@ data: {a: b}
         message.contains("ConfigMap/prep exists and is not managed by this Application; refusing to replace it"),
         "{message}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.refresh_and_wait("hookcm").await?;
     let live = env
         .get(v, k, p, "hookcm", "prep")
         .await?

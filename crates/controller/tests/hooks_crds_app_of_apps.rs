@@ -10,7 +10,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_crd_and_its_custom_resources_sync_together() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("crd")?;
     let crd = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -59,7 +59,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failing_hook_stops_the_sync_and_runs_sync_fail_hooks() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("hookfail")?;
     let manifests = r#"
 apiVersion: batch/v1
@@ -124,12 +124,13 @@ data: {a: b}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn app_of_apps_waves_order_whole_applications() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("fleet")?;
     let url = env.git.git_url("fleet");
+    let ns = &env.ns;
     let child = |name: &str, wave: i32, path: &str| {
         format!(
-            "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan, annotations: {{capstan.dev/sync-wave: \"{wave}\"}}}}\nspec:\n  source: {{repoURL: '{url}', targetRevision: main, path: {path}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{automated: {{prune: true, selfHeal: true}}, syncOptions: [CreateNamespace=true]}}\n"
+            "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}, annotations: {{capstan.dev/sync-wave: \"{wave}\"}}}}\nspec:\n  source: {{repoURL: '{url}', targetRevision: main, path: {path}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{automated: {{prune: true, selfHeal: true}}, syncOptions: [CreateNamespace=true]}}\n"
         )
     };
     let slow = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db}\nspec:\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}, annotations: {capstan.dev/simulate: \"delay=5\"}}\n    spec: {containers: [{name: c, image: x}]}\n";
@@ -145,7 +146,7 @@ async fn app_of_apps_waves_order_whole_applications() -> anyhow::Result<()> {
         ],
         "apps",
     )?;
-    env.create_app(app("root", &url, "root", "capstan", true)).await?;
+    env.create_app(app("root", &url, "root", &env.ns, true)).await?;
 
     // While the database Application is not yet Healthy, the frontend Application does not exist.
     env.wait_app("database", "child of wave 0 created", Duration::from_secs(60), |_| true)
@@ -182,7 +183,7 @@ async fn app_of_apps_waves_order_whole_applications() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn new_commits_arrive_by_polling_alone() -> anyhow::Result<()> {
-    let env = Env::start_full(Duration::from_secs(120), Duration::from_secs(3)).await?;
+    let env = Env::shared_full(Duration::from_secs(120), Duration::from_secs(3)).await?;
     env.git.create_repo("polled")?;
     let cm = |v: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: polled}}\ndata: {{v: \"{v}\"}}\n");
     env.git

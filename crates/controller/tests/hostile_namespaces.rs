@@ -33,7 +33,7 @@ async fn project(env: &Env, name: &str, cluster_kinds: serde_json::Value) -> any
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_project_allowing_namespaces_cannot_adopt_kube_system() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     project(&env, "team-a", json!([{"group": "", "kind": "Namespace"}])).await?;
     env.git.create_repo("takeover")?;
     env.git.commit(
@@ -76,7 +76,7 @@ async fn a_project_allowing_namespaces_cannot_adopt_kube_system() -> anyhow::Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn create_namespace_in_a_sync_request_is_held_to_the_project() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     // No cluster-scoped kind at all: creating a namespace is not permitted.
     project(&env, "team-b", json!([])).await?;
     env.git.create_repo("plain")?;
@@ -123,7 +123,7 @@ async fn create_namespace_in_a_sync_request_is_held_to_the_project() -> anyhow::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn create_namespace_in_any_spelling_of_the_spec_is_held_to_the_project() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     project(&env, "team-c", json!([])).await?;
     env.git.create_repo("plain")?;
     env.git.commit(

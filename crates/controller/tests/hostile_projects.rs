@@ -25,7 +25,7 @@ data: {a: b}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_object_the_project_denies_is_never_read_from_the_cluster() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     // The cluster's ConfigMap, equal to what the repository says.
     let (v, k, p) = CM_API;
     env.api(v, k, p, Some("kube-system"))
@@ -98,8 +98,8 @@ async fn an_object_the_project_denies_is_never_read_from_the_cluster() -> anyhow
     Ok(())
 }
 
-/// A team's repository writing Capstan's RBAC policy and creating an Application in a more
-/// powerful project.
+/// A team's repository writing Capstan's RBAC policy (in Capstan's namespace, `capstan` here, the
+/// test's own in the test) and creating an Application in a more powerful project.
 const ESCALATE: &str = r#"apiVersion: v1
 kind: ConfigMap
 metadata: {name: capstan-rbac, namespace: capstan}
@@ -121,9 +121,14 @@ metadata: {name: team-a-unbounded, namespace: team-a}
 spec: {sourceRepos: ["*"], destinations: [{server: "*", namespace: "*"}]}
 "#;
 
+/// [`ESCALATE`] against the Capstan namespace `ns`.
+fn escalate(ns: &str) -> String {
+    ESCALATE.replace("namespace: capstan}", &format!("namespace: {ns}}}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wildcards_never_grant_capstans_namespace_or_other_projects() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     for (name, spec) in [
         // As wide as wildcards go.
         (
@@ -140,8 +145,12 @@ async fn wildcards_never_grant_capstans_namespace_or_other_projects() -> anyhow:
         env.apply_project(name, spec).await?;
     }
     env.git.create_repo("escalate")?;
-    env.git
-        .commit("escalate", "main", &[("app/all.yaml", Some(ESCALATE))], "escalate")?;
+    env.git.commit(
+        "escalate",
+        "main",
+        &[("app/all.yaml", Some(&escalate(&env.ns)))],
+        "escalate",
+    )?;
     let mut application = app("escalate-root", &env.git.git_url("escalate"), "app", "team-a", true);
     application["spec"]["project"] = json!("team-a");
     env.create_app(application).await?;
@@ -161,7 +170,7 @@ async fn wildcards_never_grant_capstans_namespace_or_other_projects() -> anyhow:
     );
     let (v, k, p) = CM_API;
     assert!(
-        env.get(v, k, p, "capstan", "capstan-rbac").await?.is_none(),
+        env.get(v, k, p, &env.ns, "capstan-rbac").await?.is_none(),
         "no policy written"
     );
     let apps_in_team = env.api("capstan.dev/v1alpha1", "Application", "applications", Some("team-a"));
@@ -174,7 +183,7 @@ async fn wildcards_never_grant_capstans_namespace_or_other_projects() -> anyhow:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_operator_can_make_the_implicit_default_project_deny_everything() -> anyhow::Result<()> {
-    let mut env = Env::start().await?;
+    let mut env = Env::shared().await?;
     env.kill_controller().await;
     env.deny_implicit_default_project = true;
     env.start_controller();

@@ -65,7 +65,7 @@ fn assert_release(server: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cel_rule_of_a_crd_from_git_refuses_an_invalid_object_and_accepts_a_valid_one() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     let version = env.client.apiserver_version().await?;
     assert_release(&version.git_version);
     let enforces_cel = KubeVersion::selected()?.minor >= 25;
@@ -183,7 +183,7 @@ const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_removed_beta_api_is_named_in_a_condition_and_nothing_of_the_sync_is_applied() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     let version = env.client.apiserver_version().await?;
     assert_release(&version.git_version);
     let serves_beta_ingress = KubeVersion::selected()?.minor < 22;

@@ -106,7 +106,7 @@ async fn seed(env: &Env, app: &str, ns: &str) -> anyhow::Result<()> {
         "metadata": {
             "name": "same", "namespace": ns,
             "labels": {"capstan.dev/instance": app},
-            "annotations": {"capstan.dev/tracking-id": format!("capstan/{app}")},
+            "annotations": {"capstan.dev/tracking-id": format!("{}/{app}", env.ns)},
         },
         "data": {"k": "v"},
     }))?;
@@ -121,7 +121,7 @@ async fn seed(env: &Env, app: &str, ns: &str) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replace_true_puts_the_object_instead_of_applying_it() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("replace")?;
     let replaced = |data: &str| configmap("replaced", "{capstan.dev/sync-options: Replace=true}", data);
     let applied = configmap("applied", "{}", "{a: \"1\"}");
@@ -206,7 +206,7 @@ async fn replace_true_puts_the_object_instead_of_applying_it() -> anyhow::Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn prune_false_keeps_the_object_reports_prune_skipped_and_does_not_loop() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("keeper")?;
     let config = |v: &str| configmap("config", "{}", &format!("{{v: \"{v}\"}}"));
     env.git.commit(
@@ -328,7 +328,7 @@ const LEFT_BEHIND_HOOK: &str = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  na
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn delete_false_survives_deleting_the_application_with_its_resources() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("cascade")?;
     let service = "apiVersion: v1\nkind: Service\nmetadata: {name: doomed}\nspec: {ports: [{port: 80}]}\n";
     env.git.commit(
@@ -400,7 +400,7 @@ async fn delete_false_survives_deleting_the_application_with_its_resources() -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_an_application_without_the_finalizer_leaves_its_objects() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("orphan")?;
     let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: 80}]}\n";
     env.git.commit(
@@ -458,7 +458,7 @@ async fn deleting_an_application_without_the_finalizer_leaves_its_objects() -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn prune_last_prunes_after_the_post_sync_hook() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("last")?;
     let stays = |v: &str| configmap("stays", "{}", &format!("{{v: \"{v}\"}}"));
     env.git.commit(
@@ -562,7 +562,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn apply_out_of_sync_only_false_applies_objects_that_already_equal_git() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("reapply")?;
     env.git.commit(
         "reapply",
@@ -640,7 +640,7 @@ async fn apply_out_of_sync_only_false_applies_objects_that_already_equal_git() -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hook_failed_policy_deletes_a_failed_hook_and_the_sync_names_it() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("hookfailed")?;
     let hooks = r#"
 apiVersion: batch/v1
@@ -711,7 +711,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn revision_history_limit_keeps_the_last_entries() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("history")?;
     let cm = |v: &str| configmap("versioned", "{}", &format!("{{v: \"{v}\"}}"));
     let mut shas = vec![

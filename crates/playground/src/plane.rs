@@ -41,6 +41,9 @@ pub struct UpOptions {
     pub nodes: usize,
     /// How long to wait for the control plane to become ready.
     pub timeout: Duration,
+    /// A throwaway control plane (tests): etcd does not fsync (where its release can be told so),
+    /// trading durability across a machine crash for speed.
+    pub throwaway: bool,
 }
 
 impl UpOptions {
@@ -50,6 +53,7 @@ impl UpOptions {
             dir: dir.into(),
             nodes: 3,
             timeout: Duration::from_secs(120),
+            throwaway: false,
         }
     }
 }
@@ -167,6 +171,7 @@ impl Playground {
                 kubeconfig: &kubeconfig,
                 deadline: Instant::now() + opts.timeout,
                 timeout: opts.timeout,
+                throwaway: opts.throwaway,
             };
             match started.start_core().await {
                 Ok(()) => {
@@ -257,10 +262,16 @@ impl Playground {
     /// Stop every component started in `dir` (kwok first, etcd last). Safe to call twice.
     /// Returns the names of the components that were running.
     pub fn down(dir: &Path) -> Result<Vec<String>> {
+        Self::down_within(dir, Duration::from_secs(10))
+    }
+
+    /// [`Playground::down`], giving each component `grace` to exit after SIGTERM before SIGKILL
+    /// (zero for a throwaway control plane: nothing of its state is kept).
+    pub fn down_within(dir: &Path, grace: Duration) -> Result<Vec<String>> {
         let mut stopped = Vec::new();
         for name in EXTRAS.iter().chain(COMPONENTS.iter().rev()) {
             let (pid_file, _) = process::files(dir, name);
-            if process::stop(&pid_file, Duration::from_secs(10))? {
+            if process::stop(&pid_file, grace)? {
                 stopped.push((*name).to_string());
             }
         }
@@ -339,6 +350,7 @@ struct Started<'a> {
     kubeconfig: &'a Path,
     deadline: Instant,
     timeout: Duration,
+    throwaway: bool,
 }
 
 impl Started<'_> {
@@ -357,6 +369,10 @@ impl Started<'_> {
             .arg(format!("--initial-cluster=playground={peer_url}"))
             .arg("--quota-backend-bytes=4294967296")
             .arg("--snapshot-count=50000");
+        // etcd 3.4 (the older release's) has no such flag.
+        if self.throwaway && !legacy {
+            etcd.arg("--unsafe-no-fsync");
+        }
         let etcd_proc = spawn_component(dir, "etcd", etcd)?;
         self.wait_tcp("etcd", &etcd_proc, ports.etcd_client).await?;
 

@@ -113,6 +113,14 @@ pub fn current() -> Option<Started> {
     start_ticks(pid).map(|start_ticks| Started { pid, start_ticks })
 }
 
+/// The running process `pid`, as a pid file would record it.
+pub fn of_pid(pid: i32) -> Option<Started> {
+    match stat_fields(pid) {
+        Some((state, start_ticks)) if state != 'Z' && state != 'X' => Some(Started { pid, start_ticks }),
+        _ => None,
+    }
+}
+
 /// Record `started` in `pid_file` (the format [`read_pid_file`] reads).
 pub fn write_pid_file(pid_file: &Path, started: &Started) -> Result<()> {
     std::fs::write(pid_file, format!("{} {}\n", started.pid, started.start_ticks))

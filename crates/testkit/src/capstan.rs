@@ -38,6 +38,32 @@ pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Create the namespace `name` (server-side apply: nothing happens when it exists).
+pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns: Api<Namespace> = Api::all(client.clone());
+    ns.patch(
+        name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A namespace name no other test of this test run uses, for a test's Applications on a shared
+/// control plane: `capstan-` plus the process id and a counter (tests of one binary run in separate
+/// processes under nextest and in one process under `cargo test`).
+pub fn unique_namespace() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("capstan-{}-{n}", std::process::id())
+}
+
+/// `status.reconciledAt`: when the controller last reconciled the Application.
+pub fn reconciled_at(app: &Application) -> Option<String> {
+    app.status.as_ref().and_then(|s| s.reconciled_at.clone())
+}
+
 /// Poll `check` every 200 ms until it returns true, failing after `timeout`.
 pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
 where

@@ -1,18 +1,43 @@
-//! A throwaway local control plane for one test.
+//! Local control planes for tests: a private one per test ([`TestCluster::start`]), or one shared by
+//! the tests of a test binary within one test run ([`TestCluster::shared`]).
+//!
+//! nextest runs every test in its own process, so a shared plane outlives the test that started it.
+//! It lives in a directory named after the run, the test binary and the Kubernetes release; a file
+//! lock serialises starting it. Each test holding it records a lease (`leases/PID-N`); a keeper process
+//! (`keeper.sh`) stops the plane and removes its directory once the test runner has exited or no
+//! test has held a lease for [`SHARED_IDLE`] (the runner goes through a binary's tests together,
+//! so a binary's plane stops soon after its last test). Outside nextest (`cargo test`), the tests of
+//! a binary share its process, which owns the plane instead of the runner.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use capstan_playground::{Playground, UpOptions, process};
+use capstan_playground::{KubeVersion, Playground, UpOptions, process};
 
 /// Prefix of every test cluster's temporary directory.
 const PREFIX: &str = "capstan-cluster-";
-/// File in that directory naming the test process that owns the cluster ("PID STARTTICKS").
+/// Prefix of every shared test cluster's temporary directory.
+const SHARED_PREFIX: &str = "capstan-shared-cluster-";
+/// File in that directory naming the test process that owns the cluster ("PID STARTTICKS"); for a
+/// shared cluster the test runner.
 const OWNER: &str = "owner.pid";
+/// How long a shared plane stays up with no test holding it.
+pub const SHARED_IDLE: Duration = Duration::from_secs(10);
+/// The keeper of a shared plane.
+const KEEPER: &str = include_str!("keeper.sh");
 
-/// A running control plane in a temporary directory; every process it started is stopped on drop.
+/// A running control plane; a private one's processes are all stopped on drop, a shared one is left
+/// to its keeper.
 pub struct TestCluster {
     playground: Playground,
-    _dir: tempfile::TempDir,
+    kind: Kind,
+}
+
+enum Kind {
+    Private(#[allow(dead_code)] tempfile::TempDir),
+    /// The lease file this process holds on a shared plane.
+    Shared(PathBuf),
 }
 
 impl TestCluster {
@@ -26,8 +51,57 @@ impl TestCluster {
         if let Some(me) = process::current() {
             process::write_pid_file(&dir.path().join(OWNER), &me)?;
         }
-        let playground = Playground::up(UpOptions::new(dir.path())).await?;
-        Ok(TestCluster { playground, _dir: dir })
+        let playground = Playground::up(throwaway(dir.path())).await?;
+        Ok(TestCluster {
+            playground,
+            kind: Kind::Private(dir),
+        })
+    }
+
+    /// The control plane shared by the tests of this test binary in this test run (of the release
+    /// `CAPSTAN_KUBE_VERSION` selects), started if no test has started it yet.
+    ///
+    /// Tests sharing a plane must keep to their own namespaces and Application names: everything
+    /// else (CRDs, cluster-scoped objects, the API server itself) is seen by every test of the
+    /// binary.
+    pub async fn shared() -> anyhow::Result<TestCluster> {
+        reap_orphans();
+        let version = KubeVersion::selected()?;
+        let (owner, run) = shared_owner();
+        let binary = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        let key: String = format!("{run}-{binary}-{}", version.tag)
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("{SHARED_PREFIX}{key}"));
+        let (lock, lease) = tokio::task::spawn_blocking({
+            let (dir, owner) = (dir.clone(), owner.clone());
+            move || lock_shared(&dir, &owner)
+        })
+        .await??;
+        let playground = Playground::up(throwaway(&dir)).await?;
+        let me = process::current().ok_or_else(|| anyhow::anyhow!("reading this process's start time"))?;
+        process::write_pid_file(&lease, &me)?;
+        let (keeper_pid, keeper_log) = process::files(&dir, "keeper");
+        if !process::read_pid_file(&keeper_pid).is_some_and(|k| process::is_running(&k)) {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.arg("-c")
+                .arg(KEEPER)
+                .arg("keeper")
+                .arg(&dir)
+                .arg(owner.pid.to_string())
+                .arg(owner.start_ticks.to_string())
+                .arg(SHARED_IDLE.as_secs().to_string());
+            process::spawn("keeper", cmd, &keeper_log, &keeper_pid)?;
+        }
+        drop(lock);
+        Ok(TestCluster {
+            playground,
+            kind: Kind::Shared(lease),
+        })
     }
 
     /// A client authenticated as the cluster's admin.
@@ -53,12 +127,70 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        if let Err(err) = self.playground.stop() {
+        if let Kind::Shared(lease) = &self.kind {
+            let _ = std::fs::remove_file(lease);
+            return;
+        }
+        // A test's plane keeps nothing: no graceful shutdown (the API server's takes seconds).
+        if let Err(err) = Playground::down_within(&self.playground.dir, Duration::ZERO) {
             eprintln!(
                 "warning: stopping test cluster in {}: {err}",
                 self.playground.dir.display()
             );
         }
+    }
+}
+
+/// Options for a test's control plane in `dir`.
+fn throwaway(dir: &Path) -> UpOptions {
+    let mut opts = UpOptions::new(dir);
+    opts.throwaway = true;
+    opts
+}
+
+/// Who owns a shared plane, and the run it belongs to: under nextest (one process per test) the test
+/// runner, the parent of this process; otherwise this process.
+fn shared_owner() -> (process::Started, String) {
+    let me = process::current();
+    if let Ok(run) = std::env::var("NEXTEST_RUN_ID") {
+        let parent = std::os::unix::process::parent_id() as i32;
+        if let Some(runner) = process::of_pid(parent) {
+            return (runner, run);
+        }
+    }
+    let me = me.unwrap_or(process::Started {
+        pid: std::process::id() as i32,
+        start_ticks: 0,
+    });
+    let run = format!("pid{}-{}", me.pid, me.start_ticks);
+    (me, run)
+}
+
+/// Lock the shared plane's directory (creating it) and reserve a lease file for this process.
+/// Returns the held lock and the lease's path.
+fn lock_shared(dir: &Path, owner: &process::Started) -> anyhow::Result<(File, PathBuf)> {
+    loop {
+        std::fs::create_dir_all(dir.join("leases"))?;
+        let path = dir.join("lock");
+        let lock = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        lock.lock()?;
+        // The keeper removes the directory while holding the lock: a lock on a removed file is no
+        // lock on the directory's new life.
+        use std::os::unix::fs::MetadataExt;
+        let same = std::fs::metadata(&path).is_ok_and(|m| lock.metadata().is_ok_and(|l| l.ino() == m.ino()));
+        if !same {
+            continue;
+        }
+        std::fs::create_dir_all(dir.join("leases"))?;
+        let owner_file = dir.join(OWNER);
+        if !owner_file.exists() {
+            process::write_pid_file(&owner_file, owner)?;
+        }
+        // One lease per cluster handle: the tests of a binary share one process under `cargo test`.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let lease = dir.join("leases").join(format!("{}-{n}", std::process::id()));
+        return Ok((lock, lease));
     }
 }
 
@@ -71,7 +203,8 @@ pub fn reap_orphans() {
     };
     for entry in entries.flatten() {
         let dir = entry.path();
-        let is_cluster = entry.file_name().to_string_lossy().starts_with(PREFIX);
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_cluster = name.starts_with(PREFIX) || name.starts_with(SHARED_PREFIX);
         let Some(owner) = process::read_pid_file(&dir.join(OWNER)) else {
             continue;
         };

@@ -1,7 +1,9 @@
 //! Test support for Capstan's integration tests: real, throwaway infrastructure on loopback.
 //!
 //! - [`TestCluster`]: a local control plane (etcd, kube-apiserver, kube-controller-manager and the
-//!   node simulator) in a temporary directory, stopped when dropped.
+//!   node simulator) in a temporary directory: a test's own, stopped when dropped
+//!   ([`TestCluster::start`]), or the one the tests of a test binary share in one test run, stopped
+//!   by its keeper after the run or the binary's last test ([`TestCluster::shared`]).
 //! - [`GitServer`]: bare repositories served by `git daemon` (`git://`) and by `git http-backend`
 //!   behind basic auth (`http://`), on free loopback ports, stopped when dropped; plus helpers to
 //!   commit files into them.

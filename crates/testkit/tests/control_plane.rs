@@ -206,7 +206,15 @@ async fn the_simulate_annotation_controls_pod_outcomes() -> anyhow::Result<()> {
     })
     .await?;
     assert_eq!(phase(&crashing), "Running");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A positive signal before checking what did not happen: a Deployment created after the crash
+    // loop was seen gets its pod Ready, so the controllers, the scheduler and kwok have all handled
+    // work queued after the crashing pod's status.
+    create(&deployments, workload("Deployment", "sentinel", json!({}), "Always")).await?;
+    let sentinel = ListParams::default().labels("app=sentinel");
+    eventually("the sentinel pod Ready", Duration::from_secs(30), || async {
+        Ok(pods.list(&sentinel).await?.items.iter().any(ready).then_some(()))
+    })
+    .await?;
     assert_eq!(
         pods.list(&list).await?.items.len(),
         1,

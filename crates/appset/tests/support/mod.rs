@@ -1,5 +1,10 @@
 //! Shared set-up for the ApplicationSet controller's end-to-end tests: a real control plane, a real
 //! git server, Capstan's CRDs, and both controllers (Application and ApplicationSet) in-process.
+//!
+//! [`Env::start`] starts a private control plane for the test. [`Env::shared`] uses the control plane
+//! the tests of the test binary share, with a Capstan namespace of the test's own ([`Env::ns`]),
+//! which both controllers serve; such tests must deploy into destination namespaces no other test of
+//! the binary uses.
 
 #![allow(dead_code)]
 
@@ -7,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use capstan_api::{Application, ApplicationSet};
 #[allow(unused_imports)]
-pub use capstan_testkit::capstan::{eventually, health_of, install, sync_of, synced_healthy};
+pub use capstan_testkit::capstan::{
+    eventually, health_of, install, reconciled_at, sync_of, synced_healthy, unique_namespace,
+};
 use capstan_testkit::{GitServer, TestCluster};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -22,6 +29,9 @@ pub struct Env {
     pub apps: Api<Application>,
     pub sets: Api<ApplicationSet>,
     pub secrets: Api<Secret>,
+    /// The Capstan namespace: both controllers', where the test's ApplicationSets, Applications and
+    /// Secrets live (`capstan` on a private plane).
+    pub ns: String,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     _cache: tempfile::TempDir,
 }
@@ -53,14 +63,29 @@ impl Env {
 
     pub async fn start_with(settings: Settings) -> anyhow::Result<Env> {
         capstan_testkit::init_logging();
-        let cluster = TestCluster::start().await?;
+        Self::on(TestCluster::start().await?, capstan_api::NAMESPACE.into(), settings).await
+    }
+
+    /// On the binary's shared control plane, in a Capstan namespace of the test's own.
+    pub async fn shared() -> anyhow::Result<Env> {
+        Self::shared_with(Settings::default()).await
+    }
+
+    pub async fn shared_with(settings: Settings) -> anyhow::Result<Env> {
+        capstan_testkit::init_logging();
+        Self::on(TestCluster::shared().await?, unique_namespace(), settings).await
+    }
+
+    async fn on(cluster: TestCluster, ns: String, settings: Settings) -> anyhow::Result<Env> {
         let git = GitServer::start().await?;
         let client = cluster.client().await?;
         install(&client).await?;
+        capstan_testkit::capstan::create_namespace(&client, &ns).await?;
         let cache = tempfile::tempdir()?;
         let mut tasks = Vec::new();
         {
             let config = capstan_controller::Config {
+                namespace: ns.clone(),
                 cache_dir: cache.path().to_path_buf(),
                 wave_timeout: settings.wave_timeout,
                 poll_interval: settings.app_poll,
@@ -77,6 +102,7 @@ impl Env {
             // The same cache root as the Application controller: the ApplicationSet controller keeps
             // its own subdirectory.
             let config = capstan_appset::controller::AppSetConfig {
+                namespace: ns.clone(),
                 cache_dir: cache.path().to_path_buf(),
                 poll_interval: settings.set_poll,
                 ..Default::default()
@@ -89,9 +115,10 @@ impl Env {
             }));
         }
         Ok(Env {
-            apps: Api::namespaced(client.clone(), "capstan"),
-            sets: Api::namespaced(client.clone(), "capstan"),
-            secrets: Api::namespaced(client.clone(), "capstan"),
+            apps: Api::namespaced(client.clone(), &ns),
+            sets: Api::namespaced(client.clone(), &ns),
+            secrets: Api::namespaced(client.clone(), &ns),
+            ns,
             cluster,
             git,
             client,
@@ -100,9 +127,14 @@ impl Env {
         })
     }
 
-    /// Create or replace an ApplicationSet (server-side apply as the test).
+    /// Create or replace an ApplicationSet (server-side apply as the test); one in `capstan` goes to
+    /// [`Env::ns`].
     pub async fn apply_set(&self, set: &Value) -> anyhow::Result<ApplicationSet> {
         let name = set["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let mut set = set.clone();
+        if set["metadata"]["namespace"] == capstan_api::NAMESPACE {
+            set["metadata"]["namespace"] = json!(self.ns);
+        }
         let pp = PatchParams::apply("test").force();
         Ok(self.sets.patch(&name, &pp, &Patch::Apply(set)).await?)
     }
@@ -118,6 +150,39 @@ impl Env {
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         Ok(())
+    }
+
+    /// Ask the ApplicationSet controller to reconcile `name` and wait until it has (it removes the
+    /// annotation after writing the set's status): the positive signal that it looked, before
+    /// asserting that nothing happened.
+    pub async fn refresh_set_and_wait(&self, name: &str) -> anyhow::Result<ApplicationSet> {
+        self.refresh_set(name).await?;
+        self.wait_set(name, "refresh handled", Duration::from_secs(30), |s| {
+            !s.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|m| m.contains_key("capstan.dev/refresh"))
+        })
+        .await
+    }
+
+    /// Ask the Application controller to reconcile `name` and wait until it has (its `reconciledAt`
+    /// moved and the annotation is gone).
+    pub async fn refresh_app_and_wait(&self, name: &str) -> anyhow::Result<Application> {
+        let before = self.app(name).await?.as_ref().and_then(reconciled_at);
+        let patch = json!({"metadata": {"annotations": {"capstan.dev/refresh": "normal"}}});
+        self.apps
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        self.wait_app(name, "refresh handled", Duration::from_secs(30), |a| {
+            let refreshing = a
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|m| m.contains_key("capstan.dev/refresh"));
+            !refreshing && reconciled_at(a).is_some() && reconciled_at(a) != before
+        })
+        .await
     }
 
     pub async fn app(&self, name: &str) -> anyhow::Result<Option<Application>> {
@@ -189,7 +254,7 @@ impl Env {
         }
     }
 
-    /// Names of the Applications in `capstan`, sorted.
+    /// Names of the Applications in [`Env::ns`], sorted.
     pub async fn app_names(&self) -> anyhow::Result<Vec<String>> {
         let mut names: Vec<String> = self
             .apps
@@ -218,7 +283,7 @@ impl Env {
         }
         let body = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": secret, "namespace": "capstan", "labels": l},
+            "metadata": {"name": secret, "namespace": self.ns, "labels": l},
             "stringData": {"name": name, "server": server, "config": "{}"},
         });
         let pp = PatchParams::apply("test").force();

@@ -1,5 +1,10 @@
 //! Shared set-up for the controller's end-to-end tests: a real control plane, a real git server,
 //! Capstan's CRDs, and the controller running in-process.
+//!
+//! [`Env::start`] starts a private control plane for the test. [`Env::shared`] uses the control plane
+//! the tests of the test binary share, with a Capstan namespace of the test's own ([`Env::ns`]),
+//! which its controller serves; such tests must deploy into destination namespaces no other test of
+//! the binary uses.
 
 #![allow(dead_code)]
 
@@ -7,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use capstan_api::Application;
 #[allow(unused_imports)]
-pub use capstan_testkit::capstan::{eventually, health_of, install, sync_of, synced_healthy};
+pub use capstan_testkit::capstan::{
+    eventually, health_of, install, reconciled_at, sync_of, synced_healthy, unique_namespace,
+};
 use capstan_testkit::{GitServer, TestCluster};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -19,6 +26,9 @@ pub struct Env {
     pub git: GitServer,
     pub client: kube::Client,
     pub apps: Api<Application>,
+    /// The Capstan namespace: the controller's, where the test's Applications, AppProjects and
+    /// Secrets live (`capstan` on a private plane).
+    pub ns: String,
     controller: Option<tokio::task::JoinHandle<()>>,
     cache: tempfile::TempDir,
     pub wave_timeout: Duration,
@@ -38,16 +48,52 @@ impl Env {
 
     pub async fn start_full(wave_timeout: Duration, poll_interval: Duration) -> anyhow::Result<Env> {
         capstan_testkit::init_logging();
-        let cluster = TestCluster::start().await?;
+        Self::on(
+            TestCluster::start().await?,
+            capstan_api::NAMESPACE.into(),
+            wave_timeout,
+            poll_interval,
+        )
+        .await
+    }
+
+    /// On the binary's shared control plane, in a Capstan namespace of the test's own.
+    pub async fn shared() -> anyhow::Result<Env> {
+        Self::shared_with(Duration::from_secs(120)).await
+    }
+
+    pub async fn shared_with(wave_timeout: Duration) -> anyhow::Result<Env> {
+        Self::shared_full(wave_timeout, Duration::from_secs(180)).await
+    }
+
+    pub async fn shared_full(wave_timeout: Duration, poll_interval: Duration) -> anyhow::Result<Env> {
+        capstan_testkit::init_logging();
+        Self::on(
+            TestCluster::shared().await?,
+            unique_namespace(),
+            wave_timeout,
+            poll_interval,
+        )
+        .await
+    }
+
+    async fn on(
+        cluster: TestCluster,
+        ns: String,
+        wave_timeout: Duration,
+        poll_interval: Duration,
+    ) -> anyhow::Result<Env> {
         let git = GitServer::start().await?;
         let client = cluster.client().await?;
         install(&client).await?;
-        let apps = Api::namespaced(client.clone(), "capstan");
+        capstan_testkit::capstan::create_namespace(&client, &ns).await?;
+        let apps = Api::namespaced(client.clone(), &ns);
         let mut env = Env {
             cluster,
             git,
             client,
             apps,
+            ns,
             controller: None,
             cache: tempfile::tempdir()?,
             wave_timeout,
@@ -61,6 +107,7 @@ impl Env {
     /// Start (or restart) the in-process controller.
     pub fn start_controller(&mut self) {
         let config = capstan_controller::Config {
+            namespace: self.ns.clone(),
             cache_dir: self.cache.path().to_path_buf(),
             wave_timeout: self.wave_timeout,
             poll_interval: self.poll_interval,
@@ -83,7 +130,11 @@ impl Env {
         }
     }
 
-    pub async fn create_app(&self, app: Value) -> anyhow::Result<()> {
+    /// Create or replace an Application; one made by [`app`] (in `capstan`) goes to [`Env::ns`].
+    pub async fn create_app(&self, mut app: Value) -> anyhow::Result<()> {
+        if app["metadata"]["namespace"] == capstan_api::NAMESPACE {
+            app["metadata"]["namespace"] = json!(self.ns);
+        }
         let name = app["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let pp = PatchParams::apply("test").force();
         self.apps.patch(&name, &pp, &Patch::Apply(app)).await?;
@@ -92,10 +143,10 @@ impl Env {
 
     /// Create or replace the AppProject `name` in Capstan's namespace with `spec`.
     pub async fn apply_project(&self, name: &str, spec: Value) -> anyhow::Result<()> {
-        let projects = self.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
+        let projects = self.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some(&self.ns));
         let body = json!({
             "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
-            "metadata": {"name": name, "namespace": "capstan"},
+            "metadata": {"name": name, "namespace": self.ns},
             "spec": spec,
         });
         projects
@@ -122,6 +173,28 @@ impl Env {
 
     pub async fn request(&self, name: &str, op: Value) -> anyhow::Result<()> {
         self.annotate(name, "capstan.dev/operation", &op.to_string()).await
+    }
+
+    /// Ask for a refresh of `name` and wait until the controller has handled it (its `reconciledAt`
+    /// moved): the positive signal that the controller looked, before asserting that nothing
+    /// happened.
+    pub async fn refresh_and_wait(&self, name: &str) -> anyhow::Result<Application> {
+        let before = reconciled_at(&self.app(name).await?);
+        self.refresh(name).await?;
+        self.wait_reconciled_since(name, before).await
+    }
+
+    /// Wait until the `reconciledAt` of `name` differs from `before` (recorded earlier).
+    pub async fn wait_reconciled_since(&self, name: &str, before: Option<String>) -> anyhow::Result<Application> {
+        self.wait_app(name, "reconciled again", Duration::from_secs(30), |a| {
+            let refreshing = a
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|m| m.contains_key("capstan.dev/refresh"));
+            !refreshing && reconciled_at(a).is_some() && reconciled_at(a) != before
+        })
+        .await
     }
 
     /// Wait until `check` on the Application returns true.
