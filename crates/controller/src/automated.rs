@@ -84,8 +84,21 @@ pub fn retry_due_in(app: &Application, status: &ApplicationStatus) -> Option<Dur
         return None;
     }
     let backoff = retry.backoff.clone().unwrap_or_default();
-    let base = parse_duration(&backoff.duration).unwrap_or(Duration::from_secs(5));
-    let max = parse_duration(&backoff.max_duration).unwrap_or(Duration::from_secs(180));
+    let duration = |text: &str, field: &str, default: Duration| {
+        if text.trim().is_empty() {
+            return default;
+        }
+        parse_duration(text).unwrap_or_else(|| {
+            tracing::warn!(value = text, field, "not a duration; using {}s", default.as_secs());
+            default
+        })
+    };
+    let base = duration(&backoff.duration, "retry.backoff.duration", Duration::from_secs(5));
+    let max = duration(
+        &backoff.max_duration,
+        "retry.backoff.maxDuration",
+        Duration::from_secs(180),
+    );
     let factor = backoff.factor.unwrap_or(2).max(1) as u32;
     let delay = base
         .saturating_mul(factor.saturating_pow(last.retry_count.clamp(0, 16) as u32))
@@ -96,33 +109,17 @@ pub fn retry_due_in(app: &Application, status: &ApplicationStatus) -> Option<Dur
     Some(delay.saturating_sub(elapsed))
 }
 
-/// Parse `5s`, `2m`, `1h`, `1m30s`.
+/// Parse a retry duration as Argo CD reads it: a bare number is seconds (`7`), anything else a
+/// Go-style duration (`500ms`, `5s`, `1m30s`, `2h`), parsed by `humantime`. `None` when it is not one.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     if text.is_empty() {
         return None;
     }
-    let mut total = 0f64;
-    let mut number = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() || c == '.' {
-            number.push(c);
-            continue;
-        }
-        let n: f64 = number.parse().ok()?;
-        number.clear();
-        total += n * match c {
-            'h' => 3600.0,
-            'm' => 60.0,
-            's' => 1.0,
-            _ => return None,
-        };
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
     }
-    if !number.is_empty() {
-        total += number.parse::<f64>().ok()?;
-    }
-    // A spec value must never panic the controller: absurd durations are no duration.
-    Duration::try_from_secs_f64(total).ok()
+    humantime::parse_duration(text).ok()
 }
 
 #[cfg(test)]
@@ -283,6 +280,8 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
         assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
         assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
         assert_eq!(parse_duration(""), None);
         assert_eq!(parse_duration("5x"), None);
         assert_eq!(
