@@ -3,20 +3,27 @@
 //! `capstan.dev/operation`) that the controller executes; `diff` runs the read-only half of the
 //! pipeline locally.
 
-use std::io::IsTerminal;
+mod diff;
+mod show;
+mod wait;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use capstan_api::Application;
 use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
-use capstan_api::operation::{OPERATION_ANNOTATION, Operation, OperationPhase, RollbackOperation, SyncOperation};
+use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation};
 use capstan_controller::pipeline::short;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::kube_client::{KubeArgs, describe};
+use diff::*;
+pub(crate) use show::print_table;
+use show::*;
+use wait::*;
 
 /// Flags shared by every `app` subcommand.
 #[derive(Debug, clap::Args)]
@@ -318,168 +325,6 @@ async fn list(api: &Api<Application>, output: Output) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn print_table(rows: &[Vec<String>]) {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            rows.iter()
-                .map(|r| r.get(c).map(|s| s.chars().count()).unwrap_or(0))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| {
-                if i + 1 == row.len() {
-                    cell.clone()
-                } else {
-                    format!("{cell:<w$}", w = widths[i])
-                }
-            })
-            .collect();
-        println!("{}", line.join("   ").trim_end());
-    }
-}
-
-fn summary_line(app: &Application) -> String {
-    let status = app.status.clone().unwrap_or_default();
-    format!(
-        "{}: sync={} health={} revision={}",
-        app.name_any(),
-        status.sync.as_ref().map(|s| s.status.as_str()).unwrap_or("Unknown"),
-        status.health.as_ref().map(|h| h.status.as_str()).unwrap_or("Unknown"),
-        status.sync.as_ref().map(|s| short(&s.revision)).unwrap_or("")
-    )
-}
-
-fn print_app(app: &Application, output: Output) -> anyhow::Result<()> {
-    match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(app)?),
-        Output::Yaml => print!("{}", serde_saphyr::to_string(app)?),
-        Output::Table | Output::Wide => {
-            let status = app.status.clone().unwrap_or_default();
-            let spec = &app.spec;
-            let policy = match spec.sync_policy.as_ref().and_then(|p| p.automated.as_ref()) {
-                Some(a) => {
-                    let mut flags = Vec::new();
-                    if a.prune {
-                        flags.push("Prune");
-                    }
-                    if a.self_heal {
-                        flags.push("SelfHeal");
-                    }
-                    if flags.is_empty() {
-                        "Automated".to_string()
-                    } else {
-                        format!("Automated ({})", flags.join(", "))
-                    }
-                }
-                None => "Manual".into(),
-            };
-            let mut fields: Vec<(&str, String)> = Vec::new();
-            let d = &spec.destination;
-            fields.push((
-                "Name",
-                format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
-            ));
-            fields.push((
-                "Project",
-                if spec.project.is_empty() {
-                    "default".into()
-                } else {
-                    spec.project.clone()
-                },
-            ));
-            fields.push((
-                "Server",
-                if d.server.is_empty() {
-                    d.name.clone()
-                } else {
-                    d.server.clone()
-                },
-            ));
-            fields.push(("Namespace", d.namespace.clone()));
-            fields.push(("Repo", spec.source.repo_url.clone()));
-            fields.push((
-                "Target",
-                if spec.source.target_revision.is_empty() {
-                    "HEAD".into()
-                } else {
-                    spec.source.target_revision.clone()
-                },
-            ));
-            fields.push(("Path", spec.source.path.clone()));
-            fields.push(("Sync Policy", policy));
-            let sync = status.sync.clone().unwrap_or_default();
-            fields.push((
-                "Sync Status",
-                format!(
-                    "{} ({})",
-                    if sync.status.is_empty() {
-                        "Unknown"
-                    } else {
-                        &sync.status
-                    },
-                    short(&sync.revision)
-                ),
-            ));
-            let health = status.health.clone().unwrap_or_default();
-            let health_text = if health.message.is_empty() {
-                health.status.clone()
-            } else {
-                format!("{}: {}", health.status, health.message)
-            };
-            fields.push((
-                "Health Status",
-                if health_text.is_empty() {
-                    "Unknown".into()
-                } else {
-                    health_text
-                },
-            ));
-            if let Some(op) = &status.operation_state {
-                fields.push(("Operation", format!("{}: {}", op.phase, op.message)));
-            }
-            for (k, v) in fields {
-                println!("{:<15}{v}", format!("{k}:"));
-            }
-            for c in &status.conditions {
-                println!("{:<15}{}: {}", "Condition:", c.type_, c.message);
-            }
-            if !status.resources.is_empty() {
-                println!();
-                let mut rows = vec![
-                    ["GROUP", "KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"]
-                        .map(String::from)
-                        .to_vec(),
-                ];
-                for r in &status.resources {
-                    let h = r.health.clone().unwrap_or_default();
-                    let st = if r.requires_pruning {
-                        format!("{} (requires pruning)", r.status)
-                    } else {
-                        r.status.clone()
-                    };
-                    rows.push(vec![
-                        r.group.clone(),
-                        r.kind.clone(),
-                        r.namespace.clone(),
-                        r.name.clone(),
-                        st,
-                        h.status,
-                        h.message,
-                    ]);
-                }
-                print_table(&rows);
-            }
-        }
-    }
-    Ok(())
-}
-
 async fn annotate(api: &Api<Application>, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
     api.patch(
         name,
@@ -563,206 +408,6 @@ async fn request(
     }
     println!("{}", summary_line(&app));
     Ok(ExitCode::SUCCESS)
-}
-
-struct WaitFor {
-    /// Wait for an operation to finish: the one with this request id, or (empty) any running one.
-    operation: Option<String>,
-    sync: bool,
-    health: bool,
-    /// Fail once the operation is done if the Application is OutOfSync only because of objects that
-    /// require pruning (a sync without prune leaves them, so waiting for Synced would be in vain).
-    stop_when_only_pruning_left: bool,
-}
-
-/// Wait until `spec` holds for Application `name`, following it with a watch (a large Application
-/// read again and again would load the API server for nothing).
-async fn wait_for(
-    api: &Api<Application>,
-    name: &str,
-    spec: &WaitFor,
-    timeout: Duration,
-) -> anyhow::Result<Application> {
-    use futures::StreamExt;
-    use kube::runtime::watcher;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.enable_steady_tick(Duration::from_millis(120));
-        bar
-    });
-    let finish_bar = || {
-        if let Some(bar) = &bar {
-            bar.finish_and_clear();
-        }
-    };
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut app = get(api, name).await?;
-    let mut operation_done = spec.operation.is_none();
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher(api.clone(), config));
-    let mut watch_error = None;
-    loop {
-        let status = app.status.clone().unwrap_or_default();
-        let op = status.operation_state.clone();
-        if !operation_done {
-            let wanted = spec.operation.as_deref().unwrap_or("");
-            let ours = op
-                .as_ref()
-                .is_some_and(|o| wanted.is_empty() || o.operation.as_ref().is_some_and(|x| x.id == wanted));
-            // Waiting for any operation, a request not yet taken up comes first.
-            let pending = wanted.is_empty() && app.pending_request().is_some();
-            if let Some(o) = op.as_ref().filter(|_| ours && !pending) {
-                if o.phase != OperationPhase::Running {
-                    if o.phase != OperationPhase::Succeeded {
-                        finish_bar();
-                        let failed: Vec<String> = o
-                            .resources
-                            .iter()
-                            .filter(|r| r.status == "SyncFailed")
-                            .map(|r| format!("{}/{} {}: {}", r.kind, r.name, r.status, r.message))
-                            .collect();
-                        let detail = if failed.is_empty() {
-                            String::new()
-                        } else {
-                            format!("\n  {}", failed.join("\n  "))
-                        };
-                        bail!(
-                            "operation on {name} {}: {}{detail}",
-                            o.phase.as_str().to_lowercase(),
-                            o.message
-                        );
-                    }
-                    operation_done = true;
-                } else if let Some(bar) = &bar {
-                    bar.set_message(format!("{name}: {}", o.message));
-                }
-            } else if wanted.is_empty() && !pending && op.as_ref().is_none_or(|o| o.phase != OperationPhase::Running) {
-                operation_done = true;
-            }
-        }
-        let sync_ok = !spec.sync || status.sync.as_ref().is_some_and(|s| s.status == "Synced");
-        let health_ok = !spec.health || status.health.as_ref().is_some_and(|h| h.status == "Healthy");
-        if operation_done && sync_ok && health_ok {
-            finish_bar();
-            return Ok(app);
-        }
-        if operation_done && !sync_ok && spec.stop_when_only_pruning_left {
-            let out_of_sync: Vec<_> = status.resources.iter().filter(|r| r.status == "OutOfSync").collect();
-            let compared_at_op =
-                status.sync.as_ref().map(|s| s.revision.as_str()) == op.as_ref().map(|o| o.revision.as_str());
-            if compared_at_op && !out_of_sync.is_empty() && out_of_sync.iter().all(|r| r.requires_pruning) {
-                finish_bar();
-                let names: Vec<String> = out_of_sync
-                    .iter()
-                    .map(|r| format!("{}/{}/{}", r.kind, r.namespace, r.name))
-                    .collect();
-                bail!(
-                    "{name} stays OutOfSync: {} object(s) no longer in Git require pruning, and the sync did not prune (sync with --prune): {}",
-                    names.len(),
-                    names.join(", ")
-                );
-            }
-        }
-        if operation_done && let Some(bar) = &bar {
-            bar.set_message(summary_line(&app));
-        }
-        // The next version of the Application from the watch (which retries failed requests).
-        let next = loop {
-            match tokio::time::timeout_at(deadline, events.next()).await {
-                Ok(Some(Ok(watcher::Event::Apply(a) | watcher::Event::InitApply(a)))) => break Some(a),
-                Ok(Some(Ok(watcher::Event::Delete(_)))) => {
-                    finish_bar();
-                    bail!("Application {name} was deleted while waiting for it");
-                }
-                Ok(Some(Ok(_))) => {}
-                Ok(Some(Err(e))) => {
-                    tracing::debug!(err = %e, "watching the Application");
-                    watch_error = Some(e.to_string());
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Ok(None) | Err(_) => break None,
-            }
-        };
-        match next {
-            Some(a) => app = a,
-            None => {
-                finish_bar();
-                let op_text = op
-                    .map(|o| format!(", operation {}: {}", o.phase, o.message))
-                    .unwrap_or_default();
-                let cond = status
-                    .conditions
-                    .first()
-                    .map(|c| format!(", {}: {}", c.type_, c.message))
-                    .unwrap_or_default();
-                let watch = watch_error
-                    .map(|e| format!(" (watching it failed: {e})"))
-                    .unwrap_or_default();
-                bail!(
-                    "timed out after {} s waiting for {}{op_text}{cond}{watch}",
-                    timeout.as_secs(),
-                    summary_line(&app)
-                );
-            }
-        }
-    }
-}
-
-async fn diff(
-    client: kube::Client,
-    api: &Api<Application>,
-    namespace: &str,
-    name: &str,
-    revision: Option<String>,
-) -> ExitCode {
-    match diff_inner(client, api, namespace, name, revision).await {
-        Ok(true) => ExitCode::from(1),
-        Ok(false) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-async fn diff_inner(
-    client: kube::Client,
-    api: &Api<Application>,
-    namespace: &str,
-    name: &str,
-    revision: Option<String>,
-) -> anyhow::Result<bool> {
-    let app = get(api, name).await?;
-    let cache = crate::commands::default_cache().join("cli");
-    let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60), Duration::ZERO);
-    pipeline.clusters.load().await?;
-    let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
-    let state = pipeline.compare(&app, resolved).await?;
-    let colour = std::io::stdout().is_terminal();
-    let mut any = false;
-    for r in state
-        .comparison
-        .resources
-        .iter()
-        .filter(|r| !r.hook && r.sync == capstan_compare::SyncCode::OutOfSync)
-    {
-        any = true;
-        let text = capstan_compare::render_diff(r);
-        for line in text.lines() {
-            if !colour {
-                println!("{line}");
-            } else if line.starts_with('+') {
-                println!("\x1b[32m{line}\x1b[0m");
-            } else if line.starts_with('-') {
-                println!("\x1b[31m{line}\x1b[0m");
-            } else if line.starts_with("@@") {
-                println!("\x1b[36m{line}\x1b[0m");
-            } else {
-                println!("{line}");
-            }
-        }
-    }
-    Ok(any)
 }
 
 async fn delete(api: &Api<Application>, name: &str, cascade: bool, wait: bool) -> anyhow::Result<ExitCode> {

@@ -13,7 +13,9 @@ pub mod server;
 
 /// Parse a flag given in seconds: a plain number (`300`, as Argo CD's CLI takes it) or a number
 /// with a unit, `s`, `m` or `h` (`90s`, `5m`, `1h`, as kubectl takes it). Written here rather than
-/// pulling in a duration crate: these four forms are all the flags accept.
+/// with `humantime` (which the controller uses for Argo CD's retry durations): these four forms of
+/// whole seconds are all the flags accept, and humantime's wider grammar (`1.5m`, `5 m`, `5ms`) would
+/// have to be refused again after it.
 pub fn seconds(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let not_a_duration =

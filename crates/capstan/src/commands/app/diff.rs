@@ -1,0 +1,67 @@
+//! `capstan app diff`: the unified diff of every out-of-sync object, live → Git.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use capstan_api::Application;
+use kube::api::Api;
+
+use super::*;
+
+pub(super) async fn diff(
+    client: kube::Client,
+    api: &Api<Application>,
+    namespace: &str,
+    name: &str,
+    revision: Option<String>,
+) -> ExitCode {
+    match diff_inner(client, api, namespace, name, revision).await {
+        Ok(true) => ExitCode::from(1),
+        Ok(false) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+pub(super) async fn diff_inner(
+    client: kube::Client,
+    api: &Api<Application>,
+    namespace: &str,
+    name: &str,
+    revision: Option<String>,
+) -> anyhow::Result<bool> {
+    let app = get(api, name).await?;
+    let cache = crate::commands::default_cache().join("cli");
+    let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60), Duration::ZERO);
+    pipeline.clusters.load().await?;
+    let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
+    let state = pipeline.compare(&app, resolved).await?;
+    let colour = std::io::stdout().is_terminal();
+    let mut any = false;
+    for r in state
+        .comparison
+        .resources
+        .iter()
+        .filter(|r| !r.hook && r.sync == capstan_compare::SyncCode::OutOfSync)
+    {
+        any = true;
+        let text = capstan_compare::render_diff(r);
+        for line in text.lines() {
+            if !colour {
+                println!("{line}");
+            } else if line.starts_with('+') {
+                println!("\x1b[32m{line}\x1b[0m");
+            } else if line.starts_with('-') {
+                println!("\x1b[31m{line}\x1b[0m");
+            } else if line.starts_with("@@") {
+                println!("\x1b[36m{line}\x1b[0m");
+            } else {
+                println!("{line}");
+            }
+        }
+    }
+    Ok(any)
+}

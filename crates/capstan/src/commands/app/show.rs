@@ -1,0 +1,169 @@
+//! How `capstan app` prints Applications: the table of `list` and the details of `get`.
+
+use capstan_api::Application;
+use capstan_controller::pipeline::short;
+use kube::ResourceExt;
+
+use super::*;
+
+pub(crate) fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map(|s| s.chars().count()).unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                if i + 1 == row.len() {
+                    cell.clone()
+                } else {
+                    format!("{cell:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        println!("{}", line.join("   ").trim_end());
+    }
+}
+
+pub(super) fn summary_line(app: &Application) -> String {
+    let status = app.status.clone().unwrap_or_default();
+    format!(
+        "{}: sync={} health={} revision={}",
+        app.name_any(),
+        status.sync.as_ref().map(|s| s.status.as_str()).unwrap_or("Unknown"),
+        status.health.as_ref().map(|h| h.status.as_str()).unwrap_or("Unknown"),
+        status.sync.as_ref().map(|s| short(&s.revision)).unwrap_or("")
+    )
+}
+
+pub(super) fn print_app(app: &Application, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(app)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(app)?),
+        Output::Table | Output::Wide => {
+            let status = app.status.clone().unwrap_or_default();
+            let spec = &app.spec;
+            let policy = match spec.sync_policy.as_ref().and_then(|p| p.automated.as_ref()) {
+                Some(a) => {
+                    let mut flags = Vec::new();
+                    if a.prune {
+                        flags.push("Prune");
+                    }
+                    if a.self_heal {
+                        flags.push("SelfHeal");
+                    }
+                    if flags.is_empty() {
+                        "Automated".to_string()
+                    } else {
+                        format!("Automated ({})", flags.join(", "))
+                    }
+                }
+                None => "Manual".into(),
+            };
+            let mut fields: Vec<(&str, String)> = Vec::new();
+            let d = &spec.destination;
+            fields.push((
+                "Name",
+                format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any()),
+            ));
+            fields.push((
+                "Project",
+                if spec.project.is_empty() {
+                    "default".into()
+                } else {
+                    spec.project.clone()
+                },
+            ));
+            fields.push((
+                "Server",
+                if d.server.is_empty() {
+                    d.name.clone()
+                } else {
+                    d.server.clone()
+                },
+            ));
+            fields.push(("Namespace", d.namespace.clone()));
+            fields.push(("Repo", spec.source.repo_url.clone()));
+            fields.push((
+                "Target",
+                if spec.source.target_revision.is_empty() {
+                    "HEAD".into()
+                } else {
+                    spec.source.target_revision.clone()
+                },
+            ));
+            fields.push(("Path", spec.source.path.clone()));
+            fields.push(("Sync Policy", policy));
+            let sync = status.sync.clone().unwrap_or_default();
+            fields.push((
+                "Sync Status",
+                format!(
+                    "{} ({})",
+                    if sync.status.is_empty() {
+                        "Unknown"
+                    } else {
+                        &sync.status
+                    },
+                    short(&sync.revision)
+                ),
+            ));
+            let health = status.health.clone().unwrap_or_default();
+            let health_text = if health.message.is_empty() {
+                health.status.clone()
+            } else {
+                format!("{}: {}", health.status, health.message)
+            };
+            fields.push((
+                "Health Status",
+                if health_text.is_empty() {
+                    "Unknown".into()
+                } else {
+                    health_text
+                },
+            ));
+            if let Some(op) = &status.operation_state {
+                fields.push(("Operation", format!("{}: {}", op.phase, op.message)));
+            }
+            for (k, v) in fields {
+                println!("{:<15}{v}", format!("{k}:"));
+            }
+            for c in &status.conditions {
+                println!("{:<15}{}: {}", "Condition:", c.type_, c.message);
+            }
+            if !status.resources.is_empty() {
+                println!();
+                let mut rows = vec![
+                    ["GROUP", "KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"]
+                        .map(String::from)
+                        .to_vec(),
+                ];
+                for r in &status.resources {
+                    let h = r.health.clone().unwrap_or_default();
+                    let st = if r.requires_pruning {
+                        format!("{} (requires pruning)", r.status)
+                    } else {
+                        r.status.clone()
+                    };
+                    rows.push(vec![
+                        r.group.clone(),
+                        r.kind.clone(),
+                        r.namespace.clone(),
+                        r.name.clone(),
+                        st,
+                        h.status,
+                        h.message,
+                    ]);
+                }
+                print_table(&rows);
+            }
+        }
+    }
+    Ok(())
+}
