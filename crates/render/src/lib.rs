@@ -165,6 +165,19 @@ impl Drop for Running<'_> {
     }
 }
 
+/// A caller's hold on the lock of one cache key; the map forgets the lock when its last holder goes.
+struct KeyLease<'a> {
+    renderer: &'a Renderer,
+    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    key: String,
+}
+
+impl Drop for KeyLease<'_> {
+    fn drop(&mut self) {
+        self.renderer.release_key(&self.key, &self.lock);
+    }
+}
+
 /// What a [`Renderer`] has done so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderActivity {
@@ -299,13 +312,17 @@ impl Renderer {
         }
 
         // One render per key at a time: whoever waited finds the result in the cache.
-        let key_lock = self.key_lock(&key);
-        let _rendering = key_lock.lock().await;
+        // Released on every way out, a caller that stops waiting included.
+        let key_lock = KeyLease {
+            renderer: self,
+            lock: self.key_lock(&key),
+            key: key.clone(),
+        };
+        let _rendering = key_lock.lock.lock().await;
         // Read before the second lookup: a result rendered across an invalidation is not stored.
         let epoch = self.cache.epoch();
         if let Some(hit) = self.cache.peek(&key) {
             tracing::debug!(path = %app_rel, revision = cache_key_revision, %tool, "rendered meanwhile by another caller");
-            self.release_key(&key, &key_lock);
             return Ok(hit);
         }
         let result = self.run(req, &root, &app_rel, tool, binary, cache_key_revision).await;
@@ -315,7 +332,6 @@ impl Renderer {
                 tracing::debug!(path = %app_rel, revision = cache_key_revision, "render result not cached");
             }
         }
-        self.release_key(&key, &key_lock);
         result
     }
 
@@ -417,6 +433,14 @@ impl Renderer {
     /// Cache hits and misses so far.
     pub fn cache_stats(&self) -> (u64, u64) {
         self.cache.stats()
+    }
+
+    /// Cache keys with a render under way or waited for (their locks).
+    pub fn keys_in_flight(&self) -> usize {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
     }
 
     /// Renders run so far, and the most that ran at once.

@@ -429,3 +429,22 @@ async fn renders_are_limited_to_a_few_at_once() {
         "renders overlapped but no more than the limit ran at once: {activity:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_render_its_callers_stop_waiting_for_leaves_nothing_behind() {
+    let repo = Repo::new();
+    slow_chart(&repo);
+    let s = source("chart");
+    let renderer = renderer();
+    let request = request(&repo, &s);
+    // A client that goes away mid-render (a `/diff` request dropped on disconnect).
+    let abandoned = tokio::time::timeout(
+        std::time::Duration::from_millis(50),
+        futures::future::join_all((0..4).map(|_| renderer.render(&request, REVISION))),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the render outlived the timeout");
+    assert_eq!(renderer.keys_in_flight(), 0, "no lock of an abandoned render is kept");
+    renderer.render(&request, REVISION).await.expect("renders afterwards");
+    assert_eq!(renderer.keys_in_flight(), 0);
+}

@@ -276,14 +276,13 @@ impl RepoCache {
         if !target.is_dir() {
             std::fs::create_dir_all(&repo.checkouts)
                 .map_err(SourceError::io(format!("creating {}", repo.checkouts.display())))?;
-            let staging = repo.checkouts.join(format!(".{sha}.tmp"));
-            let _ = std::fs::remove_dir_all(&staging);
-            std::fs::create_dir_all(&staging).map_err(SourceError::io(format!("creating {}", staging.display())))?;
-            if let Err(err) = self.export(&repo, sha, &staging).await {
-                let _ = std::fs::remove_dir_all(&staging);
-                return Err(err);
-            }
-            std::fs::rename(&staging, &target)
+            // Removed on every way out but the rename, including a caller that stops waiting.
+            let staging = Staging(repo.checkouts.join(format!(".{sha}.tmp")));
+            let _ = std::fs::remove_dir_all(&staging.0);
+            std::fs::create_dir_all(&staging.0)
+                .map_err(SourceError::io(format!("creating {}", staging.0.display())))?;
+            self.export(&repo, sha, &staging.0).await?;
+            std::fs::rename(&staging.0, &target)
                 .map_err(SourceError::io(format!("moving checkout to {}", target.display())))?;
         }
         let kept = state.checkouts.entry(sha.to_string()).or_insert_with(|| Kept {
@@ -336,9 +335,25 @@ impl RepoCache {
             drop(stdin);
             copied
         };
-        let copied = match tokio::time::timeout(self.timeout, copy).await {
-            Ok(copied) => copied.map_err(SourceError::io("extracting a checkout"))?,
+        // Both error streams are read while the tree streams: a tool blocked writing its complaints
+        // would stop reading its input and stall the copy.
+        let work = async { tokio::join!(copy, drain(archive.stderr.take()), drain(tar.stderr.take())) };
+        let (copied, git_stderr, tar_stderr) = match tokio::time::timeout(self.timeout, work).await {
+            Ok(done) => done,
             Err(_) => return Err(git.timed_out()),
+        };
+        let tar_failed = |stderr: &[u8]| SourceError::Io {
+            context: format!("extracting a checkout into {}", dest.display()),
+            source: std::io::Error::other(String::from_utf8_lossy(stderr).trim().to_string()),
+        };
+        let copied = match copied {
+            Ok(copied) => copied,
+            // tar stopped reading: what it said is the reason.
+            Err(err) if !tar_stderr.is_empty() => {
+                tracing::debug!("copying into tar: {err}");
+                return Err(tar_failed(&tar_stderr));
+            }
+            Err(err) => return Err(SourceError::io("extracting a checkout")(err)),
         };
         if copied > limit {
             return Err(SourceError::TooLarge {
@@ -347,15 +362,15 @@ impl RepoCache {
                 limit_mib: limit >> 20,
             });
         }
-        let (archived, extracted) = tokio::join!(archive.wait_with_output(), tar.wait_with_output());
+        let waited = tokio::time::timeout(self.timeout, async { tokio::join!(archive.wait(), tar.wait()) }).await;
+        let Ok((archived, extracted)) = waited else {
+            return Err(git.timed_out());
+        };
         let archived = archived.map_err(SourceError::io("waiting for git archive"))?;
-        git.check(&archived.status, &archived.stderr)?;
+        git.check(&archived, &git_stderr)?;
         let extracted = extracted.map_err(SourceError::io("waiting for tar"))?;
-        if !extracted.status.success() {
-            return Err(SourceError::Io {
-                context: format!("extracting a checkout into {}", dest.display()),
-                source: std::io::Error::other(String::from_utf8_lossy(&extracted.stderr).trim().to_string()),
-            });
+        if !extracted.success() {
+            return Err(tar_failed(&tar_stderr));
         }
         Ok(())
     }
@@ -579,6 +594,32 @@ fn dir_name(url: &str) -> String {
         .take(40)
         .collect();
     format!("{}-{hash:016x}", tail.trim_start_matches('.'))
+}
+
+/// A staging directory, removed when dropped unless it was renamed into place.
+struct Staging(PathBuf);
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Read `stream` to its end, keeping its first 64 KiB (a tool's complaints, for the error message).
+async fn drain(stream: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    const KEPT: usize = 64 * 1024;
+    let mut kept = Vec::new();
+    let Some(mut stream) = stream else { return kept };
+    let mut chunk = [0u8; 8192];
+    while let Ok(n) = stream.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        let room = KEPT.saturating_sub(kept.len());
+        kept.extend_from_slice(&chunk[..n.min(room)]);
+    }
+    kept
 }
 
 /// Bytes of the files under `dir` (not following symbolic links).
