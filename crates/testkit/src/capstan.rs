@@ -64,6 +64,18 @@ pub fn reconciled_at(app: &Application) -> Option<String> {
     app.status.as_ref().and_then(|s| s.reconciled_at.clone())
 }
 
+/// Whether `app` shows a refresh handled since its `reconciledAt` was `before`: the refresh
+/// annotation is gone and `reconciledAt` moved (the positive signal that the controller looked).
+pub fn refresh_handled_since(app: &Application, before: &Option<String>) -> bool {
+    let refreshing = app
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|m| m.contains_key(capstan_api::labels::REFRESH_ANNOTATION));
+    let now = reconciled_at(app);
+    !refreshing && now.is_some() && now != *before
+}
+
 /// Poll `check` every 200 ms until it returns true, failing after `timeout`.
 pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
 where

@@ -175,12 +175,7 @@ impl Env {
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         self.wait_app(name, "refresh handled", Duration::from_secs(30), |a| {
-            let refreshing = a
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|m| m.contains_key("capstan.dev/refresh"));
-            !refreshing && reconciled_at(a).is_some() && reconciled_at(a) != before
+            capstan_testkit::capstan::refresh_handled_since(a, &before)
         })
         .await
     }

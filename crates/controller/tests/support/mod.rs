@@ -187,12 +187,7 @@ impl Env {
     /// Wait until the `reconciledAt` of `name` differs from `before` (recorded earlier).
     pub async fn wait_reconciled_since(&self, name: &str, before: Option<String>) -> anyhow::Result<Application> {
         self.wait_app(name, "reconciled again", Duration::from_secs(30), |a| {
-            let refreshing = a
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|m| m.contains_key("capstan.dev/refresh"));
-            !refreshing && reconciled_at(a).is_some() && reconciled_at(a) != before
+            capstan_testkit::capstan::refresh_handled_since(a, &before)
         })
         .await
     }

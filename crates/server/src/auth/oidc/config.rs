@@ -138,17 +138,21 @@ pub fn check_url(field: &str, url: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// A valid configuration, for the tests of this module and of the provider.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CONFIG: &str = "
+pub(crate) const TEST_CONFIG: &str = "
 name: Dex
 issuer: https://dex.example.test/
 clientID: capstan
 clientSecret: s3cret
 url: https://capstan.example.test/
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = TEST_CONFIG;
 
     #[test]
     fn a_configuration_parses_with_defaults() {

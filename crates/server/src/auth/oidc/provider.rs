@@ -527,13 +527,7 @@ mod tests {
     use super::*;
     use crate::auth::session;
 
-    const CONFIG: &str = "
-name: Dex
-issuer: https://dex.example.test/
-clientID: capstan
-clientSecret: s3cret
-url: https://capstan.example.test/
-";
+    const CONFIG: &str = super::super::config::TEST_CONFIG;
 
     #[test]
     fn user_and_groups_come_from_the_configured_claims() {
