@@ -1,5 +1,6 @@
-//! The `Application` resource: what to deploy (a path in a Git repository at a revision), where
-//! (a cluster and namespace), how (sync policy), and the status the controller reports.
+//! The `Application` resource: what to deploy (a path in a Git repository at a revision, or a chart from a
+//! Helm repository or an OCI registry, or several such sources), where (a cluster and namespace), how
+//! (sync policy), and the status the controller reports.
 
 use std::collections::BTreeMap;
 
@@ -27,8 +28,14 @@ use crate::operation::{OPERATION_ANNOTATION, Operation, OperationPhase};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationSpec {
-    /// Where the desired state comes from.
+    /// Where the desired state comes from (one source; see `sources` for several).
+    #[serde(default, skip_serializing_if = "ApplicationSource::is_unset")]
     pub source: ApplicationSource,
+    /// Several sources rendered together into one Application (Argo CD's multi-source Applications).
+    /// When set, `source` is ignored. A source with a `ref` and no `path` or `chart` is not rendered: its
+    /// files are only read through `$ref/…` Helm value files of the other sources.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ApplicationSource>,
     /// The cluster and namespace to deploy to.
     pub destination: ApplicationDestination,
     /// The AppProject this Application belongs to (`default` if empty).
@@ -45,19 +52,34 @@ pub struct ApplicationSpec {
     pub revision_history_limit: Option<i64>,
 }
 
-/// A path in a Git repository at a revision, and how to render it.
+/// A path in a Git repository at a revision, or a chart in a Helm repository or OCI registry at a
+/// version, and how to render it.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationSource {
-    /// URL of the Git repository (`https://`, `ssh://`, `git@host:path`, `git://`, `file://`).
+    /// URL of the Git repository (`https://`, `ssh://`, `git@host:path`, `git://`, `file://`); with
+    /// `chart`, of the Helm repository (`https://`, `http://`) or the OCI registry namespace
+    /// (`oci://registry/path`).
     #[serde(rename = "repoURL")]
     pub repo_url: String,
-    /// Branch, tag, commit SHA (full or short) or `HEAD` (the default).
+    /// Git: branch, tag, commit SHA (full or short) or `HEAD` (the default). Chart: an exact version or
+    /// a semantic-version constraint (`1.2.*`, `>=1.0.0 <2.0.0`, `^3.1`); empty means the latest
+    /// non-pre-release version.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub target_revision: String,
-    /// Directory inside the repository (default: its root).
+    /// Directory inside the repository (default: its root). Not used with `chart`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub path: String,
+    /// The chart's name in the Helm repository or OCI registry named by `repoURL`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub chart: String,
+    /// In `sources`: a name other sources use to read this one's files, as `$NAME/path` in Helm
+    /// `valueFiles`.
+    #[serde(default, rename = "ref", skip_serializing_if = "String::is_empty")]
+    pub ref_name: String,
+    /// In `sources`: a name shown for this source (optional).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
     /// Options for plain directories of YAML/JSON manifests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directory: Option<ApplicationSourceDirectory>,
@@ -67,6 +89,40 @@ pub struct ApplicationSource {
     /// Options for Kustomize overlays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize: Option<ApplicationSourceKustomize>,
+}
+
+impl ApplicationSource {
+    /// Whether nothing is set (an Application with `sources` leaves `source` out).
+    pub fn is_unset(&self) -> bool {
+        self == &ApplicationSource::default()
+    }
+
+    /// Whether this source is a chart from a Helm repository or OCI registry rather than Git.
+    pub fn is_chart(&self) -> bool {
+        !self.chart.trim().is_empty()
+    }
+
+    /// Whether this source is rendered: every source but a `ref` source without a `path` or `chart`.
+    pub fn is_rendered(&self) -> bool {
+        self.ref_name.is_empty() || !self.path.is_empty() || self.is_chart()
+    }
+}
+
+impl ApplicationSpec {
+    /// The Application's sources: `sources` when set, otherwise the one `source`.
+    pub fn sources(&self) -> &[ApplicationSource] {
+        if self.sources.is_empty() {
+            std::slice::from_ref(&self.source)
+        } else {
+            &self.sources
+        }
+    }
+
+    /// Whether the Application has several sources (`spec.sources`), whose revisions are reported as
+    /// lists (`status.sync.revisions`, `history[].revisions`).
+    pub fn is_multi_source(&self) -> bool {
+        !self.sources.is_empty()
+    }
 }
 
 /// Options for rendering a directory of manifests.
@@ -272,9 +328,12 @@ pub struct ApplicationStatus {
 pub struct SyncStatus {
     /// `Synced`, `OutOfSync` or `Unknown`.
     pub status: String,
-    /// The resolved commit SHA.
+    /// The resolved commit SHA (or chart version) of a single-source Application.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub revision: String,
+    /// The resolved revision of each of `spec.sources`, in order (multi-source Applications).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<String>,
 }
 
 /// Health: `Healthy`, `Progressing`, `Degraded`, `Suspended`, `Missing` or `Unknown`.
@@ -331,9 +390,12 @@ pub struct OperationState {
     /// What is happening or what went wrong.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// The revision being synced.
+    /// The revision being synced (single source).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub revision: String,
+    /// The revision of each source being synced (multi-source Applications).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<String>,
     /// When the operation started (RFC 3339).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub started_at: String,
@@ -393,12 +455,20 @@ pub struct ResourceResult {
 pub struct RevisionHistory {
     /// Increasing identifier, used by rollback.
     pub id: i64,
-    /// The commit SHA that was synced.
+    /// The commit SHA (or chart version) that was synced (single source).
+    #[serde(default)]
     pub revision: String,
     /// When it was deployed (RFC 3339).
     pub deployed_at: String,
-    /// The source as it was at the time.
+    /// The source as it was at the time (single source).
+    #[serde(default, skip_serializing_if = "ApplicationSource::is_unset")]
     pub source: ApplicationSource,
+    /// The revision of each source that was synced (multi-source Applications).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<String>,
+    /// The sources as they were at the time (multi-source Applications).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ApplicationSource>,
 }
 
 /// An error or warning about the Application.
@@ -497,5 +567,50 @@ spec:
         let json = serde_json::to_value(&app.spec).expect("serialise");
         assert!(json["source"]["repoURL"].is_string());
         assert!(json["syncPolicy"]["automated"]["selfHeal"].as_bool() == Some(true));
+    }
+
+    #[test]
+    fn multi_source_manifest_deserialises_as_argo_cd_writes_it() {
+        let yaml = r#"
+apiVersion: capstan.dev/v1alpha1
+kind: Application
+metadata: {name: prometheus, namespace: capstan}
+spec:
+  sources:
+  - repoURL: https://prometheus-community.example/charts
+    chart: prometheus
+    targetRevision: 15.7.1
+    helm:
+      valueFiles: [$values/charts/prometheus/values.yaml]
+  - repoURL: https://git.example/values.git
+    targetRevision: dev
+    ref: values
+  destination: {name: in-cluster, namespace: monitoring}
+"#;
+        let app: Application = serde_saphyr::from_str(yaml).expect("valid Application");
+        assert!(app.spec.is_multi_source());
+        assert!(app.spec.source.is_unset());
+        let sources = app.spec.sources();
+        assert_eq!(sources.len(), 2);
+        assert!(sources[0].is_chart() && sources[0].is_rendered());
+        assert_eq!(sources[1].ref_name, "values");
+        assert!(!sources[1].is_chart() && !sources[1].is_rendered());
+        let json = serde_json::to_value(&app.spec).expect("serialise");
+        assert!(json.get("source").is_none(), "an unset source is left out: {json}");
+        assert_eq!(json["sources"][1]["ref"], "values");
+    }
+
+    #[test]
+    fn a_single_source_is_the_one_source() {
+        let spec = ApplicationSpec {
+            source: ApplicationSource {
+                repo_url: "https://git.example/a.git".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(!spec.is_multi_source());
+        assert_eq!(spec.sources().len(), 1);
+        assert_eq!(spec.sources()[0].repo_url, "https://git.example/a.git");
     }
 }

@@ -43,11 +43,17 @@ impl Pollers {
         }
     }
 
-    /// Record that `app` uses `url` (and no other repository), starting the repository's poller if
-    /// it has none and stopping pollers no Application uses any more.
-    pub fn watch(&self, url: &str, app: ObjectRef<Application>) {
+    /// Record that `app` uses the repositories `urls` (and no other), starting each repository's
+    /// poller if it has none and stopping pollers no Application uses any more.
+    pub fn watch(&self, urls: &[&str], app: ObjectRef<Application>) {
         let mut repos = lock(&self.repos);
-        release(&mut repos, &app, Some(url));
+        release(&mut repos, &app, urls);
+        for url in urls {
+            self.watch_one(&mut repos, url, app.clone());
+        }
+    }
+
+    fn watch_one(&self, repos: &mut HashMap<String, Poller>, url: &str, app: ObjectRef<Application>) {
         if let Some(poller) = repos.get(url) {
             lock(&poller.apps).insert(app);
             return;
@@ -96,14 +102,14 @@ impl Pollers {
 
     /// `app` is gone: stop polling for it (and stop pollers nobody needs).
     pub fn forget(&self, app: &ObjectRef<Application>) {
-        release(&mut lock(&self.repos), app, None);
+        release(&mut lock(&self.repos), app, &[]);
     }
 }
 
-/// Remove `app` from every repository but `keep`; stop the pollers left without Applications.
-fn release(repos: &mut HashMap<String, Poller>, app: &ObjectRef<Application>, keep: Option<&str>) {
+/// Remove `app` from every repository but those in `keep`; stop the pollers left without Applications.
+fn release(repos: &mut HashMap<String, Poller>, app: &ObjectRef<Application>, keep: &[&str]) {
     repos.retain(|url, poller| {
-        if Some(url.as_str()) == keep {
+        if keep.contains(&url.as_str()) {
             return true;
         }
         let mut apps = lock(&poller.apps);
@@ -178,7 +184,7 @@ mod tests {
         repos.insert("git://single".to_string(), single);
 
         // `a` moved to the shared repository only: the single-use poller stops.
-        release(&mut repos, &ObjectRef::new("a").within("capstan"), Some("git://shared"));
+        release(&mut repos, &ObjectRef::new("a").within("capstan"), &["git://shared"]);
         assert!(
             single_task.await.is_err_and(|e| e.is_cancelled()),
             "unused poller aborted"
@@ -186,9 +192,9 @@ mod tests {
         assert_eq!(repos.keys().collect::<Vec<_>>(), vec!["git://shared"]);
 
         // `b` is deleted; `a` still uses the shared repository.
-        release(&mut repos, &ObjectRef::new("b").within("capstan"), None);
+        release(&mut repos, &ObjectRef::new("b").within("capstan"), &[]);
         assert!(repos.contains_key("git://shared"));
-        release(&mut repos, &ObjectRef::new("a").within("capstan"), None);
+        release(&mut repos, &ObjectRef::new("a").within("capstan"), &[]);
         assert!(repos.is_empty());
         assert!(shared_task.await.is_err_and(|e| e.is_cancelled()));
     }

@@ -9,7 +9,6 @@ use capstan_api::Application;
 use capstan_api::application::{ApplicationStatus, HealthStatus, SyncStatus};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation, OperationPhase, TERMINATE_ANNOTATION};
-use capstan_source::Resolved;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -18,6 +17,7 @@ use kube::runtime::reflector::ObjectRef;
 use crate::context::Ctx;
 use crate::error::{InvalidRequest, PipelineError, ReconcileError};
 use crate::operation::{self, record};
+use crate::pipeline::Resolved;
 use crate::status::{clear_handled_request, clear_terminate, set_condition, write_status};
 use crate::{automated, clock, finalize};
 
@@ -87,10 +87,16 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     let refresh = annotations.get(REFRESH_ANNOTATION).cloned();
     if refresh.as_deref() == Some("hard") {
         // A hard refresh renders again instead of reusing the render cache (as Argo CD's does).
-        let dropped = ctx
-            .pipeline
-            .renderer
-            .invalidate(&app.spec.source, &name, &app.spec.destination.namespace);
+        let dropped: usize = app
+            .spec
+            .sources()
+            .iter()
+            .map(|source| {
+                ctx.pipeline
+                    .renderer
+                    .invalidate(source, &name, &app.spec.destination.namespace)
+            })
+            .sum();
         // And Helm is told the cluster's APIs as they are now.
         if let Ok(dest) = ctx.pipeline.destination(&app).await {
             dest.discovery.forget_api_versions().await;
@@ -173,7 +179,12 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     let (resolved, state, compare_time) = match compared {
         Ok(c) => c,
         Err(err) => {
-            let action = report_error(&ctx, &mut app, with_failed_request(status, &requested, &err), err).await?;
+            let mut status = with_failed_request(status, &requested, &err);
+            if refresh.is_some() {
+                // A refresh is visible as a new reconciledAt even when the comparison failed again.
+                status.reconciled_at = Some(clock::now_precise());
+            }
+            let action = report_error(&ctx, &mut app, status, err).await?;
             clear_handled_request(&ctx, &app, raw_request).await?;
             return Ok(action);
         }
@@ -196,7 +207,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
             set_condition(&mut status, "InvalidSpecError", message.to_string());
             None
         }
-        None => running.or_else(|| automated::automated(&app, &status, &state.revision.sha, &state.comparison)),
+        None => running.or_else(|| automated::automated(&app, &status, &state.revision.id(), &state.comparison)),
     };
     let state = match op {
         Some(op) => {
@@ -260,7 +271,15 @@ fn with_failed_request(
 }
 
 async fn resolve(ctx: &Ctx, app: &Application, force: bool) -> Result<Resolved, PipelineError> {
-    ctx.pollers.watch(&app.spec.source.repo_url, ObjectRef::from_obj(app));
+    // Git repositories are polled; chart sources are resolved again on every reconcile interval.
+    let urls: Vec<&str> = app
+        .spec
+        .sources()
+        .iter()
+        .filter(|s| !s.is_chart())
+        .map(|s| s.repo_url.as_str())
+        .collect();
+    ctx.pollers.watch(&urls, ObjectRef::from_obj(app));
     // Not forced, this is answered from the refs the repository's poller keeps fresh (see `poller`).
     ctx.pipeline.resolve(app, None, force).await
 }
@@ -276,6 +295,7 @@ async fn report_error(
     status.sync = Some(SyncStatus {
         status: "Unknown".into(),
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
+        revisions: status.sync.as_ref().map(|s| s.revisions.clone()).unwrap_or_default(),
     });
     if unknown {
         status.health = Some(HealthStatus {

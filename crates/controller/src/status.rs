@@ -28,7 +28,8 @@ pub async fn write_status(
     if let Some(state) = state {
         status.sync = Some(SyncStatus {
             status: state.comparison.sync().as_str().into(),
-            revision: state.revision.sha.clone(),
+            revision: state.revision.id(),
+            revisions: state.revision.revisions(),
         });
         status.health = Some(state.health.clone());
         status.resources = state.resources.clone();

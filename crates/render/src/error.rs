@@ -58,6 +58,18 @@ pub enum RenderError {
         /// The chart's path in the repository.
         chart: String,
     },
+    /// A Helm value file names a `$ref` that no source of the Application carries.
+    #[error(
+        "helm value file {file:?} of chart '{chart}' reads from ${name}, but no source of the Application has `ref: {name}`"
+    )]
+    UnknownRef {
+        /// The entry of `valueFiles`.
+        file: String,
+        /// The `ref` it names.
+        name: String,
+        /// The chart's path in the repository.
+        chart: String,
+    },
     /// A Helm value file is a URL; Capstan renders from the repository only.
     #[error("helm value file {file:?} of chart '{chart}' is a URL; only files in the repository are supported")]
     RemoteValueFile {

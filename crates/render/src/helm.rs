@@ -33,6 +33,8 @@ pub(crate) struct HelmJob {
     pub kube_version: Option<String>,
     pub api_versions: Vec<String>,
     pub timeout: Duration,
+    /// `(ref, checkout root)` of the sources `$ref/…` value files read.
+    pub refs: Vec<(String, PathBuf)>,
 }
 
 /// Files prepared before Helm runs.
@@ -81,7 +83,8 @@ pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
         let root = job.root.clone();
         let app_rel = job.app_rel.clone();
         let options = job.options.clone();
-        blocking(move || prepare(&root, &app_rel, &options)).await?
+        let refs = job.refs.clone();
+        blocking(move || prepare(&root, &app_rel, &options, &refs)).await?
     };
     let homes = prepared.scratch.path().join("helm");
     if prepared.build_dependencies {
@@ -166,7 +169,12 @@ fn escape_set_value(value: &str) -> String {
     out
 }
 
-fn prepare(root: &Path, app_rel: &str, options: &ApplicationSourceHelm) -> Result<Prepared, RenderError> {
+fn prepare(
+    root: &Path,
+    app_rel: &str,
+    options: &ApplicationSourceHelm,
+    refs: &[(String, PathBuf)],
+) -> Result<Prepared, RenderError> {
     let chart_dir = resolve_in_repo(root, root, app_rel)?;
     let chart_label = display_rel(root, &chart_dir);
 
@@ -178,7 +186,11 @@ fn prepare(root: &Path, app_rel: &str, options: &ApplicationSourceHelm) -> Resul
                 chart: chart_label.clone(),
             });
         }
-        let path = match resolve_in_repo(root, &chart_dir, file) {
+        let (base_root, base_dir, rel) = match value_file_source(file, refs, &chart_label)? {
+            Some((ref_root, rel)) => (ref_root, ref_root, rel),
+            None => (root, chart_dir.as_path(), file.as_str()),
+        };
+        let path = match resolve_in_repo(base_root, base_dir, rel) {
             Ok(p) if p.is_file() => p,
             Ok(_) | Err(RenderError::NotFound { .. }) => {
                 return Err(RenderError::MissingValueFile {
@@ -226,6 +238,32 @@ fn prepare(root: &Path, app_rel: &str, options: &ApplicationSourceHelm) -> Resul
         values_files,
         build_dependencies,
     })
+}
+
+/// Where a `valueFiles` entry lives: `$NAME/path` names the checkout of the source whose `ref` is `NAME`
+/// (the path is relative to that repository's root, as in Argo CD); anything else is the chart's own
+/// repository (`None`).
+fn value_file_source<'a>(
+    file: &'a str,
+    refs: &'a [(String, PathBuf)],
+    chart: &str,
+) -> Result<Option<(&'a Path, &'a str)>, RenderError> {
+    let Some(named) = file.strip_prefix('$') else {
+        return Ok(None);
+    };
+    let (name, rel) = named.split_once('/').unwrap_or((named, ""));
+    match refs.iter().find(|(r, _)| r == name) {
+        Some((_, root)) if !rel.trim_matches('/').is_empty() => Ok(Some((root.as_path(), rel))),
+        Some(_) => Err(RenderError::MissingValueFile {
+            file: file.to_string(),
+            chart: chart.to_string(),
+        }),
+        None => Err(RenderError::UnknownRef {
+            file: file.to_string(),
+            name: name.to_string(),
+            chart: chart.to_string(),
+        }),
+    }
 }
 
 /// The inline values to pass as a file: `valuesObject` if set (it replaces `values`), else `values`.

@@ -73,6 +73,20 @@ pub struct RenderRequest<'a> {
     /// The cluster's API versions (`apps/v1`, `networking.k8s.io/v1/Ingress`), for
     /// `helm --api-versions`.
     pub api_versions: Vec<String>,
+    /// The other sources of a multi-source Application that carry a `ref`, whose files Helm
+    /// `valueFiles` entries name as `$NAME/path`.
+    pub refs: &'a [RefSource<'a>],
+}
+
+/// A source named by `ref` in a multi-source Application: its checkout and revision.
+#[derive(Debug, Clone, Copy)]
+pub struct RefSource<'a> {
+    /// The source's `ref`.
+    pub name: &'a str,
+    /// Root of its checkout.
+    pub root: &'a Path,
+    /// Its resolved revision (part of the render cache key: a new values commit renders again).
+    pub revision: &'a str,
 }
 
 /// How a source was rendered.
@@ -220,6 +234,8 @@ struct CacheKey<'a> {
     api_versions: &'a [String],
     tool: Tool,
     tool_identity: &'a str,
+    /// `(ref, revision)` of the sources whose files `$ref/…` value files read.
+    refs: Vec<(&'a str, &'a str)>,
 }
 
 impl Renderer {
@@ -302,6 +318,7 @@ impl Renderer {
             api_versions: if tool == Tool::Helm { &req.api_versions } else { &[] },
             tool,
             tool_identity: &tool_identity,
+            refs: req.refs.iter().map(|r| (r.name, r.revision)).collect(),
         };
         let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
         let hit = self.cache.get(&key);
@@ -384,6 +401,11 @@ impl Renderer {
                     kube_version: req.kube_version.clone(),
                     api_versions: req.api_versions.clone(),
                     timeout: self.timeout,
+                    refs: req
+                        .refs
+                        .iter()
+                        .map(|r| (r.name.to_string(), r.root.to_path_buf()))
+                        .collect(),
                 })
                 .await?
             }

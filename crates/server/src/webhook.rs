@@ -444,14 +444,16 @@ pub fn touches_appset(push: &Push, set: &ApplicationSet) -> bool {
 pub fn affected_apps<'a>(push: &Push, apps: impl IntoIterator<Item = &'a Application>) -> Vec<String> {
     apps.into_iter()
         .filter(|a| {
-            let s = &a.spec.source;
             let ann = a
                 .annotations()
                 .get(MANIFEST_GENERATE_PATHS)
                 .or_else(|| a.annotations().get(MANIFEST_GENERATE_PATHS_ARGO));
-            same_repo(push, &s.repo_url)
-                && touches_revision(push, &s.target_revision)
-                && touches_paths(push, &s.path, ann.map(String::as_str))
+            // Any of its Git sources (a `ref` source's files are read from its whole repository).
+            a.spec.sources().iter().filter(|s| !s.is_chart()).any(|s| {
+                same_repo(push, &s.repo_url)
+                    && touches_revision(push, &s.target_revision)
+                    && touches_paths(push, &s.path, ann.map(String::as_str))
+            })
         })
         .map(|a| a.name_any())
         .collect()

@@ -1679,19 +1679,39 @@ export interface components {
             /** @description Namespace (default: the ApplicationSet's). */
             namespace?: string;
         };
-        /** @description A path in a Git repository at a revision, and how to render it. */
+        /**
+         * @description A path in a Git repository at a revision, or a chart in a Helm repository or OCI registry at a
+         *     version, and how to render it.
+         */
         ApplicationSource: {
+            /** @description The chart's name in the Helm repository or OCI registry named by `repoURL`. */
+            chart?: string;
             /** @description Options for plain directories of YAML/JSON manifests. */
             directory?: components["schemas"]["ApplicationSourceDirectory"] | null;
             /** @description Options for Helm charts. */
             helm?: components["schemas"]["ApplicationSourceHelm"] | null;
             /** @description Options for Kustomize overlays. */
             kustomize?: components["schemas"]["ApplicationSourceKustomize"] | null;
-            /** @description Directory inside the repository (default: its root). */
+            /** @description In `sources`: a name shown for this source (optional). */
+            name?: string;
+            /** @description Directory inside the repository (default: its root). Not used with `chart`. */
             path?: string;
-            /** @description URL of the Git repository (`https://`, `ssh://`, `git@host:path`, `git://`, `file://`). */
+            /**
+             * @description In `sources`: a name other sources use to read this one's files, as `$NAME/path` in Helm
+             *     `valueFiles`.
+             */
+            ref?: string;
+            /**
+             * @description URL of the Git repository (`https://`, `ssh://`, `git@host:path`, `git://`, `file://`); with
+             *     `chart`, of the Helm repository (`https://`, `http://`) or the OCI registry namespace
+             *     (`oci://registry/path`).
+             */
             repoURL: string;
-            /** @description Branch, tag, commit SHA (full or short) or `HEAD` (the default). */
+            /**
+             * @description Git: branch, tag, commit SHA (full or short) or `HEAD` (the default). Chart: an exact version or
+             *     a semantic-version constraint (`1.2.*`, `>=1.0.0 <2.0.0`, `^3.1`); empty means the latest
+             *     non-pre-release version.
+             */
             targetRevision?: string;
         };
         /** @description Options for rendering a directory of manifests. */
@@ -1751,8 +1771,14 @@ export interface components {
              * @description How many entries `status.history` keeps (default 10).
              */
             revisionHistoryLimit?: number | null;
-            /** @description Where the desired state comes from. */
-            source: components["schemas"]["ApplicationSource"];
+            /** @description Where the desired state comes from (one source; see `sources` for several). */
+            source?: components["schemas"]["ApplicationSource"];
+            /**
+             * @description Several sources rendered together into one Application (Argo CD's multi-source Applications).
+             *     When set, `source` is ignored. A source with a `ref` and no `path` or `chart` is not rendered: its
+             *     files are only read through `$ref/…` Helm value files of the other sources.
+             */
+            sources?: components["schemas"]["ApplicationSource"][];
             /** @description When and how to sync. */
             syncPolicy?: components["schemas"]["SyncPolicy"] | null;
         };
@@ -2056,8 +2082,10 @@ export interface components {
              * @default 0
              */
             retryCount: number;
-            /** @description The revision being synced. */
+            /** @description The revision being synced (single source). */
             revision?: string;
+            /** @description The revision of each source being synced (multi-source Applications). */
+            revisions?: string[];
             /** @description When the operation started (RFC 3339). */
             startedAt?: string;
             /** @description Who stopped the operation, when a terminate request (`capstan.dev/terminate`) ended it. */
@@ -2211,10 +2239,17 @@ export interface components {
              * @description Increasing identifier, used by rollback.
              */
             id: number;
-            /** @description The commit SHA that was synced. */
+            /**
+             * @description The commit SHA (or chart version) that was synced (single source).
+             * @default
+             */
             revision: string;
-            /** @description The source as it was at the time. */
-            source: components["schemas"]["ApplicationSource"];
+            /** @description The revision of each source that was synced (multi-source Applications). */
+            revisions?: string[];
+            /** @description The source as it was at the time (single source). */
+            source?: components["schemas"]["ApplicationSource"];
+            /** @description The sources as they were at the time (multi-source Applications). */
+            sources?: components["schemas"]["ApplicationSource"][];
         };
         /** @description A list answer. */
         RevisionHistoryList: {
@@ -2353,8 +2388,10 @@ export interface components {
         };
         /** @description Sync status: `Synced`, `OutOfSync` or `Unknown`, and the revision compared against. */
         SyncStatus: {
-            /** @description The resolved commit SHA. */
+            /** @description The resolved commit SHA (or chart version) of a single-source Application. */
             revision?: string;
+            /** @description The resolved revision of each of `spec.sources`, in order (multi-source Applications). */
+            revisions?: string[];
             /** @description `Synced`, `OutOfSync` or `Unknown`. */
             status: string;
         };

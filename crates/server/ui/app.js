@@ -38,12 +38,12 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ kind?: string, name?: string, status?: string, message?: string, syncPhase?: string, syncWave?: number }} ResourceResult
  * @typedef {{ phase?: string, message?: string, startedAt?: string, operation?: { initiatedBy?: string }, resources?: ResourceResult[] }} OperationState
  * @typedef {{ group?: string, kind?: string, namespace?: string, name?: string, status?: string }} ResourceStatus
- * @typedef {{ repoURL?: string, path?: string, targetRevision?: string }} Source
+ * @typedef {{ repoURL?: string, path?: string, targetRevision?: string, chart?: string, ref?: string, name?: string }} Source
  * @typedef {{
  *   metadata: { name: string },
- *   spec: { project?: string, source?: Source, destination?: { name?: string, server?: string, namespace?: string } },
+ *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string } },
  *   status?: {
- *     sync?: { status?: string, revision?: string },
+ *     sync?: { status?: string, revision?: string, revisions?: string[] },
  *     health?: { status?: string },
  *     conditions?: Condition[],
  *     operationState?: OperationState,
@@ -51,7 +51,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *   },
  * }} Application
  * @typedef {{ type?: string, reason?: string, object?: string, message?: string, count?: number, lastTimestamp?: string }} EventItem
- * @typedef {{ id: number, deployedAt?: string, revision?: string, source?: Source }} HistoryEntry
+ * @typedef {{ id: number, deployedAt?: string, revision?: string, source?: Source, sources?: Source[] }} HistoryEntry
  * @typedef {{ name: string, project?: string, generators?: string, applications?: number, conditions?: Condition[], rollingSync?: { steps?: unknown[] } | null }} AppSetSummary
  * @typedef {{ application?: string, step?: number | string, status?: string, message?: string }} AppSetStep
  * @typedef {{ status?: { conditions?: Condition[], applicationStatus?: AppSetStep[], resources?: { name?: string, status?: string, health?: { status?: string } }[] } }} AppSet
@@ -135,7 +135,9 @@ const loading = () => ({ loading: true });
 // Helpers
 
 /** @param {string | undefined | null} sha */
-const short = (sha) => (sha || '').slice(0, 7);
+/** A revision for display: each commit SHA of a (multi-source, comma-separated) revision to 7 characters. */
+const short = (/** @type {string | undefined} */ rev) =>
+  (rev || '').split(',').map((r) => (/^[0-9a-f]{40}$/.test(r) ? r.slice(0, 7) : r)).join(',');
 /** @type {Record<string, string>} */
 const HEALTH_ICON = { Healthy: '♥', Progressing: '◔', Degraded: '✖', Suspended: '⏸', Missing: '?', Unknown: '?' };
 /** @type {Record<string, string>} */
@@ -639,6 +641,7 @@ function appView(page) {
 function appHeader(page, app) {
   const st = app.status || {};
   const src = app.spec.source || {};
+  const sources = app.spec.sources || [];
   const dst = app.spec.destination || {};
   const op = st.operationState;
   const running = op && op.phase === 'Running';
@@ -649,8 +652,9 @@ function appHeader(page, app) {
       ${syncBadge(st.sync && st.sync.status, 'app-sync-badge')}
       ${healthBadge(st.health && st.health.status, 'app-health-badge')}
       <dl class="facts">
+        ${sources.length ? sourcesView(sources, (st.sync && st.sync.revisions) || []) : html`
         <dt>Revision</dt><dd class="mono">${short(st.sync && st.sync.revision)} <span class="muted">(${src.targetRevision || 'HEAD'})</span></dd>
-        <dt>Source</dt><dd class="mono">${src.repoURL} ${src.path}</dd>
+        <dt>Source</dt><dd class="mono">${src.repoURL} ${src.chart ? `chart ${src.chart}` : src.path}</dd>`}
         <dt>Destination</dt><dd>${dst.name || dst.server} / ${dst.namespace}</dd>
         <dt>Project</dt><dd>${app.spec.project || 'default'}</dd>
       </dl>
@@ -660,6 +664,27 @@ function appHeader(page, app) {
         ${running ? html`<button type="button" class="danger" id="terminate-button" data-testid="terminate-button" @click=${() => act(() => api('DELETE', `/api/applications/${name}/operation`))}>Terminate</button>` : nothing}` : nothing}
       </div>
     </div>`;
+}
+
+/**
+ * What a history entry deployed: its source's path or chart, or each of its sources'.
+ * @param {HistoryEntry} e
+ */
+function sourceLabel(e) {
+  const one = (/** @type {Source} */ s) => s.chart || s.path || (s.ref ? `ref ${s.ref}` : '.');
+  return e.sources && e.sources.length ? e.sources.map(one).join(', ') : e.source ? one(e.source) : '';
+}
+
+/**
+ * The sources of a multi-source Application, each with its revision.
+ * @param {Source[]} sources
+ * @param {string[]} revisions
+ */
+function sourcesView(sources, revisions) {
+  return html`
+        <dt>Sources</dt><dd><ol class="sources" data-testid="app-sources">${sources.map((s, i) => html`
+          <li class="mono">${s.repoURL} ${s.chart ? `chart ${s.chart}` : s.path}${s.ref ? html` <span class="muted">ref ${s.ref}</span>` : nothing}
+            <span class="muted">(${s.targetRevision || (s.chart ? 'latest' : 'HEAD')})</span> ${short(revisions[i])}</li>`)}</ol></dd>`;
 }
 
 /** @param {OperationState} op */
@@ -900,7 +925,7 @@ function historyView(page, h) {
   if (!h.value) return nothing;
   if (!h.value.length) return html`<p class="empty">No syncs yet.</p>`;
   return html`<table><thead><tr><th>ID</th><th>Deployed at</th><th>Revision</th><th>Path</th><th></th></tr></thead><tbody>
-      ${repeat(h.value, (e) => e.id, (e) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${e.deployedAt}</td><td class="mono">${short(e.revision)}</td><td class="mono">${e.source && e.source.path}</td>
+      ${repeat(h.value, (e) => e.id, (e) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${e.deployedAt}</td><td class="mono">${short(e.revision)}</td><td class="mono">${sourceLabel(e)}</td>
         <td>${canSync(page) ? html`<button type="button" data-testid="rollback-button" @click=${() => { page.dialog = { kind: 'rollback', id: e.id, entry: e }; update(); }}>Rollback</button>` : nothing}</td></tr>`)}
     </tbody></table>`;
 }

@@ -198,7 +198,16 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                     h.id.to_string(),
                     h.deployed_at.clone(),
                     h.revision.clone(),
-                    h.source.path.clone(),
+                    if h.sources.is_empty() {
+                        h.source.path.clone()
+                    } else {
+                        let each: Vec<&str> = h
+                            .sources
+                            .iter()
+                            .map(|s| if s.is_chart() { &*s.chart } else { &*s.path })
+                            .collect();
+                        each.join(",")
+                    },
                 ]);
             }
             print_table(&rows);
@@ -310,10 +319,15 @@ async fn list(api: &Api<Application>, output: Output) -> anyhow::Result<ExitCode
                         .unwrap_or_default(),
                 ];
                 if output == Output::Wide {
+                    // A multi-source Application's sources, joined.
+                    let sources = app.spec.sources();
+                    let joined = |f: fn(&capstan_api::application::ApplicationSource) -> &str| {
+                        sources.iter().map(f).collect::<Vec<_>>().join(",")
+                    };
                     row.extend([
-                        app.spec.source.repo_url.clone(),
-                        app.spec.source.path.clone(),
-                        app.spec.source.target_revision.clone(),
+                        joined(|s| &s.repo_url),
+                        joined(|s| if s.is_chart() { &s.chart } else { &s.path }),
+                        joined(|s| &s.target_revision),
                         status.conditions.first().map(|c| c.message.clone()).unwrap_or_default(),
                     ]);
                 }

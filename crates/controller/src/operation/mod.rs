@@ -53,7 +53,8 @@ pub async fn run(
 
     let prepared = prepare::prepare(ctx, app, status, state, &op).await;
     let work_state = prepared.state;
-    let mut op_state = record::start(previous.as_ref(), &op, &work_state.revision.sha, resuming);
+    let mut op_state = record::start(previous.as_ref(), &op, &work_state.revision.id(), resuming);
+    op_state.revisions = work_state.revision.revisions();
     let plan = match prepared.plan {
         Ok(plan) => plan,
         Err(refused) => {
@@ -180,7 +181,13 @@ pub async fn run(
     let revision = short(&op_state.revision).to_string();
     let finished_event = if succeeded && !plan.dry_run {
         let limit = app.spec.revision_history_limit.unwrap_or(10).max(1) as usize;
-        record::push_history(status, &work_state.revision.sha, &plan.source, limit);
+        let deployed = record::Deployed {
+            revision: &op_state.revision,
+            revisions: work_state.revision.revisions(),
+            source: &plan.source,
+            sources: &plan.sources,
+        };
+        record::push_history(status, deployed, limit);
         let note = format!("{what} to {revision} succeeded: {message}");
         Some(ctx.event(app, EventType::Normal, "OperationSucceeded", note))
     } else if !succeeded {

@@ -42,6 +42,8 @@ pub enum PrepareError {
 pub struct Plan {
     /// The source it syncs (a rollback's is its history entry's), for the history entry it adds.
     pub source: ApplicationSource,
+    /// The sources it syncs, for a multi-source Application (empty otherwise).
+    pub sources: Vec<ApplicationSource>,
     /// Whether it prunes.
     pub prune: bool,
     /// Whether it only validates (applies nothing).
@@ -83,6 +85,7 @@ async fn plan(
 ) -> Result<Plan, PrepareError> {
     let mut plan = Plan {
         source: app.spec.source.clone(),
+        sources: app.spec.sources.clone(),
         prune: op.sync.as_ref().is_some_and(|s| s.prune),
         dry_run: false,
         selected: Vec::new(),
@@ -93,9 +96,16 @@ async fn plan(
         let entry = rollback_entry(app, status, rollback.id)?;
         plan.prune = rollback.prune;
         plan.source = entry.source;
+        plan.sources = entry.sources;
         let mut target = app.clone();
         target.spec.source = plan.source.clone();
-        let resolved = ctx.pipeline.resolve(&target, Some(&entry.revision), false).await?;
+        target.spec.sources = plan.sources.clone();
+        let revision = if entry.revisions.is_empty() {
+            entry.revision
+        } else {
+            entry.revisions.join(",")
+        };
+        let resolved = ctx.pipeline.resolve(&target, Some(&revision), false).await?;
         *state = ctx.pipeline.compare_fresh(&target, resolved).await?;
     } else if let Some(sync) = &op.sync {
         plan.dry_run = sync.dry_run;
@@ -103,7 +113,7 @@ async fn plan(
         plan.selected = selected(&sync.resources)?;
         if !sync.revision.is_empty() {
             let resolved = ctx.pipeline.resolve(app, Some(&sync.revision), true).await?;
-            if resolved.sha != state.revision.sha {
+            if resolved != state.revision {
                 *state = ctx.pipeline.compare_fresh(app, resolved).await?;
             }
         }

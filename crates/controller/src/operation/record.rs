@@ -36,6 +36,7 @@ pub fn start(previous: Option<&OperationState>, op: &Operation, revision: &str, 
             "syncing".into()
         },
         revision: revision.to_string(),
+        revisions: Vec::new(),
         // To the millisecond, as `finishedAt`: operations that follow each other within a second
         // (a rollout's steps) keep their order.
         started_at: resumed.map(|p| p.started_at.clone()).unwrap_or_else(clock::now_precise),
@@ -130,14 +131,34 @@ pub fn finish(
     }
 }
 
-/// Add a history entry for a successful sync of `source` at `revision`, keeping the newest `limit`.
-pub fn push_history(status: &mut ApplicationStatus, revision: &str, source: &ApplicationSource, limit: usize) {
+/// What a successful sync deployed: the revision (every source's joined with `,`), and for a
+/// multi-source Application each source and its revision.
+pub struct Deployed<'a> {
+    /// The revision as `status.sync.revision` records it.
+    pub revision: &'a str,
+    /// Each source's revision (multi-source only).
+    pub revisions: Vec<String>,
+    /// The single source (left unset for a multi-source Application).
+    pub source: &'a ApplicationSource,
+    /// The sources (multi-source only).
+    pub sources: &'a [ApplicationSource],
+}
+
+/// Add a history entry for a successful sync of `deployed`, keeping the newest `limit`.
+pub fn push_history(status: &mut ApplicationStatus, deployed: Deployed<'_>, limit: usize) {
     let id = status.history.iter().map(|h| h.id).max().unwrap_or(-1) + 1;
+    let multi = !deployed.sources.is_empty();
     status.history.push(RevisionHistory {
         id,
-        revision: revision.to_string(),
+        revision: deployed.revision.to_string(),
         deployed_at: clock::now(),
-        source: source.clone(),
+        source: if multi {
+            ApplicationSource::default()
+        } else {
+            deployed.source.clone()
+        },
+        revisions: deployed.revisions,
+        sources: deployed.sources.to_vec(),
     });
     let excess = status.history.len().saturating_sub(limit.max(1));
     status.history.drain(..excess);
@@ -172,6 +193,15 @@ fn listed_results(results: Vec<ResourceResult>) -> (Vec<ResourceResult>, usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn deployed<'a>(revision: &'a str, source: &'a ApplicationSource) -> Deployed<'a> {
+        Deployed {
+            revision,
+            revisions: Vec::new(),
+            source,
+            sources: &[],
+        }
+    }
     use capstan_api::operation::SyncOperation;
 
     fn result(name: &str, status: &str, hook: bool, message: &str) -> ResourceResult {
@@ -323,12 +353,12 @@ mod tests {
         let mut status = ApplicationStatus::default();
         let source = ApplicationSource::default();
         for revision in ["a", "b", "c"] {
-            push_history(&mut status, revision, &source, 2);
+            push_history(&mut status, deployed(revision, &source), 2);
         }
         let kept: Vec<(i64, &str)> = status.history.iter().map(|h| (h.id, h.revision.as_str())).collect();
         assert_eq!(kept, [(1, "b"), (2, "c")]);
         assert!(clock::parse(&status.history[0].deployed_at).is_some());
-        push_history(&mut status, "d", &source, 0);
+        push_history(&mut status, deployed("d", &source), 0);
         assert_eq!(status.history.len(), 1, "at least one entry is kept");
 
         assert!(changed_anything(&status), "no operation recorded");

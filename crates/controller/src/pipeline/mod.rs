@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::Application;
+use capstan_api::application::ApplicationSource;
 use capstan_api::application::{HealthStatus, ResourceStatus};
 use capstan_api::project::AppProjectSpec;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::Tracking;
 use capstan_compare::{Comparison, KindInfo, ObjectKey, describe_kube_error};
 use capstan_health::HealthCode;
-use capstan_render::{RenderRequest, Renderer};
-use capstan_source::{Credentials, RepoCache, Resolved};
+use capstan_render::{RefSource, RenderRequest, Renderer};
+use capstan_source::{Checkout, Credentials, RepoCache};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
@@ -26,7 +27,10 @@ use crate::error::PipelineError;
 use crate::projects::Projects;
 
 mod live;
+mod revision;
 mod rules;
+
+pub use revision::{Resolved, SourceRevision, short};
 
 use live::{live_objects, prepare};
 use rules::{ObjectRules, check_namespaces, project_violations};
@@ -154,34 +158,67 @@ impl Pipeline {
         self.clusters.lookup(app)
     }
 
-    /// Resolve `revision` (default: the Application's targetRevision).
+    /// Resolve every source of `app` at `revision` (default: each source's targetRevision). For a
+    /// multi-source Application `revision` is one revision per source joined with `,`, as
+    /// [`Resolved::id`] writes it.
     pub async fn resolve(
         &self,
         app: &Application,
         revision: Option<&str>,
         force: bool,
     ) -> Result<Resolved, PipelineError> {
-        let source = &app.spec.source;
-        if source.repo_url.trim().is_empty() {
-            return Err(PipelineError::InvalidSpec("spec.source.repoURL is empty".into()));
-        }
-        let url = source.repo_url.as_str();
-        let local_path = url
-            .strip_prefix("file://")
-            .or(if url.starts_with('/') { Some(url) } else { None });
-        if local_path.is_some_and(|p| is_within(std::path::Path::new(p), &self.cache_dir)) {
-            return Err(PipelineError::InvalidSpec(format!(
-                "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
-            )));
-        }
+        let sources = app.spec.sources();
+        let requested = match revision {
+            Some(r) if app.spec.is_multi_source() => {
+                let each = revision::split(r);
+                if each.len() != sources.len() {
+                    return Err(PipelineError::InvalidSpec(format!(
+                        "revision {r:?} names {} revisions for {} sources (one per source, comma-separated)",
+                        each.len(),
+                        sources.len()
+                    )));
+                }
+                each.into_iter().map(Some).collect()
+            }
+            Some(r) => vec![Some(r)],
+            None => vec![None; sources.len()],
+        };
         let (project, rules) = self.projects.get(&app.spec.project).await?;
-        capstan_project::check_source(&project, &rules, url).map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
-        let creds = self.credentials(&source.repo_url).await;
-        let revision = revision.unwrap_or(&source.target_revision);
-        self.repos
-            .resolve(&source.repo_url, revision, &creds, force)
-            .await
-            .map_err(|e| PipelineError::Comparison(e.to_string()))
+        let mut resolved = Vec::with_capacity(sources.len());
+        for (i, (source, revision)) in sources.iter().zip(requested).enumerate() {
+            let field = source_field(app, i);
+            let url = source.repo_url.as_str();
+            if url.trim().is_empty() {
+                return Err(PipelineError::InvalidSpec(format!("{field}.repoURL is empty")));
+            }
+            if source.is_chart() {
+                return Err(PipelineError::InvalidSpec(format!(
+                    "{field}.chart: charts from Helm repositories are not supported yet"
+                )));
+            }
+            let local_path = url
+                .strip_prefix("file://")
+                .or(if url.starts_with('/') { Some(url) } else { None });
+            if local_path.is_some_and(|p| is_within(std::path::Path::new(p), &self.cache_dir)) {
+                return Err(PipelineError::InvalidSpec(format!(
+                    "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
+                )));
+            }
+            capstan_project::check_source(&project, &rules, url)
+                .map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
+            let creds = self.credentials(url).await;
+            let revision = revision.unwrap_or(&source.target_revision);
+            let git = self
+                .repos
+                .resolve(url, revision, &creds, force)
+                .await
+                .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+            resolved.push(SourceRevision::Git(git));
+        }
+        Ok(Resolved {
+            sources: resolved,
+            multi: app.spec.is_multi_source(),
+        })
     }
 
     async fn credentials(&self, url: &str) -> Credentials {
@@ -256,12 +293,8 @@ impl Pipeline {
         let namespace = app.spec.destination.namespace.clone();
         capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)
             .map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
-        let source = &app.spec.source;
-        let tree = self
-            .repos
-            .checkout(&source.repo_url, &resolved.sha)
-            .await
-            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+        let sources = app.spec.sources();
+        let trees = self.checkouts(sources, &resolved).await?;
         let kube_version = discovery.server_version().await;
         if kube_version.is_none() {
             // Reachability is checked here so an unreachable destination is reported as such.
@@ -274,7 +307,10 @@ impl Pipeline {
             })?;
         }
         // Helm charts may ask which APIs the destination serves (`.Capabilities.APIVersions`).
-        let api_versions = if Renderer::tool_for(&tree, source) == Some(capstan_render::Tool::Helm) {
+        let helm = sources.iter().zip(&trees).any(|(source, tree)| {
+            source.is_rendered() && Renderer::tool_for(tree, source) == Some(capstan_render::Tool::Helm)
+        });
+        let api_versions = if helm {
             match discovery.api_versions().await {
                 Ok(list) => list.as_ref().clone(),
                 Err(err) => return Err(PipelineError::Destination(format!("{}: {err}", dest.describe()))),
@@ -282,24 +318,48 @@ impl Pipeline {
         } else {
             Vec::new()
         };
-        let request = RenderRequest {
-            repo_root: &tree,
-            source,
-            app_name: &app.name_any(),
-            namespace: &namespace,
-            kube_version,
-            api_versions,
-        };
-        let rendered = self.renderer.render(&request, &resolved.sha).await.map_err(|e| {
-            PipelineError::Comparison(format!(
-                "rendering {} at {}: {e}",
-                display_path(&source.path),
-                short(&resolved.sha)
-            ))
-        })?;
+        let refs: Vec<RefSource> = sources
+            .iter()
+            .zip(&trees)
+            .zip(&resolved.sources)
+            .filter(|((source, _), _)| !source.ref_name.is_empty())
+            .map(|((source, tree), revision)| RefSource {
+                name: &source.ref_name,
+                root: tree,
+                revision: revision.id(),
+            })
+            .collect();
+        let mut objects = Vec::new();
+        for (i, ((source, tree), revision)) in sources.iter().zip(&trees).zip(&resolved.sources).enumerate() {
+            if !source.is_rendered() {
+                continue;
+            }
+            let request = RenderRequest {
+                repo_root: tree,
+                source,
+                app_name: &app.name_any(),
+                namespace: &namespace,
+                kube_version: kube_version.clone(),
+                api_versions: api_versions.clone(),
+                refs: &refs,
+            };
+            let rendered = self.renderer.render(&request, revision.id()).await.map_err(|e| {
+                let which = if app.spec.is_multi_source() {
+                    format!("{} ({}) ", source_field(app, i), source.repo_url)
+                } else {
+                    String::new()
+                };
+                PipelineError::Comparison(format!(
+                    "rendering {which}{} at {}: {e}",
+                    display_path(&source.path),
+                    short(revision.id())
+                ))
+            })?;
+            objects.extend(rendered.objects);
+        }
 
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
-        let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
+        let desired = prepare(discovery, objects, &namespace, &tracking).await?;
         check_namespaces(&dest, &desired)?;
         // Objects the project denies are never read from the cluster: their live state (an existing
         // kube-system ConfigMap named in a team's repository, say) must not reach the status, the
@@ -323,6 +383,33 @@ impl Pipeline {
             &tracking,
         )
         .await
+    }
+}
+
+impl Pipeline {
+    /// A checkout of every source at its resolved revision, in order.
+    async fn checkouts(
+        &self,
+        sources: &[ApplicationSource],
+        resolved: &Resolved,
+    ) -> Result<Vec<Checkout>, PipelineError> {
+        let mut trees = Vec::with_capacity(sources.len());
+        for (source, revision) in sources.iter().zip(&resolved.sources) {
+            let tree = match revision {
+                SourceRevision::Git(git) => self.repos.checkout(&source.repo_url, &git.sha).await,
+            };
+            trees.push(tree.map_err(|e| PipelineError::Comparison(e.to_string()))?);
+        }
+        Ok(trees)
+    }
+}
+
+/// `spec.source`, or `spec.sources[i]` for a multi-source Application: the field errors name.
+fn source_field(app: &Application, i: usize) -> String {
+    if app.spec.is_multi_source() {
+        format!("spec.sources[{i}]")
+    } else {
+        "spec.source".to_string()
     }
 }
 
@@ -381,11 +468,6 @@ fn display_path(path: &str) -> String {
     } else {
         format!("path {path:?}")
     }
-}
-
-/// The first 7 characters of a SHA.
-pub fn short(sha: &str) -> &str {
-    &sha[..sha.len().min(7)]
 }
 
 /// `status.resources` and the aggregated health of a comparison.

@@ -212,7 +212,7 @@ pub async fn diff(
         })
         .collect();
     Ok(Json(Diff {
-        revision: compared.revision.sha,
+        revision: compared.revision.id(),
         objects,
     }))
 }
@@ -236,7 +236,7 @@ pub async fn manifests(
         })
         .collect();
     Ok(Json(Manifests {
-        revision: compared.revision.sha,
+        revision: compared.revision.id(),
         objects,
     }))
 }

@@ -39,7 +39,7 @@ pub(super) fn summary_line(app: &Application) -> String {
         app.name_any(),
         status.sync.as_ref().map(|s| s.status.as_str()).unwrap_or("Unknown"),
         status.health.as_ref().map(|h| h.status.as_str()).unwrap_or("Unknown"),
-        status.sync.as_ref().map(|s| short(&s.revision)).unwrap_or("")
+        status.sync.as_ref().map(|s| short(&s.revision)).unwrap_or_default()
     )
 }
 
@@ -90,16 +90,20 @@ pub(super) fn print_app(app: &Application, output: Output) -> anyhow::Result<()>
                 },
             ));
             fields.push(("Namespace", d.namespace.clone()));
-            fields.push(("Repo", spec.source.repo_url.clone()));
-            fields.push((
-                "Target",
-                if spec.source.target_revision.is_empty() {
-                    "HEAD".into()
+            if spec.is_multi_source() {
+                let revisions = status.sync.as_ref().map(|s| s.revisions.clone()).unwrap_or_default();
+                for (i, source) in spec.sources.iter().enumerate() {
+                    fields.push(("Source", source_line(i, source, revisions.get(i))));
+                }
+            } else {
+                fields.push(("Repo", spec.source.repo_url.clone()));
+                fields.push(("Target", target_of(&spec.source)));
+                if spec.source.is_chart() {
+                    fields.push(("Chart", spec.source.chart.clone()));
                 } else {
-                    spec.source.target_revision.clone()
-                },
-            ));
-            fields.push(("Path", spec.source.path.clone()));
+                    fields.push(("Path", spec.source.path.clone()));
+                }
+            }
             fields.push(("Sync Policy", policy));
             let sync = status.sync.clone().unwrap_or_default();
             fields.push((
@@ -166,4 +170,36 @@ pub(super) fn print_app(app: &Application, output: Output) -> anyhow::Result<()>
         }
     }
     Ok(())
+}
+
+/// What a source follows: its targetRevision, or `HEAD` (Git) / `latest` (chart) when unset.
+fn target_of(source: &capstan_api::application::ApplicationSource) -> String {
+    match (source.target_revision.is_empty(), source.is_chart()) {
+        (false, _) => source.target_revision.clone(),
+        (true, false) => "HEAD".into(),
+        (true, true) => "latest".into(),
+    }
+}
+
+/// One line per source of a multi-source Application: `N. REPO PATH|chart NAME [ref NAME] (TARGET) REVISION`.
+fn source_line(i: usize, source: &capstan_api::application::ApplicationSource, revision: Option<&String>) -> String {
+    let what = if source.is_chart() {
+        format!("chart {}", source.chart)
+    } else if source.path.is_empty() {
+        ".".to_string()
+    } else {
+        source.path.clone()
+    };
+    let reference = if source.ref_name.is_empty() {
+        String::new()
+    } else {
+        format!(" ref {}", source.ref_name)
+    };
+    let revision = revision.map(|r| format!(" {}", short(r))).unwrap_or_default();
+    format!(
+        "{}. {} {what}{reference} ({}){revision}",
+        i + 1,
+        source.repo_url,
+        target_of(source)
+    )
 }

@@ -221,6 +221,35 @@ fn a_push_listing_no_commits_refreshes_annotated_apps() {
     }
 }
 
+#[test]
+fn a_push_to_any_git_source_of_a_multi_source_app_refreshes_it() {
+    let github_tag = parse(
+        Provider::GitHub,
+        "push",
+        &bytes(&github_payload("refs/tags/v1.0.0", json!([]))),
+    )
+    .unwrap();
+    let multi = |name: &str, values_repo: &str| -> Application {
+        serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": "capstan"},
+            "spec": {
+                "sources": [
+                    {"repoURL": "https://charts.example/stable", "chart": "web", "targetRevision": "1.*"},
+                    {"repoURL": values_repo, "targetRevision": "v1.0.0", "ref": "values"},
+                ],
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": "x"}
+            }
+        }))
+        .unwrap()
+    };
+    let apps = [
+        multi("values-here", "https://github.com/acme/deploy.git"),
+        multi("values-elsewhere", "https://github.com/acme/other.git"),
+    ];
+    assert_eq!(affected_apps(&github_tag, apps.iter()), vec!["values-here"]);
+}
+
 // --- Applications ---------------------------------------------------------------------------
 
 #[test]
