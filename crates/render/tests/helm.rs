@@ -440,3 +440,58 @@ async fn tool_invocations_time_out() {
     assert!(matches!(err, RenderError::Timeout { .. }), "{err:?}");
     assert_eq!(err.to_string(), "helm template timed out after 1 ms (path 'chart')");
 }
+
+/// `$NAME/path` value files are read from the checkout of the source whose `ref` is `NAME`, confined to
+/// that checkout; a `$NAME` no source carries is refused by name.
+#[tokio::test]
+async fn ref_value_files_come_from_the_named_source_and_stay_in_it() {
+    let repo = Repo::new();
+    chart(&repo, "chart");
+    let values = Repo::new();
+    values.file("envs/prod.yaml", "a: from-ref\n");
+    std::fs::write(values.outside.join("secret.yaml"), "a: stolen\n").unwrap();
+    values.symlink(values.outside.join("secret.yaml"), "envs/linked.yaml");
+    let refs = [capstan_render::RefSource {
+        name: "values",
+        root: &values.root,
+        revision: "fedcba9876543210fedcba9876543210fedcba98",
+    }];
+    let with = |file: &str| {
+        helm_source(
+            "chart",
+            ApplicationSourceHelm {
+                value_files: vec![file.into()],
+                ..Default::default()
+            },
+        )
+    };
+    let renderer = renderer();
+    let render_ref = |s: ApplicationSource| {
+        let renderer = &renderer;
+        let refs = &refs;
+        let repo = &repo;
+        async move {
+            let mut req = request(repo, &s);
+            req.refs = refs;
+            renderer.render(&req, REVISION).await
+        }
+    };
+
+    let rendered = render_ref(with("$values/envs/prod.yaml")).await.unwrap();
+    assert_eq!(data(&rendered, "myapp-values")["a"], "from-ref");
+
+    let err = render_ref(with("$other/envs/prod.yaml")).await.unwrap_err();
+    assert!(matches!(err, RenderError::UnknownRef { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("no source of the Application has `ref: other`"),
+        "{err}"
+    );
+
+    let err = render_ref(with("$values/../../outside/secret.yaml")).await.unwrap_err();
+    assert!(err.to_string().contains("escapes the repository"), "{err}");
+    let err = render_ref(with("$values/envs/linked.yaml")).await.unwrap_err();
+    assert!(matches!(err, RenderError::SymlinkEscape { .. }), "{err:?}");
+    let err = render_ref(with("$values")).await.unwrap_err();
+    assert!(matches!(err, RenderError::MissingValueFile { .. }), "{err:?}");
+}
