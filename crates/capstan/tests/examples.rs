@@ -26,7 +26,13 @@ use common::{Controller, capstan, kubectl, text};
 
 const NS: &str = "capstan";
 /// The Applications of `examples/apps/`.
-const TOP: [&str; 4] = ["guestbook", "helm-guestbook", "kustomize-guestbook", "root"];
+const TOP: [&str; 5] = [
+    "guestbook",
+    "helm-guestbook",
+    "kustomize-guestbook",
+    "multi-source-guestbook",
+    "root",
+];
 /// The children `root` creates from `examples/app-of-apps/`.
 const CHILDREN: [&str; 2] = ["platform", "frontend"];
 /// What the ApplicationSets of `examples/appsets/` generate in the playground: `platform`'s guestbook
@@ -154,7 +160,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     }
     assert_eq!(
         applied, TOP,
-        "examples/apps/ holds the four Applications the README describes"
+        "examples/apps/ holds the five Applications the README describes"
     );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
@@ -222,21 +228,26 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "guestbook-in-cluster",
             "helm-guestbook",
             "kustomize-guestbook",
+            "multi-source-guestbook",
             "payments-staging",
             "platform",
             "root"
         ],
-        "the four entry points, root's two children and the ApplicationSets' four, nothing else"
+        "the five entry points, root's two children and the ApplicationSets' four, nothing else"
     );
     for name in TOP.iter().chain(&CHILDREN).chain(&GENERATED) {
         let app = apps.get(name).await?;
         let status = app.status.clone().unwrap_or_default();
+        // A multi-source Application's revision names each source's commit.
+        let expected = vec![sha.as_str(); app.spec.sources().len()].join(",");
         assert_eq!(
             status.sync.map(|s| s.revision),
-            Some(sha.clone()),
+            Some(expected),
             "{name} at the published commit"
         );
-        assert_eq!(app.spec.source.repo_url, repo, "{name} reads the published repository");
+        for source in app.spec.sources() {
+            assert_eq!(source.repo_url, repo, "{name} reads the published repository");
+        }
         assert!(
             status.conditions.is_empty(),
             "{name} has no conditions: {:?}",
@@ -324,6 +335,22 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         labels.get("app.kubernetes.io/instance").map(String::as_str),
         Some("helm-guestbook")
     );
+
+    // multi-source-guestbook: the same chart, with values from the `config` source's file.
+    let d = deployment(
+        &client,
+        "multi-source-guestbook",
+        "multi-source-guestbook-helm-guestbook",
+    )
+    .await?;
+    let (replicas, available, image, labels) = facts(&d);
+    assert_eq!(
+        (replicas, available),
+        (2, 2),
+        "$config/…/guestbook-values.yaml: replicaCount 2"
+    );
+    assert_eq!(image, "gcr.io/heptio-images/ks-guestbook-demo:0.3-rc");
+    assert_eq!(labels.get("environment").map(String::as_str), Some("staging"));
 
     // root: its chart's objects are the Applications platform (wave 0) and frontend (wave 1),
     // tracked by root and pointed at the repository through helm.parameters.
