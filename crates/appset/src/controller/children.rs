@@ -80,19 +80,24 @@ pub(super) async fn request_sync(api: &Api<Application>, app: &Application, op: 
 /// The rollout's view of an Application.
 pub(super) fn view(app: &Application, updated: bool) -> AppView {
     let status = app.status.clone().unwrap_or_default();
-    let source = &app.spec.source;
-    AppView {
-        name: app.name_any(),
-        labels: app.labels().clone(),
-        source: format!(
-            "{}@{}",
-            source.repo_url,
-            if source.target_revision.is_empty() {
+    // Every source's `repoURL@targetRevision` (one for a single-source Application).
+    let sources: Vec<String> = app
+        .spec
+        .sources()
+        .iter()
+        .map(|source| {
+            let revision = if source.target_revision.is_empty() {
                 "HEAD"
             } else {
                 &source.target_revision
-            }
-        ),
+            };
+            format!("{}@{revision}", source.repo_url)
+        })
+        .collect();
+    AppView {
+        name: app.name_any(),
+        labels: app.labels().clone(),
+        source: sources.join(","),
         sync: status.sync.as_ref().map(|s| s.status.clone()).unwrap_or_default(),
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
         health: status.health.as_ref().map(|h| h.status.clone()).unwrap_or_default(),
