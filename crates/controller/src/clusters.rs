@@ -17,7 +17,7 @@ use capstan_api::cluster::{CLUSTER_SECRET_TYPE, IN_CLUSTER_NAME, IN_CLUSTER_SERV
 use capstan_api::labels::SECRET_TYPE_LABEL;
 use capstan_cluster::ClusterSecret;
 use capstan_cluster::status::{ConnectionState, STATUS_CONFIGMAP, key_for};
-use capstan_compare::{Discovery, describe_kube_error};
+use capstan_kube::{Discovery, describe_kube_error};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -50,7 +50,7 @@ pub struct Destination {
     /// Write requests of syncs in flight there, shared by every Application that deploys there.
     pub sync_writes: std::sync::Arc<tokio::sync::Semaphore>,
     /// Versions of objects there that Capstan's syncs wrote (their watch events trigger nothing).
-    pub own_writes: capstan_compare::OwnWrites,
+    pub own_writes: capstan_kube::OwnWrites,
     usable: bool,
     state: Mutex<ConnectionState>,
 }
@@ -63,7 +63,7 @@ impl Destination {
         secret: Option<ClusterSecret>,
         trigger: &Trigger,
     ) -> Self {
-        let own_writes = capstan_compare::OwnWrites::default();
+        let own_writes = capstan_kube::OwnWrites::default();
         Self {
             discovery: Discovery::new(client.clone()),
             watches: Watches::new(client.clone(), trigger.clone(), own_writes.clone()),

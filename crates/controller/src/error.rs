@@ -2,7 +2,7 @@
 //! condition) and why a reconcile failed ([`ReconcileError`], retried with backoff).
 
 use capstan_api::operation::OPERATION_ANNOTATION;
-use capstan_compare::describe_kube_error;
+use capstan_kube::describe_kube_error;
 
 /// Why a pass failed; each maps to an Application condition type.
 #[derive(Debug, thiserror::Error)]

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use capstan_api::Application;
 use capstan_api::labels::RESOURCES_FINALIZER;
-use capstan_compare::describe_kube_error;
 use capstan_compare::normalize::Tracking;
+use capstan_kube::describe_kube_error;
 use capstan_sync::SyncOptions;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};

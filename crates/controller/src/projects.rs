@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use capstan_api::AppProject;
 use capstan_api::project::{AppProjectSpec, DEFAULT_PROJECT};
-use capstan_compare::describe_kube_error;
+use capstan_kube::describe_kube_error;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};

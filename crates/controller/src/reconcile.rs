@@ -22,7 +22,7 @@ use crate::status::{clear_handled_request, clear_terminate, set_condition, write
 use crate::{automated, clock, finalize};
 
 // Kept here for their users outside the crate.
-pub use crate::status::{clear_annotations, merge_patch};
+pub use crate::status::clear_annotations;
 
 /// The trigger predicate: spec changes, operation and refresh requests, deletion — not status writes.
 pub fn relevant_change(app: &Application) -> Option<u64> {

@@ -8,7 +8,7 @@ use capstan_api::application::ResourceStatus;
 use capstan_api::labels::TRACKING_LABEL;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::{self, Tracking};
-use capstan_compare::{Discovery, KindInfo, ObjectKey, describe_kube_error};
+use capstan_kube::{Discovery, KindInfo, ObjectKey, describe_kube_error};
 use futures::{StreamExt, stream};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};

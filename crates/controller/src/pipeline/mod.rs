@@ -11,19 +11,20 @@ use std::time::Duration;
 use capstan_api::Application;
 use capstan_api::application::{HealthStatus, ResourceStatus};
 use capstan_api::project::AppProjectSpec;
+use capstan_compare::Comparison;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::Tracking;
-use capstan_compare::{Comparison, KindInfo, ObjectKey, describe_kube_error};
 use capstan_health::HealthCode;
+use capstan_kube::{KindInfo, ObjectKey, describe_kube_error};
 use capstan_render::{RenderRequest, Renderer};
 use capstan_source::{Credentials, RepoCache, Resolved};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::clusters::{Clusters, Destination};
-use crate::credentials;
 use crate::error::PipelineError;
 use crate::projects::Projects;
+use capstan_cluster::repository;
 
 mod live;
 mod rules;
@@ -185,7 +186,7 @@ impl Pipeline {
     }
 
     async fn credentials(&self, url: &str) -> Credentials {
-        credentials::for_repo(&self.client, &self.namespace, url)
+        repository::for_repo(&self.client, &self.namespace, url)
             .await
             .unwrap_or_default()
     }

@@ -4,8 +4,9 @@
 
 use capstan_api::Application;
 use capstan_api::project::AppProjectSpec;
+use capstan_compare::Comparison;
 use capstan_compare::diff::Desired;
-use capstan_compare::{Comparison, ObjectKey};
+use capstan_kube::ObjectKey;
 use kube::ResourceExt;
 use serde_json::Value;
 
