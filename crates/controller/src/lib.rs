@@ -50,7 +50,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 
 pub use config::Config;
-pub use error::{PipelineError, ReconcileError};
+pub use error::{PipelineError, PipelineErrorKind, ReconcileError};
 pub use pipeline::Pipeline;
 
 /// Errors that stop the controller.

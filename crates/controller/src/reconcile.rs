@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Ctx;
-use crate::error::{InvalidRequest, PipelineError, ReconcileError};
+use crate::error::{InvalidRequest, PipelineError, PipelineErrorKind, ReconcileError};
 use crate::operation::{self, record};
 use crate::status::{clear_handled_request, clear_terminate, set_condition, write_status};
 use crate::{automated, clock, finalize};
@@ -272,7 +272,7 @@ async fn report_error(
     err: PipelineError,
 ) -> Result<Action, ReconcileError> {
     tracing::info!(app = %app.name_any(), %err, "comparison failed");
-    let unknown = matches!(err, PipelineError::Destination(_) | PipelineError::InvalidSpec(_));
+    let unknown = err.kind() != PipelineErrorKind::Comparison;
     status.sync = Some(SyncStatus {
         status: "Unknown".into(),
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),

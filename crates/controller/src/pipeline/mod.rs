@@ -15,7 +15,7 @@ use capstan_compare::Comparison;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::Tracking;
 use capstan_health::HealthCode;
-use capstan_kube::{KindInfo, ObjectKey, describe_kube_error};
+use capstan_kube::{KindInfo, ObjectKey};
 use capstan_render::{RenderRequest, Renderer};
 use capstan_source::{Credentials, RepoCache, Resolved};
 use kube::{Client, ResourceExt};
@@ -164,25 +164,23 @@ impl Pipeline {
     ) -> Result<Resolved, PipelineError> {
         let source = &app.spec.source;
         if source.repo_url.trim().is_empty() {
-            return Err(PipelineError::InvalidSpec("spec.source.repoURL is empty".into()));
+            return Err(PipelineError::EmptyRepoUrl);
         }
         let url = source.repo_url.as_str();
         let local_path = url
             .strip_prefix("file://")
             .or(if url.starts_with('/') { Some(url) } else { None });
         if local_path.is_some_and(|p| is_within(std::path::Path::new(p), &self.cache_dir)) {
-            return Err(PipelineError::InvalidSpec(format!(
-                "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
-            )));
+            return Err(PipelineError::RepoInCache { url: url.to_string() });
         }
         let (project, rules) = self.projects.get(&app.spec.project).await?;
-        capstan_project::check_source(&project, &rules, url).map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
+        capstan_project::check_source(&project, &rules, url)?;
         let creds = self.credentials(&source.repo_url).await;
         let revision = revision.unwrap_or(&source.target_revision);
         self.repos
             .resolve(&source.repo_url, revision, &creds, force)
             .await
-            .map_err(|e| PipelineError::Comparison(e.to_string()))
+            .map_err(PipelineError::from)
     }
 
     async fn credentials(&self, url: &str) -> Credentials {
@@ -255,30 +253,30 @@ impl Pipeline {
         let (client, discovery) = (&dest.client, &dest.discovery);
         let (project, rules) = self.projects.get(&app.spec.project).await?;
         let namespace = app.spec.destination.namespace.clone();
-        capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)
-            .map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
+        capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)?;
         let source = &app.spec.source;
-        let tree = self
-            .repos
-            .checkout(&source.repo_url, &resolved.sha)
-            .await
-            .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+        let tree = self.repos.checkout(&source.repo_url, &resolved.sha).await?;
         let kube_version = discovery.server_version().await;
         if kube_version.is_none() {
             // Reachability is checked here so an unreachable destination is reported as such.
-            client.apiserver_version().await.map_err(|e| {
-                PipelineError::Destination(format!(
-                    "{} is unreachable: {}",
-                    dest.describe(),
-                    describe_kube_error(&e)
-                ))
-            })?;
+            client
+                .apiserver_version()
+                .await
+                .map_err(|source| PipelineError::NoAnswer {
+                    destination: dest.describe(),
+                    source,
+                })?;
         }
         // Helm charts may ask which APIs the destination serves (`.Capabilities.APIVersions`).
         let api_versions = if Renderer::tool_for(&tree, source) == Some(capstan_render::Tool::Helm) {
             match discovery.api_versions().await {
                 Ok(list) => list.as_ref().clone(),
-                Err(err) => return Err(PipelineError::Destination(format!("{}: {err}", dest.describe()))),
+                Err(source) => {
+                    return Err(PipelineError::ApiVersions {
+                        destination: dest.describe(),
+                        source,
+                    });
+                }
             }
         } else {
             Vec::new()
@@ -291,13 +289,15 @@ impl Pipeline {
             kube_version,
             api_versions,
         };
-        let rendered = self.renderer.render(&request, &resolved.sha).await.map_err(|e| {
-            PipelineError::Comparison(format!(
-                "rendering {} at {}: {e}",
-                display_path(&source.path),
-                short(&resolved.sha)
-            ))
-        })?;
+        let rendered = self
+            .renderer
+            .render(&request, &resolved.sha)
+            .await
+            .map_err(|source_err| PipelineError::Render {
+                path: display_path(&source.path).to_string(),
+                revision: short(&resolved.sha).to_string(),
+                source: source_err,
+            })?;
 
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let desired = prepare(discovery, rendered.objects, &namespace, &tracking).await?;
@@ -337,9 +337,8 @@ async fn conclude(
     live: Vec<(Value, KindInfo)>,
     tracking: &Tracking,
 ) -> Result<AppState, PipelineError> {
-    let comparison = capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences)
-        .await
-        .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+    let comparison =
+        capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences).await?;
     let (resources, health) = summarize(&comparison);
     let (project_violations, prune_violations, create_namespace_violation) =
         project_violations(project, rules, &dest, app, &comparison);

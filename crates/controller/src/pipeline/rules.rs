@@ -220,9 +220,9 @@ pub fn check_namespaces(dest: &Destination, desired: &[Desired]) -> Result<(), P
         .as_ref()
         .map(|s| s.namespaces.join(", "))
         .unwrap_or_default();
-    Err(PipelineError::InvalidSpec(format!(
-        "{} is registered for namespaces [{allowed}] only; refusing {}",
-        dest.describe(),
-        refused.join(", ")
-    )))
+    Err(PipelineError::NamespacesRefused {
+        destination: dest.describe(),
+        allowed,
+        refused,
+    })
 }
