@@ -34,10 +34,17 @@ pub enum OperationPhase {
     Error,
     /// Ended: everything was applied (and healthy).
     Succeeded,
+    /// A phase this version does not know (written by a newer version, or by hand). Reading it must
+    /// not fail: an Application that cannot be deserialised would break every watch of
+    /// Applications. It is treated as not running (completed, not failed), and left out of the
+    /// schema, which lists the phases Capstan writes.
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 impl OperationPhase {
-    /// Every phase.
+    /// Every phase Capstan knows (not [`OperationPhase::Unknown`]).
     pub const ALL: [OperationPhase; 5] = [
         OperationPhase::Running,
         OperationPhase::Terminating,
@@ -54,10 +61,12 @@ impl OperationPhase {
             OperationPhase::Failed => "Failed",
             OperationPhase::Error => "Error",
             OperationPhase::Succeeded => "Succeeded",
+            OperationPhase::Unknown => "Unknown",
         }
     }
 
-    /// Whether the operation has ended (neither running nor being stopped).
+    /// Whether the operation has ended (neither running nor being stopped); an unknown phase counts
+    /// as ended, so nothing waits for it.
     pub fn is_completed(self) -> bool {
         !matches!(self, OperationPhase::Running | OperationPhase::Terminating)
     }
@@ -207,13 +216,41 @@ mod tests {
             assert_eq!(phase.to_string(), phase.as_str());
         }
         assert!("running".parse::<OperationPhase>().is_err());
-        assert!(serde_json::from_value::<OperationPhase>(serde_json::json!("Paused")).is_err());
+        assert!(
+            "Unknown".parse::<OperationPhase>().is_err(),
+            "not a phase Capstan writes"
+        );
         assert!(OperationPhase::Succeeded.is_completed() && !OperationPhase::Running.is_completed());
         assert!(OperationPhase::Error.is_failed() && !OperationPhase::Succeeded.is_failed());
         // A stored state without `terminatedBy` (written before it existed) still reads.
         let state: OperationState =
             serde_json::from_value(serde_json::json!({"phase": "Failed", "message": "m"})).expect("state");
         assert_eq!((state.phase, state.terminated_by), (OperationPhase::Failed, None));
+    }
+
+    #[test]
+    fn an_unknown_phase_reads_as_unknown_and_not_running() {
+        let phase: OperationPhase = serde_json::from_value(serde_json::json!("Paused")).expect("phase");
+        assert_eq!(phase, OperationPhase::Unknown);
+        assert!(phase.is_completed(), "not running");
+        assert!(!phase.is_failed());
+        // The whole Application still reads, so a watch of Applications does not break on it.
+        let app: Application = serde_json::from_value(serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": "a", "namespace": "capstan"},
+            "spec": {"source": {"repoURL": "https://example.com/r.git"}, "destination": {}},
+            "status": {"operationState": {"phase": "Paused", "message": "from a newer version"}},
+        }))
+        .expect("an Application with an unknown phase");
+        let state = app.status.and_then(|s| s.operation_state).expect("operation state");
+        assert_eq!(state.phase, OperationPhase::Unknown);
+        assert_eq!(state.message, "from a newer version");
+        let schema = serde_json::to_value(schemars::schema_for!(OperationPhase)).expect("schema");
+        assert!(
+            !schema.to_string().contains("Unknown"),
+            "the schema lists the phases Capstan writes"
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ use capstan_api::cluster::CLUSTER_SECRET_TYPE;
 use capstan_api::labels::{REFRESH_ANNOTATION, SECRET_TYPE_LABEL};
 use capstan_api::operation::OPERATION_ANNOTATION;
 use capstan_api::{Application, ApplicationSet};
-use capstan_compare::describe_kube_error;
+use capstan_kube::describe_kube_error;
 use capstan_source::RepoCache;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;

@@ -127,7 +127,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     let cluster = TestCluster::start().await?;
     let client = cluster.client().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    crate::run(capstan, &["install", "--kubeconfig", &kc])?;
+    crate::setup::run(capstan, &["install", "--kubeconfig", &kc])?;
     let out = Command::new(capstan)
         .args(["account", "set-password", "admin", "--password", PASSWORD])
         .env("KUBECONFIG", &kc)

@@ -48,4 +48,4 @@ impl KubeArgs {
 }
 
 /// A one-line description of a kube error (the API server's message for API errors).
-pub use capstan_compare::describe_kube_error as describe;
+pub use capstan_kube::describe_kube_error as describe;

@@ -1,4 +1,4 @@
-//! Destination clusters.
+//! The Secrets Capstan reads: destination clusters and repositories.
 //!
 //! - [`secret`]: the cluster Secret (`capstan.dev/secret-type: cluster`, Argo CD's layout) read into a
 //!   [`ClusterSecret`] and written back.
@@ -6,11 +6,14 @@
 //! - [`register`]: preparing a cluster to be managed (a service account with the rights Capstan
 //!   needs) from an admin kubeconfig, as `capstan cluster add` does.
 //! - [`status`]: the connection state the controller records per cluster and the CLI shows.
+//! - [`repository`]: repository credentials from repository Secrets (`capstan.dev/secret-type:
+//!   repository`), chosen by the longest URL prefix.
 //!
 //! It knows nothing about Applications; the controllers and the CLI build on it.
 
 pub mod connect;
 pub mod register;
+pub mod repository;
 pub mod secret;
 pub mod status;
 

@@ -12,16 +12,15 @@
 use std::collections::{BTreeMap, HashMap};
 
 use capstan_api::application::ResourceIgnoreDifferences;
+use capstan_kube::annotations::{self, HookSpec};
+use capstan_kube::{KindInfo, ObjectKey, describe_kube_error};
 use futures::{StreamExt, stream};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
-use crate::annotations::{self, HookSpec};
-use crate::discovery::KindInfo;
-use crate::key::ObjectKey;
 use crate::normalize::{Tracking, owner};
 use crate::owned::owned_field_removed;
-use crate::{CompareError, Result, describe_kube_error};
+use crate::{CompareError, Result};
 
 pub use crate::FIELD_MANAGER;
 
@@ -120,18 +119,18 @@ pub async fn compare(
     let mut to_dry_run = Vec::new();
     for d in desired {
         let key = ObjectKey::of(&d.object)?;
-        let hook_spec = annotations::hook(&d.object).map_err(|e| CompareError::InvalidObject {
-            what: key.to_string(),
-            message: e.to_string(),
+        let hook_spec = annotations::hook(&d.object).map_err(|source| CompareError::Annotation {
+            key: key.clone(),
+            source,
         })?;
         if hook_spec == HookSpec::Skip {
             // Still in Git: its live object is neither compared nor extraneous (never pruned).
             live_by_key.remove(&key);
             continue;
         }
-        let wave = annotations::sync_wave(&d.object).map_err(|e| CompareError::InvalidObject {
-            what: key.to_string(),
-            message: e.to_string(),
+        let wave = annotations::sync_wave(&d.object).map_err(|source| CompareError::Annotation {
+            key: key.clone(),
+            source,
         })?;
         let hook = matches!(hook_spec, HookSpec::Phases(_));
         let api_version = d
@@ -221,9 +220,14 @@ pub async fn compare(
         let predicted = match predicted {
             Ok(p) => p,
             // The API server refuses the object: OutOfSync, and the sync will say why.
-            Err(CompareError::Kube { message, .. }) => {
+            Err(CompareError::DryRun { source, .. }) => {
                 state.sync = SyncCode::OutOfSync;
-                state.error = Some(message);
+                state.error = Some(describe_kube_error(&source));
+                continue;
+            }
+            Err(CompareError::Read { source, .. }) => {
+                state.sync = SyncCode::OutOfSync;
+                state.error = Some(source.to_string());
                 continue;
             }
             Err(other) => return Err(other),
@@ -251,13 +255,13 @@ async fn dry_run_apply(client: &kube::Client, info: &KindInfo, key: &ObjectKey, 
     let obj = api
         .patch(&key.name, &pp, &Patch::Apply(desired))
         .await
-        .map_err(|e| CompareError::Kube {
-            context: format!("comparing {key} (server-side dry run)"),
-            message: describe_kube_error(&e),
+        .map_err(|source| CompareError::DryRun {
+            key: key.clone(),
+            source,
         })?;
-    serde_json::to_value(obj).map_err(|e| CompareError::Kube {
-        context: format!("reading {key}"),
-        message: e.to_string(),
+    serde_json::to_value(obj).map_err(|source| CompareError::Read {
+        key: key.clone(),
+        source,
     })
 }
 

@@ -1,20 +1,17 @@
 //! The `compare` stage: is the cluster what Git says?
 //!
-//! This crate owns the identity of objects ([`ObjectKey`]), the per-object annotations Capstan reads
-//! ([`annotations`]), resolving kinds through API discovery ([`discovery`]), preparing rendered
-//! objects for a destination ([`normalize`]: default namespace, tracking label and annotation), and the
-//! comparison itself ([`diff`]): a cheap check that every field Git sets has that value live and that
+//! This crate owns preparing rendered objects for a destination ([`normalize`]: default namespace,
+//! tracking label and annotation), and the comparison itself ([`diff`]): a cheap check that every field Git sets has that value live and that
 //! Git still sets every field Capstan's last apply set ([`owned`]), and a server-side-apply dry run
 //! only when that check fails, so that defaults filled in by the API server are never drift, a field
 //! removed from Git is, and a comparison with nothing changed makes no write requests. API versions
 //! that current clusters no longer serve are named with their replacement ([`removed_apis`]).
+//!
+//! Object identity, discovery, own-write tracking and the per-object annotations are shared
+//! Kubernetes helpers of `capstan-kube`, which this crate builds on.
 
-pub mod annotations;
 pub mod diff;
-pub mod discovery;
-pub mod key;
 pub mod normalize;
-pub mod own_writes;
 pub mod owned;
 pub mod removed_apis;
 
@@ -22,59 +19,43 @@ pub mod removed_apis;
 pub const FIELD_MANAGER: &str = "capstan";
 
 pub use diff::{Comparison, ResourceState, SyncCode, compare, render_diff};
-pub use discovery::{Discovery, KindInfo};
-pub use key::ObjectKey;
-pub use own_writes::OwnWrites;
+
+use capstan_kube::annotations::AnnotationError;
+use capstan_kube::{KubeError, ObjectKey, describe_kube_error};
 
 /// What can go wrong comparing.
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
-    /// A rendered object is not usable (no kind, no name ...).
-    #[error("invalid object {what}: {message}")]
-    InvalidObject {
-        /// Which object.
-        what: String,
-        /// What is wrong.
-        message: String,
+    /// An object cannot be identified or its kind resolved, or discovery failed.
+    #[error(transparent)]
+    Kube(#[from] KubeError),
+    /// An annotation that steers the comparison cannot be used.
+    #[error("invalid object {key}: {source}")]
+    Annotation {
+        /// The object.
+        key: ObjectKey,
+        /// What is wrong with the annotation.
+        #[source]
+        source: AnnotationError,
     },
-    /// The destination does not know the kind.
-    #[error("unknown kind {kind} in {api_version} (object {object}): the destination cluster has no such resource")]
-    UnknownKind {
-        /// apiVersion.
-        api_version: String,
-        /// kind.
-        kind: String,
-        /// The object that uses it.
-        object: String,
+    /// The server-side-apply dry run of an object failed.
+    #[error("comparing {key} (server-side dry run): {}", describe_kube_error(.source))]
+    DryRun {
+        /// The object.
+        key: ObjectKey,
+        /// What the API server answered.
+        #[source]
+        source: kube::Error,
     },
-    /// A Kubernetes request failed.
-    #[error("{context}: {message}")]
-    Kube {
-        /// What was being done.
-        context: String,
-        /// The API server's message.
-        message: String,
+    /// The dry run's answer could not be read.
+    #[error("reading {key}: {source}")]
+    Read {
+        /// The object.
+        key: ObjectKey,
+        /// Why it does not parse.
+        #[source]
+        source: serde_json::Error,
     },
-}
-
-/// A one-line description of a kube error: the API server's message for API errors.
-pub fn describe_kube_error(err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) => format!("{} ({})", status.message, status.reason),
-        other => {
-            let mut msg = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(cause) = source {
-                let text = cause.to_string();
-                if !msg.contains(&text) {
-                    msg.push_str(": ");
-                    msg.push_str(&text);
-                }
-                source = cause.source();
-            }
-            msg
-        }
-    }
 }
 
 /// Result alias for this crate.

@@ -4,7 +4,7 @@
 use capstan_api::labels::TRACKING_LABEL;
 use serde_json::{Map, Value};
 
-use crate::discovery::KindInfo;
+use capstan_kube::KindInfo;
 
 /// Annotation naming the owning Application as `NAMESPACE/NAME`; the label carries a shortened form.
 pub const TRACKING_ANNOTATION: &str = "capstan.dev/tracking-id";

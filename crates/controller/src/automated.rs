@@ -126,7 +126,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 mod tests {
     use super::*;
     use capstan_api::application::OperationState;
-    use capstan_compare::ObjectKey;
+    use capstan_kube::ObjectKey;
 
     fn state(name: &str, sync: SyncCode, desired: bool, requires_pruning: bool) -> capstan_compare::ResourceState {
         use kube::core::GroupVersionKind;
@@ -135,7 +135,7 @@ mod tests {
         capstan_compare::ResourceState {
             key: ObjectKey::of(&cm).expect("key"),
             api_version: "v1".into(),
-            info: capstan_compare::KindInfo {
+            info: capstan_kube::KindInfo {
                 resource: ApiResource::from_gvk_with_plural(
                     &GroupVersionKind::gvk("", "v1", "ConfigMap"),
                     "configmaps",

@@ -17,7 +17,7 @@ use capstan_api::cluster::{CLUSTER_SECRET_TYPE, IN_CLUSTER_NAME, IN_CLUSTER_SERV
 use capstan_api::labels::SECRET_TYPE_LABEL;
 use capstan_cluster::ClusterSecret;
 use capstan_cluster::status::{ConnectionState, STATUS_CONFIGMAP, key_for};
-use capstan_compare::{Discovery, describe_kube_error};
+use capstan_kube::{Discovery, describe_kube_error};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -50,7 +50,7 @@ pub struct Destination {
     /// Write requests of syncs in flight there, shared by every Application that deploys there.
     pub sync_writes: std::sync::Arc<tokio::sync::Semaphore>,
     /// Versions of objects there that Capstan's syncs wrote (their watch events trigger nothing).
-    pub own_writes: capstan_compare::OwnWrites,
+    pub own_writes: capstan_kube::OwnWrites,
     usable: bool,
     state: Mutex<ConnectionState>,
 }
@@ -63,7 +63,7 @@ impl Destination {
         secret: Option<ClusterSecret>,
         trigger: &Trigger,
     ) -> Self {
-        let own_writes = capstan_compare::OwnWrites::default();
+        let own_writes = capstan_kube::OwnWrites::default();
         Self {
             discovery: Discovery::new(client.clone()),
             watches: Watches::new(client.clone(), trigger.clone(), own_writes.clone()),
@@ -160,11 +160,10 @@ impl Clusters {
         let dest = self.find(d)?;
         let state = dest.state();
         if state.status == "Failed" {
-            return Err(PipelineError::Destination(format!(
-                "{} is unreachable: {}",
-                dest.describe(),
-                state.message
-            )));
+            return Err(PipelineError::Unreachable {
+                destination: dest.describe(),
+                message: state.message,
+            });
         }
         Ok(dest)
     }
@@ -174,9 +173,7 @@ impl Clusters {
         let server = d.server.trim().trim_end_matches('/');
         let name = d.name.trim();
         if !server.is_empty() && !name.is_empty() {
-            return Err(PipelineError::InvalidSpec(
-                "destination has both server and name; give one of them".into(),
-            ));
+            return Err(PipelineError::ServerAndName);
         }
         let remote = read(&self.remote);
         let matching: Vec<&Arc<Destination>> = if server.is_empty() {
@@ -190,11 +187,10 @@ impl Clusters {
                 .iter()
                 .filter_map(|c| c.secret.as_ref().map(|s| s.secret_name.clone()))
                 .collect();
-            return Err(PipelineError::InvalidSpec(format!(
-                "the destination is ambiguous: cluster Secrets {} describe the same cluster {}; remove all but one",
-                secrets.join(" and "),
-                if server.is_empty() { name } else { server }
-            )));
+            return Err(PipelineError::AmbiguousDestination {
+                secrets,
+                cluster: if server.is_empty() { name } else { server }.to_string(),
+            });
         }
         let found = matching.first().map(|c| (*c).clone()).or_else(|| {
             let local = if server.is_empty() {
@@ -212,10 +208,7 @@ impl Clusters {
             };
             let mut known: Vec<String> = remote.values().map(|c| c.name.clone()).collect();
             known.insert(0, IN_CLUSTER_NAME.into());
-            PipelineError::InvalidSpec(format!(
-                "destination cluster with {which} is not registered (known clusters: {}); register it with `capstan cluster add`",
-                known.join(", ")
-            ))
+            PipelineError::UnknownDestination { which, known }
         })
     }
 
@@ -240,7 +233,7 @@ impl Clusters {
         let list = secrets
             .list(&ListParams::default().labels(&format!("{SECRET_TYPE_LABEL}={CLUSTER_SECRET_TYPE}")))
             .await
-            .map_err(|e| PipelineError::Destination(format!("listing cluster Secrets: {}", describe_kube_error(&e))))?;
+            .map_err(PipelineError::ClusterSecrets)?;
         for secret in list.items {
             self.upsert(&secret).await;
         }

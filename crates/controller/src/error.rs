@@ -2,28 +2,234 @@
 //! condition) and why a reconcile failed ([`ReconcileError`], retried with backoff).
 
 use capstan_api::operation::OPERATION_ANNOTATION;
-use capstan_compare::describe_kube_error;
+use capstan_kube::{KubeError, ObjectKey, describe_kube_error};
 
-/// Why a pass failed; each maps to an Application condition type.
+/// Why a pass failed; each maps to an Application condition type ([`PipelineError::kind`]). The
+/// message is what the condition says; the underlying error is the source.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
+    // The Application's spec is wrong (`InvalidSpecError`).
+    /// No repository.
+    #[error("{field}.repoURL is empty")]
+    EmptyRepoUrl {
+        /// `spec.source` or `spec.sources[i]`.
+        field: String,
+    },
+    /// A revision for a multi-source Application does not name one revision per source.
+    #[error("revision {revision:?} names {given} revisions for {sources} sources (one per source, comma-separated)")]
+    RevisionCount {
+        /// The revision asked for.
+        revision: String,
+        /// How many it names.
+        given: usize,
+        /// How many sources the Application has.
+        sources: usize,
+    },
+    /// A chart source, which this version does not read yet.
+    #[error("{field}.chart: charts from Helm repositories are not supported yet")]
+    ChartsNotSupported {
+        /// `spec.source` or `spec.sources[i]`.
+        field: String,
+    },
+    /// A local repository inside Capstan's cache.
+    #[error("repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories")]
+    RepoInCache {
+        /// The repository URL.
+        url: String,
+    },
+    /// The AppProject does not allow the source or destination.
+    #[error(transparent)]
+    Project(#[from] capstan_project::Violation),
+    /// The AppProject does not exist.
+    #[error("project {name:?} does not exist in namespace {namespace}")]
+    UnknownProject {
+        /// The project's name.
+        name: String,
+        /// Capstan's namespace.
+        namespace: String,
+    },
+    /// The destination names both a server and a name.
+    #[error("destination has both server and name; give one of them")]
+    ServerAndName,
+    /// Several cluster Secrets describe the destination.
+    #[error(
+        "the destination is ambiguous: cluster Secrets {} describe the same cluster {cluster}; remove all but one",
+        .secrets.join(" and ")
+    )]
+    AmbiguousDestination {
+        /// The Secrets' names.
+        secrets: Vec<String>,
+        /// The server or name asked for.
+        cluster: String,
+    },
+    /// No cluster is registered under the destination's server or name.
+    #[error(
+        "destination cluster with {which} is not registered (known clusters: {}); register it with `capstan cluster add`",
+        .known.join(", ")
+    )]
+    UnknownDestination {
+        /// `server "…"` or `name "…"`.
+        which: String,
+        /// The clusters that are registered.
+        known: Vec<String>,
+    },
+    /// Objects outside the namespaces the destination is registered for.
+    #[error(
+        "{destination} is registered for namespaces [{allowed}] only; refusing {}",
+        .refused.join(", ")
+    )]
+    NamespacesRefused {
+        /// The destination, described.
+        destination: String,
+        /// The namespaces it is registered for, comma separated.
+        allowed: String,
+        /// The objects refused.
+        refused: Vec<String>,
+    },
+
+    // Repository, revision or rendering problem (`ComparisonError`).
+    /// The repository or revision cannot be read.
+    #[error(transparent)]
+    Source(#[from] capstan_source::SourceError),
+    /// Rendering failed.
+    #[error("rendering {which}{path} at {revision}: {source}")]
+    Render {
+        /// For a multi-source Application, which source (`spec.sources[1] (URL) `); empty otherwise.
+        which: String,
+        /// The source path, as users wrote it.
+        path: String,
+        /// The short commit.
+        revision: String,
+        /// Why (boxed: the largest variant by far).
+        #[source]
+        source: Box<capstan_render::RenderError>,
+    },
+    /// Rendered kinds the destination does not serve.
+    #[error("the destination does not know these kinds: {}", .kinds.join(", "))]
+    UnknownKinds {
+        /// Each kind with its object, API version and, for removed APIs, the replacement.
+        kinds: Vec<String>,
+    },
+    /// The comparison failed.
+    #[error(transparent)]
+    Compare(Box<capstan_compare::CompareError>),
+
+    // The destination cluster cannot be reached or read (`ComparisonError`, health Unknown).
+    /// The cluster's last probe failed.
+    #[error("{destination} is unreachable: {message}")]
+    Unreachable {
+        /// The destination, described.
+        destination: String,
+        /// The probe's message.
+        message: String,
+    },
+    /// The cluster did not answer now.
+    #[error("{destination} is unreachable: {}", describe_kube_error(.source))]
+    NoAnswer {
+        /// The destination, described.
+        destination: String,
+        /// What the request answered.
+        #[source]
+        source: kube::Error,
+    },
+    /// A kind could not be resolved through discovery.
+    #[error(transparent)]
+    Discovery(KubeError),
+    /// The list of APIs the cluster serves could not be read.
+    #[error("{destination}: {source}")]
+    ApiVersions {
+        /// The destination, described.
+        destination: String,
+        /// Why.
+        #[source]
+        source: KubeError,
+    },
+    /// Listing a kind's live objects failed.
+    #[error("listing {kind}: {}", describe_kube_error(.source))]
+    List {
+        /// The kind.
+        kind: String,
+        /// What the API server answered.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading one live object failed.
+    #[error("reading {key}: {}", describe_kube_error(.source))]
+    Read {
+        /// The object (boxed: the error stays small).
+        key: Box<ObjectKey>,
+        /// What the API server answered.
+        #[source]
+        source: kube::Error,
+    },
+    /// The cluster Secrets could not be listed.
+    #[error("listing cluster Secrets: {}", describe_kube_error(.0))]
+    ClusterSecrets(#[source] kube::Error),
+    /// The AppProjects' cache is not filled yet.
+    #[error("AppProjects could not be read from the cluster yet")]
+    ProjectsNotReady,
+    /// Reading an AppProject failed.
+    #[error("reading AppProject {name}: {}", describe_kube_error(.source))]
+    ReadProject {
+        /// The project's name.
+        name: String,
+        /// What the API server answered.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl From<capstan_compare::CompareError> for PipelineError {
+    fn from(e: capstan_compare::CompareError) -> Self {
+        // Boxed: a comparison error is large, and every pass returns this type.
+        PipelineError::Compare(Box::new(e))
+    }
+}
+
+/// What a [`PipelineError`] is about, which decides its condition and the health it leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipelineErrorKind {
     /// Repository, revision or rendering problem (`ComparisonError`).
-    #[error("{0}")]
-    Comparison(String),
+    Comparison,
     /// The Application's spec is wrong (`InvalidSpecError`).
-    #[error("{0}")]
-    InvalidSpec(String),
+    InvalidSpec,
     /// The destination cluster cannot be reached (`ComparisonError`, health Unknown).
-    #[error("{0}")]
-    Destination(String),
+    Destination,
 }
 
 impl PipelineError {
+    /// What the error is about.
+    pub fn kind(&self) -> PipelineErrorKind {
+        use PipelineError::*;
+        match self {
+            EmptyRepoUrl { .. }
+            | RevisionCount { .. }
+            | ChartsNotSupported { .. }
+            | RepoInCache { .. }
+            | Project(_)
+            | UnknownProject { .. }
+            | ServerAndName
+            | AmbiguousDestination { .. }
+            | UnknownDestination { .. }
+            | NamespacesRefused { .. } => PipelineErrorKind::InvalidSpec,
+            Source(_) | Render { .. } | UnknownKinds { .. } | Compare(_) => PipelineErrorKind::Comparison,
+            Unreachable { .. }
+            | NoAnswer { .. }
+            | Discovery(_)
+            | ApiVersions { .. }
+            | List { .. }
+            | Read { .. }
+            | ClusterSecrets(_)
+            | ProjectsNotReady
+            | ReadProject { .. } => PipelineErrorKind::Destination,
+        }
+    }
+
     /// The condition type this error is reported as.
     pub fn condition_type(&self) -> &'static str {
-        match self {
-            PipelineError::Comparison(_) | PipelineError::Destination(_) => "ComparisonError",
-            PipelineError::InvalidSpec(_) => "InvalidSpecError",
+        match self.kind() {
+            PipelineErrorKind::Comparison | PipelineErrorKind::Destination => "ComparisonError",
+            PipelineErrorKind::InvalidSpec => "InvalidSpecError",
         }
     }
 }
@@ -66,5 +272,65 @@ impl ReconcileError {
             app: app.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipeline_errors_keep_their_condition_words_and_kind() {
+        let unknown = PipelineError::UnknownDestination {
+            which: "name \"prod\"".into(),
+            known: vec!["in-cluster".into(), "staging".into()],
+        };
+        assert_eq!(
+            unknown.to_string(),
+            "destination cluster with name \"prod\" is not registered (known clusters: in-cluster, staging); \
+             register it with `capstan cluster add`"
+        );
+        assert_eq!(unknown.condition_type(), "InvalidSpecError");
+        let kinds = PipelineError::UnknownKinds {
+            kinds: vec![
+                "Widget \"a\" (example.com/v1)".into(),
+                "Gadget \"b\" (example.com/v1)".into(),
+            ],
+        };
+        assert_eq!(
+            kinds.to_string(),
+            "the destination does not know these kinds: Widget \"a\" (example.com/v1), Gadget \"b\" (example.com/v1)"
+        );
+        assert_eq!(kinds.kind(), PipelineErrorKind::Comparison);
+        let refused = PipelineError::NamespacesRefused {
+            destination: "cluster \"spoke\"".into(),
+            allowed: "a, b".into(),
+            refused: vec!["ConfigMap/x in namespace \"c\"".into()],
+        };
+        assert_eq!(
+            refused.to_string(),
+            "cluster \"spoke\" is registered for namespaces [a, b] only; refusing ConfigMap/x in namespace \"c\""
+        );
+        let unreachable = PipelineError::Unreachable {
+            destination: "cluster \"spoke\"".into(),
+            message: "connection refused".into(),
+        };
+        assert_eq!(
+            unreachable.to_string(),
+            "cluster \"spoke\" is unreachable: connection refused"
+        );
+        assert_eq!(unreachable.kind(), PipelineErrorKind::Destination);
+        assert_eq!(unreachable.condition_type(), "ComparisonError");
+    }
+
+    #[test]
+    fn pipeline_errors_keep_their_source() {
+        use std::error::Error as _;
+        let err = PipelineError::ReadProject {
+            name: "team".into(),
+            source: kube::Error::LinesCodecMaxLineLengthExceeded,
+        };
+        assert!(err.to_string().starts_with("reading AppProject team: "));
+        assert!(err.source().is_some_and(|s| s.is::<kube::Error>()));
     }
 }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use capstan_api::Application;
 use capstan_api::labels::RESOURCES_FINALIZER;
-use capstan_compare::describe_kube_error;
 use capstan_compare::normalize::Tracking;
+use capstan_kube::describe_kube_error;
 use capstan_sync::SyncOptions;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
@@ -14,7 +14,7 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use crate::context::Ctx;
-use crate::error::{PipelineError, ReconcileError};
+use crate::error::{PipelineErrorKind, ReconcileError};
 
 /// Whether `app` carries the resources finalizer.
 pub fn has_finalizer(app: &Application) -> bool {
@@ -57,7 +57,7 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
     let mut failures: Vec<String> = Vec::new();
     let dest = match ctx.pipeline.destination(app).await {
         Ok(dest) => dest,
-        Err(err @ PipelineError::InvalidSpec(_)) => {
+        Err(err) if err.kind() == PipelineErrorKind::InvalidSpec => {
             // The cluster is no longer registered: its objects cannot be reached, and deleting them
             // later, should a cluster of that name be registered again, would surprise everyone.
             // Leave them in place (as Argo CD does) and let the Application go.

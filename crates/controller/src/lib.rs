@@ -20,7 +20,6 @@
 //!   cache of the live managed objects that comparisons read, and a trigger that re-reconciles an
 //!   Application when one of its objects changes.
 //! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
-//! - [`credentials`]: repository Secrets.
 //! - [`config`], [`error`], [`clock`]: settings, error types, timestamps; they depend on no module.
 //!
 //! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
@@ -31,7 +30,6 @@ pub mod clock;
 pub mod clusters;
 pub mod config;
 pub mod context;
-pub mod credentials;
 pub mod error;
 pub mod finalize;
 pub mod operation;
@@ -52,7 +50,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 
 pub use config::Config;
-pub use error::{PipelineError, ReconcileError};
+pub use error::{PipelineError, PipelineErrorKind, ReconcileError};
 pub use pipeline::Pipeline;
 
 /// Errors that stop the controller.
@@ -61,7 +59,7 @@ pub enum ControllerError {
     /// The Application CRD is not installed.
     #[error(
         "the Application CRD is not installed in the cluster: run `capstan install` first ({})",
-        capstan_compare::describe_kube_error(.0)
+        capstan_kube::describe_kube_error(.0)
     )]
     NotInstalled(#[source] kube::Error),
 }

@@ -12,8 +12,8 @@ use futures::channel::mpsc::UnboundedSender;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::clock;
-use crate::credentials;
 use crate::pipeline::Pipeline;
+use capstan_cluster::repository;
 
 /// The Applications using one repository.
 type AppSet = Arc<Mutex<HashSet<ObjectRef<Application>>>>;
@@ -72,7 +72,7 @@ impl Pollers {
             let mut last: Option<Vec<(String, String)>> = None;
             loop {
                 tokio::time::sleep(poll_delay(interval, &url)).await;
-                let creds = credentials::for_repo(&pipeline.client, &pipeline.namespace, &url)
+                let creds = repository::for_repo(&pipeline.client, &pipeline.namespace, &url)
                     .await
                     .unwrap_or_default();
                 match pipeline.repos.refresh(&url, &creds).await {

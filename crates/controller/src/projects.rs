@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use capstan_api::AppProject;
 use capstan_api::project::{AppProjectSpec, DEFAULT_PROJECT};
-use capstan_compare::describe_kube_error;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -72,9 +71,7 @@ impl Projects {
                     .await
                     .is_err()
                 {
-                    return Err(PipelineError::Destination(
-                        "AppProjects could not be read from the cluster yet".into(),
-                    ));
+                    return Err(PipelineError::ProjectsNotReady);
                 }
                 store
                     .get(&ObjectRef::new(name).within(&self.namespace))
@@ -84,8 +81,9 @@ impl Projects {
                 let api: Api<AppProject> = Api::namespaced(self.client.clone(), &self.namespace);
                 api.get_opt(name)
                     .await
-                    .map_err(|e| {
-                        PipelineError::Destination(format!("reading AppProject {name}: {}", describe_kube_error(&e)))
+                    .map_err(|source| PipelineError::ReadProject {
+                        name: name.to_string(),
+                        source,
                     })?
                     .map(|p| p.spec)
             }
@@ -97,10 +95,10 @@ impl Projects {
                 Ok((name.to_string(), AppProjectSpec::default()))
             }
             None if name == DEFAULT_PROJECT => Ok((name.to_string(), capstan_project::allow_all())),
-            None => Err(PipelineError::InvalidSpec(format!(
-                "project {name:?} does not exist in namespace {}",
-                self.namespace
-            ))),
+            None => Err(PipelineError::UnknownProject {
+                name: name.to_string(),
+                namespace: self.namespace.clone(),
+            }),
         }
     }
 }

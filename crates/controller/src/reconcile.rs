@@ -15,14 +15,14 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Ctx;
-use crate::error::{InvalidRequest, PipelineError, ReconcileError};
+use crate::error::{InvalidRequest, PipelineError, PipelineErrorKind, ReconcileError};
 use crate::operation::{self, record};
 use crate::pipeline::Resolved;
 use crate::status::{clear_handled_request, clear_terminate, set_condition, write_status};
 use crate::{automated, clock, finalize};
 
 // Kept here for their users outside the crate.
-pub use crate::status::{clear_annotations, merge_patch};
+pub use crate::status::clear_annotations;
 
 /// The trigger predicate: spec changes, operation and refresh requests, deletion — not status writes.
 pub fn relevant_change(app: &Application) -> Option<u64> {
@@ -291,7 +291,7 @@ async fn report_error(
     err: PipelineError,
 ) -> Result<Action, ReconcileError> {
     tracing::info!(app = %app.name_any(), %err, "comparison failed");
-    let unknown = matches!(err, PipelineError::Destination(_) | PipelineError::InvalidSpec(_));
+    let unknown = err.kind() != PipelineErrorKind::Comparison;
     status.sync = Some(SyncStatus {
         status: "Unknown".into(),
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),

@@ -6,7 +6,7 @@ use capstan_api::Application;
 use capstan_api::application::{ApplicationCondition, ApplicationStatus, SyncStatus};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, TERMINATE_ANNOTATION};
-use capstan_compare::describe_kube_error;
+use capstan_kube::{describe_kube_error, merge_patch};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -91,36 +91,6 @@ pub async fn patch_status(ctx: &Ctx, app: &mut Application, status: &Application
     Ok(())
 }
 
-/// The RFC 7386 merge patch that turns `old` into `new`: changed keys, `null` for removed keys,
-/// arrays and scalars replaced whole.
-///
-/// Hand-written because the maintained JSON patch crates create RFC 6902 patches (index-based array
-/// operations that break when the stored object moved on), not merge patches.
-pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match (old, new) {
-        (Value::Object(o), Value::Object(n)) => {
-            let mut patch = serde_json::Map::new();
-            for (k, nv) in n {
-                match o.get(k) {
-                    Some(ov) if ov == nv => {}
-                    Some(ov) if ov.is_object() && nv.is_object() => {
-                        patch.insert(k.clone(), merge_patch(ov, nv));
-                    }
-                    _ => {
-                        patch.insert(k.clone(), nv.clone());
-                    }
-                }
-            }
-            for k in o.keys().filter(|k| !n.contains_key(*k)) {
-                patch.insert(k.clone(), Value::Null);
-            }
-            Value::Object(patch)
-        }
-        (_, n) => n.clone(),
-    }
-}
-
 /// Set the condition `type_` to `message` (its transition time changes with the message).
 pub fn set_condition(status: &mut ApplicationStatus, type_: &str, message: String) {
     if let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == type_) {
@@ -196,22 +166,5 @@ pub async fn clear_terminate(ctx: &Ctx, app: &Application) {
         .await
     {
         tracing::debug!(err = %describe_kube_error(&err), "clearing the terminate annotation");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn merge_patches_carry_only_changes_and_null_removed_keys() {
-        let old = json!({"a": 1, "b": {"c": 1, "d": 2}, "e": [1, 2], "gone": true});
-        let new = json!({"a": 1, "b": {"c": 1, "d": 3}, "e": [1], "f": "x"});
-        assert_eq!(
-            merge_patch(&old, &new),
-            json!({"b": {"d": 3}, "e": [1], "f": "x", "gone": null})
-        );
-        assert_eq!(merge_patch(&json!(null), &json!({"a": 1})), json!({"a": 1}));
-        assert_eq!(merge_patch(&old, &old), json!({}));
     }
 }

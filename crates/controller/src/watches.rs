@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use capstan_api::labels::TRACKING_LABEL;
-use capstan_compare::{KindInfo, ObjectKey, OwnWrites};
+use capstan_kube::{KindInfo, ObjectKey, OwnWrites};
 
 use capstan_compare::normalize::TRACKING_ANNOTATION;
 use capstan_compare::owned::keep_own_apply_entry;

@@ -41,10 +41,7 @@ impl ApiError {
             kube::Error::Api(s) if s.code == 409 => StatusCode::CONFLICT,
             _ => StatusCode::BAD_GATEWAY,
         };
-        Self::new(
-            status,
-            format!("{doing}: {}", capstan_compare::describe_kube_error(err)),
-        )
+        Self::new(status, format!("{doing}: {}", capstan_kube::describe_kube_error(err)))
     }
 }
 

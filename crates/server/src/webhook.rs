@@ -539,7 +539,7 @@ pub async fn receive(
                 };
                 result
                     .err()
-                    .map(|e| format!("{n}: {}", capstan_compare::describe_kube_error(&e)))
+                    .map(|e| format!("{n}: {}", capstan_kube::describe_kube_error(&e)))
             }
         })
         .buffer_unordered(16)

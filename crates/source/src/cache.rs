@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::git::{GitCommand, check_url, redact};
+use crate::checkout::{self, Checkout, Checkouts, Place};
+use crate::git::{GitCommand, check_url, is_full_sha, redact};
+use crate::limits::{Limits, SizeLimit};
 use crate::{Credentials, Result, SourceError};
 
 /// A revision resolved to a commit.
@@ -31,73 +33,6 @@ pub struct CacheStats {
     pub ls_remotes: u64,
     /// `git fetch` calls.
     pub fetches: u64,
-}
-
-/// Bounds on what one repository may cost the controller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest bare cache of one repository, in bytes (measured after each fetch).
-    pub max_repository_bytes: u64,
-    /// Largest tree of one commit (the uncompressed `git archive` stream), in bytes.
-    pub max_checkout_bytes: u64,
-    /// Checkouts kept per repository: beyond it, the least recently used ones not in use are removed.
-    pub max_checkouts: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_repository_bytes: 2 << 30,
-            max_checkout_bytes: 1 << 30,
-            max_checkouts: 8,
-        }
-    }
-}
-
-/// What exceeded a [`Limits`] bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SizeLimit {
-    /// The bare cache of the repository.
-    Repository,
-    /// The tree of one commit.
-    Checkout,
-}
-
-impl std::fmt::Display for SizeLimit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SizeLimit::Repository => "repository",
-            SizeLimit::Checkout => "tree of the commit",
-        })
-    }
-}
-
-/// A checked-out commit. Its directory is not removed while this value (or a clone) is alive; it
-/// dereferences to the directory's path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Checkout {
-    path: PathBuf,
-    _lease: Arc<()>,
-}
-
-impl Checkout {
-    /// The directory holding the commit's tree.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl std::ops::Deref for Checkout {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl AsRef<Path> for Checkout {
-    fn as_ref(&self) -> &Path {
-        &self.path
-    }
 }
 
 /// The shared Git cache.
@@ -126,16 +61,8 @@ struct RepoState {
     present: std::collections::HashSet<String>,
     /// The remote's refs and when they were listed.
     refs: Option<(Instant, Vec<(String, String)>)>,
-    /// Checkouts on disk by commit; `None` for those found on disk from an earlier run.
-    checkouts: HashMap<String, Kept>,
-    /// Whether checkouts left on disk by an earlier run have been listed.
-    scanned: bool,
-}
-
-/// A checkout on disk: when it was last handed out, and its lease (held by every [`Checkout`]).
-struct Kept {
-    used: Option<Instant>,
-    lease: Arc<()>,
+    /// The checkouts on disk.
+    checkouts: Checkouts,
 }
 
 impl RepoCache {
@@ -272,155 +199,20 @@ impl RepoCache {
         }
         let repo = self.repo(url);
         let mut state = repo.state.lock().await;
-        let target = repo.checkouts.join(sha);
-        if !target.is_dir() {
-            std::fs::create_dir_all(&repo.checkouts)
-                .map_err(SourceError::io(format!("creating {}", repo.checkouts.display())))?;
-            // Removed on every way out but the rename, including a caller that stops waiting.
-            let staging = Staging(repo.checkouts.join(format!(".{sha}.tmp")));
-            let _ = std::fs::remove_dir_all(&staging.0);
-            std::fs::create_dir_all(&staging.0)
-                .map_err(SourceError::io(format!("creating {}", staging.0.display())))?;
-            self.export(&repo, sha, &staging.0).await?;
-            std::fs::rename(&staging.0, &target)
-                .map_err(SourceError::io(format!("moving checkout to {}", target.display())))?;
-        }
-        let kept = state.checkouts.entry(sha.to_string()).or_insert_with(|| Kept {
-            used: None,
-            lease: Arc::new(()),
-        });
-        kept.used = Some(Instant::now());
-        let checkout = Checkout {
-            path: target,
-            _lease: kept.lease.clone(),
-        };
-        self.evict(&repo, &mut state);
-        Ok(checkout)
-    }
-
-    /// Stream `git archive SHA` into `tar -x` in `dest`, stopping at the checkout size limit.
-    async fn export(&self, repo: &Repo, sha: &str, dest: &Path) -> Result<()> {
-        use tokio::io::AsyncReadExt;
-        let none = Credentials::none();
-        let git = GitCommand {
+        let place = Place {
             url: &repo.url,
-            credentials: &none,
+            bare: &repo.dir,
+            dir: &repo.checkouts,
             timeout: self.timeout,
             allow_local: self.allow_local,
-            operation: "exporting",
+            limits: self.limits,
         };
-        let (mut archive, _scratch) =
-            git.spawn(Some(&repo.dir), &["archive", "--format=tar", "--end-of-options", sha])?;
-        let mut tar = tokio::process::Command::new("tar")
-            .args(["-x", "--no-same-owner", "--no-same-permissions", "-C"])
-            .arg(dest)
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(SourceError::io("running tar"))?;
-        let (Some(stdout), Some(mut stdin)) = (archive.stdout.take(), tar.stdin.take()) else {
-            return Err(SourceError::io("exporting a checkout")(std::io::Error::other(
-                "no pipe",
-            )));
-        };
-        let limit = self.limits.max_checkout_bytes;
-        let copy = async {
-            // One byte more than the limit tells a tree at the limit from a larger one.
-            let mut bounded = stdout.take(limit.saturating_add(1));
-            let copied = tokio::io::copy(&mut bounded, &mut stdin).await;
-            drop(stdin);
-            copied
-        };
-        // Both error streams are read while the tree streams: a tool blocked writing its complaints
-        // would stop reading its input and stall the copy.
-        let work = async { tokio::join!(copy, drain(archive.stderr.take()), drain(tar.stderr.take())) };
-        let (copied, git_stderr, tar_stderr) = match tokio::time::timeout(self.timeout, work).await {
-            Ok(done) => done,
-            Err(_) => return Err(git.timed_out()),
-        };
-        let tar_failed = |stderr: &[u8]| SourceError::Io {
-            context: format!("extracting a checkout into {}", dest.display()),
-            source: std::io::Error::other(String::from_utf8_lossy(stderr).trim().to_string()),
-        };
-        let copied = match copied {
-            Ok(copied) => copied,
-            // tar stopped reading: what it said is the reason.
-            Err(err) if !tar_stderr.is_empty() => {
-                tracing::debug!("copying into tar: {err}");
-                return Err(tar_failed(&tar_stderr));
-            }
-            Err(err) => return Err(SourceError::io("extracting a checkout")(err)),
-        };
-        if copied > limit {
-            return Err(SourceError::TooLarge {
-                what: SizeLimit::Checkout,
-                url: redact(&repo.url, &[]),
-                limit_mib: limit >> 20,
-            });
-        }
-        let waited = tokio::time::timeout(self.timeout, async { tokio::join!(archive.wait(), tar.wait()) }).await;
-        let Ok((archived, extracted)) = waited else {
-            return Err(git.timed_out());
-        };
-        let archived = archived.map_err(SourceError::io("waiting for git archive"))?;
-        git.check(&archived, &git_stderr)?;
-        let extracted = extracted.map_err(SourceError::io("waiting for tar"))?;
-        if !extracted.success() {
-            return Err(tar_failed(&tar_stderr));
-        }
-        Ok(())
-    }
-
-    /// Remove the least recently used checkouts of `repo` that nobody holds, beyond the limit.
-    fn evict(&self, repo: &Repo, state: &mut RepoState) {
-        if !state.scanned {
-            state.scanned = true;
-            // Checkouts left by an earlier run are the first to go; half-written ones go now.
-            for entry in std::fs::read_dir(&repo.checkouts).into_iter().flatten().flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if is_full_sha(&name) {
-                    state.checkouts.entry(name).or_insert_with(|| Kept {
-                        used: None,
-                        lease: Arc::new(()),
-                    });
-                } else if name.starts_with('.') && name.ends_with(".tmp") {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        while state.checkouts.len() > self.limits.max_checkouts {
-            let Some(oldest) = state
-                .checkouts
-                .iter()
-                .filter(|(_, kept)| Arc::strong_count(&kept.lease) == 1)
-                .min_by_key(|(_, kept)| kept.used)
-                .map(|(sha, _)| sha.clone())
-            else {
-                break;
-            };
-            state.checkouts.remove(&oldest);
-            let dir = repo.checkouts.join(&oldest);
-            match std::fs::remove_dir_all(&dir) {
-                Ok(()) => tracing::debug!(url = %redact(&repo.url, &[]), sha = %oldest, "checkout evicted"),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => tracing::warn!(dir = %dir.display(), "removing an evicted checkout: {err}"),
-            }
-        }
+        state.checkouts.checkout(&place, sha).await
     }
 
     /// Checkouts of `url` on disk.
     pub fn checkouts_on_disk(&self, url: &str) -> usize {
-        let repo = self.repo(url);
-        std::fs::read_dir(&repo.checkouts)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| is_full_sha(&e.file_name().to_string_lossy()))
-            .count()
+        checkout::on_disk(&self.repo(url).checkouts)
     }
 
     async fn init(&self, repo: &Repo, state: &mut RepoState) -> Result<()> {
@@ -569,10 +361,6 @@ fn match_ref(refs: &[(String, String)], revision: &str) -> Option<(String, Strin
         .find_map(|name| find(name).map(|sha| (sha, name.trim_end_matches("^{}").to_string())))
 }
 
-fn is_full_sha(s: &str) -> bool {
-    s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit())
-}
-
 fn is_short_sha(s: &str) -> bool {
     (4..40).contains(&s.len()) && s.chars().all(|c| c.is_ascii_hexdigit())
 }
@@ -594,32 +382,6 @@ fn dir_name(url: &str) -> String {
         .take(40)
         .collect();
     format!("{}-{hash:016x}", tail.trim_start_matches('.'))
-}
-
-/// A staging directory, removed when dropped unless it was renamed into place.
-struct Staging(PathBuf);
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Read `stream` to its end, keeping its first 64 KiB (a tool's complaints, for the error message).
-async fn drain(stream: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
-    use tokio::io::AsyncReadExt;
-    const KEPT: usize = 64 * 1024;
-    let mut kept = Vec::new();
-    let Some(mut stream) = stream else { return kept };
-    let mut chunk = [0u8; 8192];
-    while let Ok(n) = stream.read(&mut chunk).await {
-        if n == 0 {
-            break;
-        }
-        let room = KEPT.saturating_sub(kept.len());
-        kept.extend_from_slice(&chunk[..n.min(room)]);
-    }
-    kept
 }
 
 /// Bytes of the files under `dir` (not following symbolic links).

@@ -467,6 +467,11 @@ fn write_private(dir: &Path, name: &str, contents: &str) -> std::io::Result<()> 
     f.write_all(contents.as_bytes())
 }
 
+/// Whether `s` is a full (40 hex digits) commit SHA.
+pub fn is_full_sha(s: &str) -> bool {
+    s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

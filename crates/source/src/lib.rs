@@ -15,12 +15,16 @@
 //! every error message.
 
 mod cache;
+mod checkout;
 mod credentials;
 mod git;
+mod limits;
 
-pub use cache::{CacheStats, Checkout, Limits, RepoCache, Resolved, SizeLimit};
+pub use cache::{CacheStats, RepoCache, Resolved};
+pub use checkout::Checkout;
 pub use credentials::Credentials;
 pub use git::{check_url, redact};
+pub use limits::{Limits, SizeLimit};
 
 /// What can go wrong reading a repository. Messages name the repository and never contain secrets.
 #[derive(Debug, thiserror::Error)]

@@ -1,8 +1,8 @@
 //! Why a sync, or one of its tasks, failed. Each error's message is what the operation records (the
 //! API server's answers as [`describe_kube_error`] words them); the underlying error is its source.
 
-use capstan_compare::annotations::AnnotationError;
-use capstan_compare::{ObjectKey, describe_kube_error};
+use capstan_kube::annotations::AnnotationError;
+use capstan_kube::{ObjectKey, describe_kube_error};
 
 /// Why the operation's record (see [`Recorded`](crate::Recorded)) is not there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

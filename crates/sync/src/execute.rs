@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use capstan_api::application::ResourceResult;
-use capstan_compare::annotations::Phase;
-use capstan_compare::{Comparison, ObjectKey, ResourceState};
+use capstan_compare::{Comparison, ResourceState};
 use capstan_health::HealthCode;
+use capstan_kube::ObjectKey;
+use capstan_kube::annotations::Phase;
 use futures::{StreamExt, stream};
 use serde_json::Value;
 use tokio::sync::watch;

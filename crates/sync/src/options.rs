@@ -57,7 +57,7 @@ impl SyncOptions {
 
     /// The options of an object's `sync-options` annotation (the defaults without one).
     pub fn of_object(obj: &Value) -> Self {
-        Self::parse(capstan_compare::annotations::get(obj, labels::SYNC_OPTIONS))
+        Self::parse(capstan_kube::annotations::get(obj, labels::SYNC_OPTIONS))
     }
 
     fn set(&mut self, word: &str) {

@@ -1,7 +1,8 @@
 //! Ordering a sync into tasks: phase → wave → kind → name.
 
-use capstan_compare::annotations::{self, AnnotationError, HookSpec, Phase};
-use capstan_compare::{ObjectKey, ResourceState, SyncCode};
+use capstan_compare::{ResourceState, SyncCode};
+use capstan_kube::ObjectKey;
+use capstan_kube::annotations::{self, AnnotationError, HookSpec, Phase};
 
 use crate::options::SyncOptions;
 
@@ -188,7 +189,7 @@ pub fn waves(tasks: &[Task]) -> Vec<&[Task]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capstan_compare::KindInfo;
+    use capstan_kube::KindInfo;
     use kube::core::GroupVersionKind;
     use kube::discovery::ApiResource;
     use serde_json::{Value, json};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use capstan_api::applicationset::{ApplicationSetApplicationStatus, ApplicationsSyncPolicy};
 use capstan_api::operation::{Operation, SyncOperation};
 use capstan_api::{Application, ApplicationSet};
-use capstan_compare::describe_kube_error;
+use capstan_kube::describe_kube_error;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kube::ResourceExt;

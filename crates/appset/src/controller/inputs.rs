@@ -197,7 +197,7 @@ pub async fn checkout(
     force: bool,
 ) -> Result<capstan_source::Checkout, CheckoutError> {
     check_not_in_cache(&source.repo_url, cache_root)?;
-    let creds = capstan_controller::credentials::for_repo(client, namespace, &source.repo_url)
+    let creds = capstan_cluster::repository::for_repo(client, namespace, &source.repo_url)
         .await
         .unwrap_or_else(Credentials::none);
     let resolved = repos.resolve(&source.repo_url, &source.revision, &creds, force).await?;

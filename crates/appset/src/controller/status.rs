@@ -153,7 +153,7 @@ pub(super) async fn write_status(
     }
     let old = serde_json::to_value(&before).unwrap_or(Value::Null);
     let new = serde_json::to_value(status).unwrap_or(Value::Null);
-    let patch = json!({"status": capstan_controller::reconcile::merge_patch(&old, &new)});
+    let patch = json!({"status": capstan_kube::merge_patch(&old, &new)});
     api.patch_status(&set.name_any(), &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(|_| ())

@@ -8,7 +8,7 @@ use std::time::Instant;
 use capstan_api::Application;
 use capstan_api::application::ApplicationStatus;
 use capstan_api::operation::Operation;
-use capstan_compare::ObjectKey;
+use capstan_kube::ObjectKey;
 use kube::ResourceExt;
 use serde_json::Value;
 

@@ -5,7 +5,8 @@
 use capstan_api::Application;
 use capstan_api::application::{ApplicationSource, ApplicationStatus, RevisionHistory};
 use capstan_api::operation::Operation;
-use capstan_compare::{Comparison, ObjectKey, SyncCode};
+use capstan_compare::{Comparison, SyncCode};
+use capstan_kube::ObjectKey;
 use capstan_sync::SyncOptions;
 
 use crate::context::Ctx;

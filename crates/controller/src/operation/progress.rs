@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
-use capstan_compare::describe_kube_error;
+use capstan_kube::describe_kube_error;
 use capstan_sync::{Progress, Recorded};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;

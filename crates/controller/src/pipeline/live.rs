@@ -8,7 +8,7 @@ use capstan_api::application::ResourceStatus;
 use capstan_api::labels::TRACKING_LABEL;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::{self, Tracking};
-use capstan_compare::{Discovery, KindInfo, ObjectKey, describe_kube_error};
+use capstan_kube::{Discovery, KindInfo, ObjectKey};
 use futures::{StreamExt, stream};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -47,7 +47,7 @@ pub async fn prepare(
             Ok(None) => crds
                 .iter()
                 .find_map(|crd| Discovery::from_crd(crd, &api_version, &kind)),
-            Err(e) => return Err(PipelineError::Destination(e.to_string())),
+            Err(e) => return Err(PipelineError::Discovery(e)),
         };
         infos.insert(key, info);
     }
@@ -69,10 +69,9 @@ pub async fn prepare(
         }
     }
     if !unknown.is_empty() {
-        return Err(PipelineError::Comparison(format!(
-            "the destination does not know these kinds: {}",
-            unknown.into_iter().collect::<Vec<_>>().join(", ")
-        )));
+        return Err(PipelineError::UnknownKinds {
+            kinds: unknown.into_iter().collect(),
+        });
     }
     Ok(out)
 }
@@ -173,7 +172,7 @@ pub async fn live_objects(
                         .collect()),
                     // A CRD not established yet: nothing of the kind exists.
                     Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
-                    Err(e) => Err(listing_failed(&info, &e)),
+                    Err(e) => Err(listing_failed(&info, e)),
                 }
             }
         })
@@ -224,7 +223,7 @@ pub async fn live_objects(
                     .map(|v| (v, info.clone())),
             ),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(listing_failed(&info, &e)),
+            Err(e) => return Err(listing_failed(&info, e)),
         }
     }
     // Indices, not references, as stream items: closures over borrowed items are not `Send` for
@@ -250,10 +249,10 @@ pub async fn live_objects(
                     Ok(None) => Ok(None),
                     // Also a 404 for the kind itself (a CRD applied in this same sync).
                     Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                    Err(e) => Err(PipelineError::Destination(format!(
-                        "reading {key}: {}",
-                        describe_kube_error(&e)
-                    ))),
+                    Err(source) => Err(PipelineError::Read {
+                        key: Box::new(key),
+                        source,
+                    }),
                 }
             }
         })
@@ -273,8 +272,11 @@ pub fn namespace_of(obj: &Value) -> String {
         .to_string()
 }
 
-fn listing_failed(info: &KindInfo, err: &kube::Error) -> PipelineError {
-    PipelineError::Destination(format!("listing {}: {}", info.resource.kind, describe_kube_error(err)))
+fn listing_failed(info: &KindInfo, source: kube::Error) -> PipelineError {
+    PipelineError::List {
+        kind: info.resource.kind.clone(),
+        source,
+    }
 }
 
 /// List items come without apiVersion/kind; put them back.

@@ -12,19 +12,20 @@ use capstan_api::Application;
 use capstan_api::application::ApplicationSource;
 use capstan_api::application::{HealthStatus, ResourceStatus};
 use capstan_api::project::AppProjectSpec;
+use capstan_compare::Comparison;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::Tracking;
-use capstan_compare::{Comparison, KindInfo, ObjectKey, describe_kube_error};
 use capstan_health::HealthCode;
+use capstan_kube::{KindInfo, ObjectKey};
 use capstan_render::{RefSource, RenderRequest, Renderer};
 use capstan_source::{Checkout, Credentials, RepoCache};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::clusters::{Clusters, Destination};
-use crate::credentials;
 use crate::error::PipelineError;
 use crate::projects::Projects;
+use capstan_cluster::repository;
 
 mod live;
 mod revision;
@@ -172,11 +173,11 @@ impl Pipeline {
             Some(r) if app.spec.is_multi_source() => {
                 let each = revision::split(r);
                 if each.len() != sources.len() {
-                    return Err(PipelineError::InvalidSpec(format!(
-                        "revision {r:?} names {} revisions for {} sources (one per source, comma-separated)",
-                        each.len(),
-                        sources.len()
-                    )));
+                    return Err(PipelineError::RevisionCount {
+                        revision: r.to_string(),
+                        given: each.len(),
+                        sources: sources.len(),
+                    });
                 }
                 each.into_iter().map(Some).collect()
             }
@@ -189,30 +190,25 @@ impl Pipeline {
             let field = source_field(app, i);
             let url = source.repo_url.as_str();
             if url.trim().is_empty() {
-                return Err(PipelineError::InvalidSpec(format!("{field}.repoURL is empty")));
+                return Err(PipelineError::EmptyRepoUrl { field });
             }
             if source.is_chart() {
-                return Err(PipelineError::InvalidSpec(format!(
-                    "{field}.chart: charts from Helm repositories are not supported yet"
-                )));
+                return Err(PipelineError::ChartsNotSupported { field });
             }
             let local_path = url
                 .strip_prefix("file://")
                 .or(if url.starts_with('/') { Some(url) } else { None });
             if local_path.is_some_and(|p| is_within(std::path::Path::new(p), &self.cache_dir)) {
-                return Err(PipelineError::InvalidSpec(format!(
-                    "repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories"
-                )));
+                return Err(PipelineError::RepoInCache { url: url.to_string() });
             }
-            capstan_project::check_source(&project, &rules, url)
-                .map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
+            capstan_project::check_source(&project, &rules, url)?;
             let creds = self.credentials(url).await;
             let revision = revision.unwrap_or(&source.target_revision);
             let git = self
                 .repos
                 .resolve(url, revision, &creds, force)
                 .await
-                .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+                .map_err(PipelineError::from)?;
             resolved.push(SourceRevision::Git(git));
         }
         Ok(Resolved {
@@ -222,7 +218,7 @@ impl Pipeline {
     }
 
     async fn credentials(&self, url: &str) -> Credentials {
-        credentials::for_repo(&self.client, &self.namespace, url)
+        repository::for_repo(&self.client, &self.namespace, url)
             .await
             .unwrap_or_default()
     }
@@ -291,20 +287,19 @@ impl Pipeline {
         let (client, discovery) = (&dest.client, &dest.discovery);
         let (project, rules) = self.projects.get(&app.spec.project).await?;
         let namespace = app.spec.destination.namespace.clone();
-        capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)
-            .map_err(|v| PipelineError::InvalidSpec(v.to_string()))?;
+        capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)?;
         let sources = app.spec.sources();
         let trees = self.checkouts(sources, &resolved).await?;
         let kube_version = discovery.server_version().await;
         if kube_version.is_none() {
             // Reachability is checked here so an unreachable destination is reported as such.
-            client.apiserver_version().await.map_err(|e| {
-                PipelineError::Destination(format!(
-                    "{} is unreachable: {}",
-                    dest.describe(),
-                    describe_kube_error(&e)
-                ))
-            })?;
+            client
+                .apiserver_version()
+                .await
+                .map_err(|source| PipelineError::NoAnswer {
+                    destination: dest.describe(),
+                    source,
+                })?;
         }
         // Helm charts may ask which APIs the destination serves (`.Capabilities.APIVersions`).
         let helm = sources.iter().zip(&trees).any(|(source, tree)| {
@@ -313,7 +308,12 @@ impl Pipeline {
         let api_versions = if helm {
             match discovery.api_versions().await {
                 Ok(list) => list.as_ref().clone(),
-                Err(err) => return Err(PipelineError::Destination(format!("{}: {err}", dest.describe()))),
+                Err(source) => {
+                    return Err(PipelineError::ApiVersions {
+                        destination: dest.describe(),
+                        source,
+                    });
+                }
             }
         } else {
             Vec::new()
@@ -349,11 +349,12 @@ impl Pipeline {
                 } else {
                     String::new()
                 };
-                PipelineError::Comparison(format!(
-                    "rendering {which}{} at {}: {e}",
-                    display_path(&source.path),
-                    short(revision.id())
-                ))
+                PipelineError::Render {
+                    which,
+                    path: display_path(&source.path).to_string(),
+                    revision: short(revision.id()),
+                    source: Box::new(e),
+                }
             })?;
             objects.extend(rendered.objects);
         }
@@ -398,7 +399,7 @@ impl Pipeline {
             let tree = match revision {
                 SourceRevision::Git(git) => self.repos.checkout(&source.repo_url, &git.sha).await,
             };
-            trees.push(tree.map_err(|e| PipelineError::Comparison(e.to_string()))?);
+            trees.push(tree?);
         }
         Ok(trees)
     }
@@ -423,9 +424,8 @@ async fn conclude(
     live: Vec<(Value, KindInfo)>,
     tracking: &Tracking,
 ) -> Result<AppState, PipelineError> {
-    let comparison = capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences)
-        .await
-        .map_err(|e| PipelineError::Comparison(e.to_string()))?;
+    let comparison =
+        capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences).await?;
     let (resources, health) = summarize(&comparison);
     let (project_violations, prune_violations, create_namespace_violation) =
         project_violations(project, rules, &dest, app, &comparison);

@@ -4,8 +4,9 @@
 
 use capstan_api::Application;
 use capstan_api::project::AppProjectSpec;
+use capstan_compare::Comparison;
 use capstan_compare::diff::Desired;
-use capstan_compare::{Comparison, ObjectKey};
+use capstan_kube::ObjectKey;
 use kube::ResourceExt;
 use serde_json::Value;
 
@@ -219,9 +220,9 @@ pub fn check_namespaces(dest: &Destination, desired: &[Desired]) -> Result<(), P
         .as_ref()
         .map(|s| s.namespaces.join(", "))
         .unwrap_or_default();
-    Err(PipelineError::InvalidSpec(format!(
-        "{} is registered for namespaces [{allowed}] only; refusing {}",
-        dest.describe(),
-        refused.join(", ")
-    )))
+    Err(PipelineError::NamespacesRefused {
+        destination: dest.describe(),
+        allowed,
+        refused,
+    })
 }

@@ -182,7 +182,7 @@ pub async fn build(state: &State, app: &Application) -> Result<Vec<TreeNode>, Ap
                 serde_json::to_value(o).ok()
             })),
             Err(err) => {
-                tracing::debug!(kind = %ar.kind, err = %capstan_compare::describe_kube_error(&err), "listing tree children")
+                tracing::debug!(kind = %ar.kind, err = %capstan_kube::describe_kube_error(&err), "listing tree children")
             }
         }
     }

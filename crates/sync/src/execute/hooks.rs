@@ -3,10 +3,10 @@
 use std::time::{Duration, Instant};
 
 use capstan_compare::ResourceState;
-use capstan_compare::annotations::{self, DeletePolicy};
 use capstan_compare::diff::FIELD_MANAGER;
 use capstan_compare::normalize::owner;
 use capstan_health::HealthCode;
+use capstan_kube::annotations::{self, DeletePolicy};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::Value;
 

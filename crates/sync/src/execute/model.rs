@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::application::ResourceResult;
-use capstan_compare::{ObjectKey, OwnWrites};
+use capstan_kube::{ObjectKey, OwnWrites};
 use serde_json::Value;
 use tokio::sync::Semaphore;
 

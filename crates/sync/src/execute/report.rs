@@ -47,8 +47,8 @@ pub(super) fn result(task: &Task, state: &ResourceState, status: &str, message: 
 
 #[cfg(test)]
 mod tests {
-    use capstan_compare::ObjectKey;
-    use capstan_compare::annotations::Phase;
+    use capstan_kube::ObjectKey;
+    use capstan_kube::annotations::Phase;
 
     use super::*;
 

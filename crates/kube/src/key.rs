@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::{CompareError, Result};
+use crate::{KubeError, Result};
 
 /// Identifies one object in one cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,7 +31,7 @@ impl ObjectKey {
             .or_else(|| meta.and_then(|m| m.get("generateName")).and_then(Value::as_str))
             .unwrap_or("");
         if api_version.is_empty() || kind.is_empty() || name.is_empty() {
-            return Err(CompareError::InvalidObject {
+            return Err(KubeError::InvalidObject {
                 what: format!("{kind}/{name}"),
                 message: "apiVersion, kind and metadata.name (or generateName) are required".into(),
             });

@@ -1,5 +1,5 @@
 //! Repository credentials from Secrets labelled `capstan.dev/secret-type: repository` in Capstan's
-//! namespace (keys `url`, `username`, `password`, `sshPrivateKey`, `knownHosts`, `ca.crt`, `insecure`), chosen by
+//! namespace (read as [`secret`](crate::secret) reads cluster Secrets) (keys `url`, `username`, `password`, `sshPrivateKey`, `knownHosts`, `ca.crt`, `insecure`), chosen by
 //! the longest `url` that prefixes the repository URL — the same layout as Argo CD's repository Secrets.
 
 use capstan_api::labels::SECRET_TYPE_LABEL;

@@ -10,7 +10,7 @@ use kube::Client;
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiResource, Scope};
 
-use crate::{CompareError, Result, describe_kube_error, key::group_of};
+use crate::{KubeError, Result, describe_kube_error, key::group_of};
 
 /// A kind as the destination serves it.
 #[derive(Debug, Clone)]
@@ -70,9 +70,9 @@ impl Discovery {
             }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(kube::Error::Discovery(_)) => Ok(None),
-            Err(err) => Err(CompareError::Kube {
+            Err(source) => Err(KubeError::Request {
                 context: format!("discovering {kind} in {api_version}"),
-                message: describe_kube_error(&err),
+                source,
             }),
         }
     }
@@ -81,7 +81,7 @@ impl Discovery {
     pub async fn require(&self, api_version: &str, kind: &str, object: &str) -> Result<KindInfo> {
         self.resolve(api_version, kind)
             .await?
-            .ok_or_else(|| CompareError::UnknownKind {
+            .ok_or_else(|| KubeError::UnknownKind {
                 api_version: api_version.into(),
                 kind: kind.into(),
                 object: object.into(),
@@ -134,9 +134,9 @@ impl Discovery {
         {
             return Ok(list.clone());
         }
-        let failed = |err: kube::Error| CompareError::Kube {
+        let failed = |source: kube::Error| KubeError::Request {
             context: "discovering the cluster's APIs".into(),
-            message: describe_kube_error(&err),
+            source,
         };
         let core = self.client.list_core_api_versions().await.map_err(failed)?;
         let groups = self.client.list_api_groups().await.map_err(failed)?;

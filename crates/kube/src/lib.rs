@@ -1,0 +1,28 @@
+//! Shared Kubernetes helpers of Capstan's crates: nothing here compares, syncs or reconciles.
+//!
+//! - [`key`]: the identity of an object ([`ObjectKey`]: group, kind, namespace, name).
+//! - [`discovery`]: resolving `apiVersion` + `kind` through API discovery, cached per cluster
+//!   ([`Discovery`], [`KindInfo`]), and the list of APIs a cluster serves.
+//! - [`own_writes`]: the versions of objects Capstan itself wrote ([`OwnWrites`]), so a watch can
+//!   tell the echo of its own write from someone else's change.
+//! - [`annotations`]: the per-object annotations that steer sync and compare (sync wave, hooks,
+//!   sync and compare options) with their Argo CD aliases.
+//! - [`patch`]: the RFC 7386 merge patch between two versions of a status ([`merge_patch`]).
+//! - [`error`]: what these helpers fail with ([`KubeError`]) and how an API server's error is worded
+//!   for users ([`describe_kube_error`]).
+
+pub mod annotations;
+pub mod discovery;
+pub mod error;
+pub mod key;
+pub mod own_writes;
+pub mod patch;
+
+pub use discovery::{Discovery, KindInfo};
+pub use error::{KubeError, describe_kube_error};
+pub use key::ObjectKey;
+pub use own_writes::OwnWrites;
+pub use patch::merge_patch;
+
+/// Result alias for this crate.
+pub type Result<T, E = KubeError> = std::result::Result<T, E>;
