@@ -79,9 +79,9 @@ pub enum PipelineError {
         path: String,
         /// The short commit.
         revision: String,
-        /// Why.
+        /// Why (boxed: a render error is large, and this enum is returned everywhere).
         #[source]
-        source: capstan_render::RenderError,
+        source: Box<capstan_render::RenderError>,
     },
     /// Rendered kinds the destination does not serve.
     #[error("the destination does not know these kinds: {}", .kinds.join(", "))]
@@ -89,9 +89,10 @@ pub enum PipelineError {
         /// Each kind with its object, API version and, for removed APIs, the replacement.
         kinds: Vec<String>,
     },
-    /// The comparison failed.
+    /// The comparison failed (boxed: a comparison error is large, and this enum is returned
+    /// everywhere).
     #[error(transparent)]
-    Compare(#[from] capstan_compare::CompareError),
+    Compare(Box<capstan_compare::CompareError>),
 
     // The destination cluster cannot be reached or read (`ComparisonError`, health Unknown).
     /// The cluster's last probe failed.
@@ -137,9 +138,9 @@ pub enum PipelineError {
     Read {
         /// The object.
         key: ObjectKey,
-        /// What the API server answered.
+        /// What the API server answered (boxed: with the key, the variant would be large).
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The cluster Secrets could not be listed.
     #[error("listing cluster Secrets: {}", describe_kube_error(.0))]
@@ -156,6 +157,12 @@ pub enum PipelineError {
         #[source]
         source: kube::Error,
     },
+}
+
+impl From<capstan_compare::CompareError> for PipelineError {
+    fn from(err: capstan_compare::CompareError) -> Self {
+        PipelineError::Compare(Box::new(err))
+    }
 }
 
 /// What a [`PipelineError`] is about, which decides its condition and the health it leaves.

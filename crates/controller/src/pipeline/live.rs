@@ -249,7 +249,10 @@ pub async fn live_objects(
                     Ok(None) => Ok(None),
                     // Also a 404 for the kind itself (a CRD applied in this same sync).
                     Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                    Err(source) => Err(PipelineError::Read { key, source }),
+                    Err(source) => Err(PipelineError::Read {
+                        key,
+                        source: Box::new(source),
+                    }),
                 }
             }
         })

@@ -296,7 +296,7 @@ impl Pipeline {
             .map_err(|source_err| PipelineError::Render {
                 path: display_path(&source.path).to_string(),
                 revision: short(&resolved.sha).to_string(),
-                source: source_err,
+                source: Box::new(source_err),
             })?;
 
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
