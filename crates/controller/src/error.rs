@@ -100,7 +100,7 @@ pub enum PipelineError {
         path: String,
         /// The short commit.
         revision: String,
-        /// Why (boxed: the largest variant by far).
+        /// Why (boxed: a render error is large, and this enum is returned everywhere).
         #[source]
         source: Box<capstan_render::RenderError>,
     },
@@ -110,7 +110,8 @@ pub enum PipelineError {
         /// Each kind with its object, API version and, for removed APIs, the replacement.
         kinds: Vec<String>,
     },
-    /// The comparison failed.
+    /// The comparison failed (boxed: a comparison error is large, and this enum is returned
+    /// everywhere).
     #[error(transparent)]
     Compare(Box<capstan_compare::CompareError>),
 
@@ -156,11 +157,11 @@ pub enum PipelineError {
     /// Reading one live object failed.
     #[error("reading {key}: {}", describe_kube_error(.source))]
     Read {
-        /// The object (boxed: the error stays small).
-        key: Box<ObjectKey>,
-        /// What the API server answered.
+        /// The object.
+        key: ObjectKey,
+        /// What the API server answered (boxed: with the key, the variant would be large).
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The cluster Secrets could not be listed.
     #[error("listing cluster Secrets: {}", describe_kube_error(.0))]
@@ -180,9 +181,8 @@ pub enum PipelineError {
 }
 
 impl From<capstan_compare::CompareError> for PipelineError {
-    fn from(e: capstan_compare::CompareError) -> Self {
-        // Boxed: a comparison error is large, and every pass returns this type.
-        PipelineError::Compare(Box::new(e))
+    fn from(err: capstan_compare::CompareError) -> Self {
+        PipelineError::Compare(Box::new(err))
     }
 }
 

@@ -6,6 +6,10 @@ use std::path::PathBuf;
 /// Why rendering an Application's source failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
+    /// The error of a render this caller waited for (another caller asked for the same render
+    /// first); see [`RenderError::root`] for what it is.
+    #[error(transparent)]
+    Shared(std::sync::Arc<RenderError>),
     /// A path in the source (or a file it references) is absolute.
     #[error("path {path:?} is absolute; only paths inside the repository are allowed")]
     AbsolutePath {
@@ -260,6 +264,14 @@ pub enum RenderError {
 }
 
 impl RenderError {
+    /// The error itself, whether this caller rendered or waited for another caller's render.
+    pub fn root(&self) -> &RenderError {
+        match self {
+            RenderError::Shared(shared) => shared.root(),
+            other => other,
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         RenderError::Io {
             context: context.into(),

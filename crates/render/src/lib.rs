@@ -148,7 +148,7 @@ pub struct Renderer {
     /// One lock per cache key being rendered: callers asking for the same result at once (an
     /// Application's reconcile and a burst of `/diff` requests) wait for one render instead of
     /// starting their own.
-    in_flight: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    in_flight: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Flight>>>,
     activity: Activity,
 }
 
@@ -179,16 +179,44 @@ impl Drop for Running<'_> {
     }
 }
 
-/// A caller's hold on the lock of one cache key; the map forgets the lock when its last holder goes.
+/// The renders of one cache key while callers want it: the lock that lets one of them render at a
+/// time, and how the last render ended, so that the callers who waited for a failed render get its
+/// error instead of running the tool again. It lives only while callers hold it (see [`KeyLease`]),
+/// so a failure is never remembered beyond the callers that waited for it.
+#[derive(Default)]
+struct Flight {
+    /// Held while rendering; the error of the last render under it when that render failed with
+    /// callers waiting.
+    lock: tokio::sync::Mutex<Option<std::sync::Arc<RenderError>>>,
+    /// Renders finished under this flight.
+    finished: std::sync::atomic::AtomicU64,
+}
+
+/// A caller's hold on the flight of one cache key; the map forgets the flight when its last holder
+/// goes.
 struct KeyLease<'a> {
     renderer: &'a Renderer,
-    lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    flight: std::sync::Arc<Flight>,
     key: String,
+    /// Renders finished under the flight when this caller joined it.
+    joined: u64,
+}
+
+impl KeyLease<'_> {
+    /// Whether a render ended while this caller waited.
+    fn rendered_meanwhile(&self) -> bool {
+        self.flight.finished.load(std::sync::atomic::Ordering::SeqCst) != self.joined
+    }
+
+    /// Whether other callers hold the flight (the map holds one reference, this caller another).
+    fn others_wait(&self) -> bool {
+        std::sync::Arc::strong_count(&self.flight) > 2
+    }
 }
 
 impl Drop for KeyLease<'_> {
     fn drop(&mut self) {
-        self.renderer.release_key(&self.key, &self.lock);
+        self.renderer.release_key(&self.key, &self.flight);
     }
 }
 
@@ -328,41 +356,66 @@ impl Renderer {
             return Ok(hit);
         }
 
-        // One render per key at a time: whoever waited finds the result in the cache.
-        // Released on every way out, a caller that stops waiting included.
-        let key_lock = KeyLease {
-            renderer: self,
-            lock: self.key_lock(&key),
-            key: key.clone(),
-        };
-        let _rendering = key_lock.lock.lock().await;
+        // One render per key at a time: whoever waited finds the result in the cache, or the
+        // error of the render it waited for. Released on every way out, a caller that stops
+        // waiting included.
+        let lease = self.join_flight(&key);
+        let mut last_error = lease.flight.lock.lock().await;
         // Read before the second lookup: a result rendered across an invalidation is not stored.
         let epoch = self.cache.epoch();
         if let Some(hit) = self.cache.peek(&key) {
             tracing::debug!(path = %app_rel, revision = cache_key_revision, %tool, "rendered meanwhile by another caller");
             return Ok(hit);
         }
-        let result = self.run(req, &root, &app_rel, tool, binary, cache_key_revision).await;
-        if let Ok(rendered) = &result {
-            let scope = cache_scope(&source.repo_url, &app_rel, req.app_name, req.namespace);
-            if !self.cache.insert(key.clone(), scope, rendered.clone(), epoch) {
-                tracing::debug!(path = %app_rel, revision = cache_key_revision, "render result not cached");
-            }
+        if lease.rendered_meanwhile()
+            && let Some(err) = last_error.as_ref()
+        {
+            tracing::debug!(path = %app_rel, revision = cache_key_revision, %tool, "failed meanwhile for another caller");
+            return Err(RenderError::Shared(err.clone()));
         }
+        let result = match self.run(req, &root, &app_rel, tool, binary, cache_key_revision).await {
+            Ok(rendered) => {
+                let scope = cache_scope(&source.repo_url, &app_rel, req.app_name, req.namespace);
+                if !self.cache.insert(key.clone(), scope, rendered.clone(), epoch) {
+                    tracing::debug!(path = %app_rel, revision = cache_key_revision, "render result not cached");
+                }
+                *last_error = None;
+                Ok(rendered)
+            }
+            // Callers wait for this render: they get the same error rather than running the tool
+            // again (a broken chart asked for by many Applications at once fails once).
+            Err(err) if lease.others_wait() => {
+                let shared = std::sync::Arc::new(err);
+                *last_error = Some(shared.clone());
+                Err(RenderError::Shared(shared))
+            }
+            Err(err) => {
+                *last_error = None;
+                Err(err)
+            }
+        };
+        lease.flight.finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         result
     }
 
-    /// The lock of one cache key, created on first use.
-    fn key_lock(&self, key: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    /// Join the flight of one cache key, created on first use.
+    fn join_flight(&self, key: &str) -> KeyLease<'_> {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        in_flight.entry(key.to_string()).or_default().clone()
+        let flight = in_flight.entry(key.to_string()).or_default().clone();
+        let joined = flight.finished.load(std::sync::atomic::Ordering::SeqCst);
+        KeyLease {
+            renderer: self,
+            flight,
+            key: key.to_string(),
+            joined,
+        }
     }
 
-    /// Forget the lock of `key` once nobody else waits on it.
-    fn release_key(&self, key: &str, lock: &std::sync::Arc<tokio::sync::Mutex<()>>) {
+    /// Forget the flight of `key` once nobody else holds it.
+    fn release_key(&self, key: &str, flight: &std::sync::Arc<Flight>) {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         // Two references: the map's and the caller's.
-        if std::sync::Arc::strong_count(lock) <= 2 {
+        if std::sync::Arc::strong_count(flight) <= 2 {
             in_flight.remove(key);
         }
     }
@@ -457,7 +510,7 @@ impl Renderer {
         self.cache.stats()
     }
 
-    /// Cache keys with a render under way or waited for (their locks).
+    /// Cache keys with a render under way or waited for (their flights).
     pub fn keys_in_flight(&self) -> usize {
         self.in_flight
             .lock()

@@ -405,6 +405,55 @@ async fn a_burst_of_identical_requests_renders_once() {
     assert_eq!(renderer.activity().runs, 1, "one render served all 24 callers");
 }
 
+/// A chart that takes Helm a moment to render and then fails.
+fn slow_broken_chart(repo: &Repo) {
+    repo.file("chart/Chart.yaml", "apiVersion: v2\nname: broken\nversion: 0.1.0\n")
+        .file(
+            "chart/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: broken}\ndata:\n  n: {{ len (until 200000) | quote }}\n  f: {{ fail \"deliberately broken chart\" }}\n",
+        );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_identical_requests_for_a_failing_render_runs_the_tool_once() {
+    let repo = Repo::new();
+    slow_broken_chart(&repo);
+    repo.file("fine/Chart.yaml", "apiVersion: v2\nname: fine\nversion: 0.1.0\n");
+    let renderer = renderer();
+    // Helm's version is asked once per process: after this render, the 20 callers below all reach
+    // the render itself at once (a failure is shared only with callers that waited for it).
+    let fine = source("fine");
+    renderer
+        .render(&request(&repo, &fine), REVISION)
+        .await
+        .expect("an empty chart renders");
+    let s = source("chart");
+    let request = request(&repo, &s);
+    let results = futures::future::join_all((0..20).map(|_| renderer.render(&request, REVISION))).await;
+    let errors: Vec<String> = results
+        .iter()
+        .map(|r| r.as_ref().expect_err("the chart fails").to_string())
+        .collect();
+    assert!(errors[0].contains("deliberately broken chart"), "{}", errors[0]);
+    assert!(
+        errors.iter().all(|e| *e == errors[0]),
+        "every caller gets the same error: {errors:?}"
+    );
+    assert!(
+        results.iter().all(|r| matches!(
+            r.as_ref().map_err(RenderError::root),
+            Err(RenderError::ToolFailed { .. })
+        )),
+        "the error is the tool's"
+    );
+    assert_eq!(renderer.activity().runs, 2, "one render failed for all 20 callers");
+    assert_eq!(renderer.keys_in_flight(), 0, "nothing of the flight is kept");
+    // The failure is not remembered beyond the callers that waited for it.
+    let again = renderer.render(&request, REVISION).await.expect_err("still broken");
+    assert_eq!(again.to_string(), errors[0]);
+    assert_eq!(renderer.activity().runs, 3, "a later request runs the tool again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renders_are_limited_to_a_few_at_once() {
     let repo = Repo::new();

@@ -250,8 +250,8 @@ pub async fn live_objects(
                     // Also a 404 for the kind itself (a CRD applied in this same sync).
                     Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
                     Err(source) => Err(PipelineError::Read {
-                        key: Box::new(key),
-                        source,
+                        key,
+                        source: Box::new(source),
                     }),
                 }
             }
