@@ -7,8 +7,22 @@ use capstan_source::Credentials;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 
+/// What a repository Secret says about one repository.
+#[derive(Debug, Clone, Default)]
+pub struct Repository {
+    /// Its credentials (and CA, and whether to skip verification).
+    pub credentials: Credentials,
+    /// OCI registries only: speak plain HTTP (`insecureOCIForceHttp: "true"`, as in Argo CD).
+    pub oci_force_http: bool,
+}
+
 /// Credentials for `url`, if a repository Secret matches it.
 pub async fn for_repo(client: &kube::Client, namespace: &str, url: &str) -> Option<Credentials> {
+    lookup(client, namespace, url).await.map(|r| r.credentials)
+}
+
+/// The repository Secret for `url` (the one with the longest matching `url`), if any.
+pub async fn lookup(client: &kube::Client, namespace: &str, url: &str) -> Option<Repository> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let list = secrets
         .list(&ListParams::default().labels(&format!("{SECRET_TYPE_LABEL}=repository")))
@@ -25,13 +39,16 @@ pub async fn for_repo(client: &kube::Client, namespace: &str, url: &str) -> Opti
         .iter()
         .filter_map(|s| field(s, "url").filter(|u| prefix_matches(u, url)).map(|u| (u.len(), s)))
         .max_by_key(|(len, _)| *len)
-        .map(|(_, s)| Credentials {
-            username: field(s, "username"),
-            password: field(s, "password"),
-            ssh_private_key: field(s, "sshPrivateKey"),
-            known_hosts: field(s, "knownHosts"),
-            tls_ca: field(s, "ca.crt").filter(|c| !c.trim().is_empty()),
-            insecure: field(s, "insecure").is_some_and(|v| v == "true"),
+        .map(|(_, s)| Repository {
+            credentials: Credentials {
+                username: field(s, "username"),
+                password: field(s, "password"),
+                ssh_private_key: field(s, "sshPrivateKey"),
+                known_hosts: field(s, "knownHosts"),
+                tls_ca: field(s, "ca.crt").filter(|c| !c.trim().is_empty()),
+                insecure: field(s, "insecure").is_some_and(|v| v == "true"),
+            },
+            oci_force_http: field(s, "insecureOCIForceHttp").is_some_and(|v| v == "true"),
         })
 }
 

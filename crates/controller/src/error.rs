@@ -25,12 +25,6 @@ pub enum PipelineError {
         /// How many sources the Application has.
         sources: usize,
     },
-    /// A chart source, which this version does not read yet.
-    #[error("{field}.chart: charts from Helm repositories are not supported yet")]
-    ChartsNotSupported {
-        /// `spec.source` or `spec.sources[i]`.
-        field: String,
-    },
     /// A local repository inside Capstan's cache.
     #[error("repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories")]
     RepoInCache {
@@ -91,6 +85,15 @@ pub enum PipelineError {
     /// The repository or revision cannot be read.
     #[error(transparent)]
     Source(#[from] capstan_source::SourceError),
+    /// A chart could not be resolved or fetched from its Helm repository or OCI registry.
+    #[error("{field}: {source}")]
+    Chart {
+        /// `spec.source` or `spec.sources[i]`.
+        field: String,
+        /// Why.
+        #[source]
+        source: capstan_source::ChartError,
+    },
     /// Rendering failed.
     #[error("rendering {which}{path} at {revision}: {source}")]
     Render {
@@ -204,7 +207,6 @@ impl PipelineError {
         match self {
             EmptyRepoUrl { .. }
             | RevisionCount { .. }
-            | ChartsNotSupported { .. }
             | RepoInCache { .. }
             | Project(_)
             | UnknownProject { .. }
@@ -212,7 +214,9 @@ impl PipelineError {
             | AmbiguousDestination { .. }
             | UnknownDestination { .. }
             | NamespacesRefused { .. } => PipelineErrorKind::InvalidSpec,
-            Source(_) | Render { .. } | UnknownKinds { .. } | Compare(_) => PipelineErrorKind::Comparison,
+            Source(_) | Chart { .. } | Render { .. } | UnknownKinds { .. } | Compare(_) => {
+                PipelineErrorKind::Comparison
+            }
             Unreachable { .. }
             | NoAnswer { .. }
             | Discovery(_)

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::Application;
-use capstan_api::application::ApplicationSource;
 use capstan_api::application::{HealthStatus, ResourceStatus};
 use capstan_api::project::AppProjectSpec;
 use capstan_compare::Comparison;
@@ -18,20 +17,21 @@ use capstan_compare::normalize::Tracking;
 use capstan_health::HealthCode;
 use capstan_kube::{KindInfo, ObjectKey};
 use capstan_render::{RefSource, RenderRequest, Renderer};
-use capstan_source::{Checkout, Credentials, RepoCache};
+use capstan_source::{ChartCache, RepoCache};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::clusters::{Clusters, Destination};
 use crate::error::PipelineError;
 use crate::projects::Projects;
-use capstan_cluster::repository;
 
 mod live;
 mod revision;
 mod rules;
+mod sources;
 
 pub use revision::{Resolved, SourceRevision, short};
+use sources::source_field;
 
 use live::{live_objects, prepare};
 use rules::{ObjectRules, check_namespaces, project_violations};
@@ -44,6 +44,9 @@ pub struct Pipeline {
     pub client: Client,
     /// The Git cache.
     pub repos: RepoCache,
+    /// Charts from Helm repositories and OCI registries: indexes shared per repository for the
+    /// refs TTL, archives cached by digest.
+    pub charts: ChartCache,
     /// The render cache.
     pub renderer: Renderer,
     /// Destination clusters.
@@ -137,6 +140,7 @@ impl Pipeline {
         refs_ttl: Duration,
     ) -> Self {
         Self {
+            charts: ChartCache::new(cache_dir.join("charts"), Duration::from_secs(120), refs_ttl),
             repos: RepoCache::new(cache_dir, Duration::from_secs(120), refs_ttl),
             renderer: Renderer::new(render_timeout),
             cache_dir: guard,
@@ -157,70 +161,6 @@ impl Pipeline {
             self.clusters.wait_ready().await;
         }
         self.clusters.lookup(app)
-    }
-
-    /// Resolve every source of `app` at `revision` (default: each source's targetRevision). For a
-    /// multi-source Application `revision` is one revision per source joined with `,`, as
-    /// [`Resolved::id`] writes it.
-    pub async fn resolve(
-        &self,
-        app: &Application,
-        revision: Option<&str>,
-        force: bool,
-    ) -> Result<Resolved, PipelineError> {
-        let sources = app.spec.sources();
-        let requested = match revision {
-            Some(r) if app.spec.is_multi_source() => {
-                let each = revision::split(r);
-                if each.len() != sources.len() {
-                    return Err(PipelineError::RevisionCount {
-                        revision: r.to_string(),
-                        given: each.len(),
-                        sources: sources.len(),
-                    });
-                }
-                each.into_iter().map(Some).collect()
-            }
-            Some(r) => vec![Some(r)],
-            None => vec![None; sources.len()],
-        };
-        let (project, rules) = self.projects.get(&app.spec.project).await?;
-        let mut resolved = Vec::with_capacity(sources.len());
-        for (i, (source, revision)) in sources.iter().zip(requested).enumerate() {
-            let field = source_field(app, i);
-            let url = source.repo_url.as_str();
-            if url.trim().is_empty() {
-                return Err(PipelineError::EmptyRepoUrl { field });
-            }
-            if source.is_chart() {
-                return Err(PipelineError::ChartsNotSupported { field });
-            }
-            let local_path = url
-                .strip_prefix("file://")
-                .or(if url.starts_with('/') { Some(url) } else { None });
-            if local_path.is_some_and(|p| is_within(std::path::Path::new(p), &self.cache_dir)) {
-                return Err(PipelineError::RepoInCache { url: url.to_string() });
-            }
-            capstan_project::check_source(&project, &rules, url)?;
-            let creds = self.credentials(url).await;
-            let revision = revision.unwrap_or(&source.target_revision);
-            let git = self
-                .repos
-                .resolve(url, revision, &creds, force)
-                .await
-                .map_err(PipelineError::from)?;
-            resolved.push(SourceRevision::Git(git));
-        }
-        Ok(Resolved {
-            sources: resolved,
-            multi: app.spec.is_multi_source(),
-        })
-    }
-
-    async fn credentials(&self, url: &str) -> Credentials {
-        repository::for_repo(&self.client, &self.namespace, url)
-            .await
-            .unwrap_or_default()
     }
 
     /// Render `app` at `resolved` and compare it with its destination, reading the live state from
@@ -289,7 +229,7 @@ impl Pipeline {
         let namespace = app.spec.destination.namespace.clone();
         capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)?;
         let sources = app.spec.sources();
-        let trees = self.checkouts(sources, &resolved).await?;
+        let trees = self.trees(app, sources, &resolved).await?;
         let kube_version = discovery.server_version().await;
         if kube_version.is_none() {
             // Reachability is checked here so an unreachable destination is reported as such.
@@ -343,19 +283,23 @@ impl Pipeline {
                 api_versions: api_versions.clone(),
                 refs: &refs,
             };
-            let rendered = self.renderer.render(&request, revision.id()).await.map_err(|e| {
-                let which = if app.spec.is_multi_source() {
-                    format!("{} ({}) ", source_field(app, i), source.repo_url)
-                } else {
-                    String::new()
-                };
-                PipelineError::Render {
-                    which,
-                    path: display_path(&source.path).to_string(),
-                    revision: short(revision.id()),
-                    source: Box::new(e),
-                }
-            })?;
+            let rendered = self
+                .renderer
+                .render(&request, &revision.cache_key())
+                .await
+                .map_err(|e| {
+                    let which = if app.spec.is_multi_source() {
+                        format!("{} ({}) ", source_field(app, i), source.repo_url)
+                    } else {
+                        String::new()
+                    };
+                    PipelineError::Render {
+                        which,
+                        path: display_source(source),
+                        revision: short(revision.id()),
+                        source: Box::new(e),
+                    }
+                })?;
             objects.extend(rendered.objects);
         }
 
@@ -384,33 +328,6 @@ impl Pipeline {
             &tracking,
         )
         .await
-    }
-}
-
-impl Pipeline {
-    /// A checkout of every source at its resolved revision, in order.
-    async fn checkouts(
-        &self,
-        sources: &[ApplicationSource],
-        resolved: &Resolved,
-    ) -> Result<Vec<Checkout>, PipelineError> {
-        let mut trees = Vec::with_capacity(sources.len());
-        for (source, revision) in sources.iter().zip(&resolved.sources) {
-            let tree = match revision {
-                SourceRevision::Git(git) => self.repos.checkout(&source.repo_url, &git.sha).await,
-            };
-            trees.push(tree?);
-        }
-        Ok(trees)
-    }
-}
-
-/// `spec.source`, or `spec.sources[i]` for a multi-source Application: the field errors name.
-fn source_field(app: &Application, i: usize) -> String {
-    if app.spec.is_multi_source() {
-        format!("spec.sources[{i}]")
-    } else {
-        "spec.source".to_string()
     }
 }
 
@@ -460,6 +377,15 @@ pub fn is_within(path: &std::path::Path, dir: &std::path::Path) -> bool {
         })
     }
     normal(path).starts_with(normal(dir))
+}
+
+/// The source a render error names: its chart, or its path.
+fn display_source(source: &capstan_api::application::ApplicationSource) -> String {
+    if source.is_chart() {
+        format!("chart {:?}", source.chart)
+    } else {
+        display_path(&source.path)
+    }
 }
 
 fn display_path(path: &str) -> String {

@@ -1,4 +1,5 @@
-//! What an Application's sources resolved to: one revision per source (a commit of a Git repository),
+//! What an Application's sources resolved to: one revision per source (a commit of a Git repository,
+//! or a version of a chart),
 //! and the single revision string the rest of the controller compares, records and shows.
 //!
 //! A single-source Application's revision is its source's (a commit SHA). A multi-source
@@ -11,13 +12,28 @@
 pub enum SourceRevision {
     /// A commit of a Git repository.
     Git(capstan_source::Resolved),
+    /// A version of a chart in a Helm repository or an OCI registry.
+    Chart(capstan_source::ResolvedChart),
 }
 
 impl SourceRevision {
-    /// The revision as recorded: the commit SHA.
+    /// The revision as recorded: the commit SHA, or the chart's version.
     pub fn id(&self) -> &str {
         match self {
             SourceRevision::Git(resolved) => &resolved.sha,
+            SourceRevision::Chart(chart) => &chart.version,
+        }
+    }
+
+    /// What a render of this source is cached by: the commit, or the chart's version and digest (a
+    /// version re-published with other content renders again).
+    pub fn cache_key(&self) -> String {
+        match self {
+            SourceRevision::Git(resolved) => resolved.sha.clone(),
+            SourceRevision::Chart(chart) => match &chart.digest {
+                Some(digest) => format!("{}@sha256:{digest}", chart.version),
+                None => chart.version.clone(),
+            },
         }
     }
 }

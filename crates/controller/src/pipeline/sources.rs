@@ -1,0 +1,167 @@
+//! An Application's sources, resolved and fetched: each Git source to a commit and a checkout, each
+//! chart source (`chart` with a Helm repository or an OCI registry) to a version and its extracted
+//! chart. Every source's `repoURL` must be permitted by the project, and no local repository may
+//! point into Capstan's own cache.
+
+use std::ops::Deref;
+use std::path::Path;
+
+use capstan_api::Application;
+use capstan_api::application::ApplicationSource;
+use capstan_cluster::repository;
+use capstan_source::{ChartDir, ChartRequest, Checkout, Credentials};
+
+use super::revision::{self, Resolved, SourceRevision};
+use super::{Pipeline, is_within};
+use crate::error::PipelineError;
+
+/// The files of one source: a Git checkout, or an extracted chart (`Chart.yaml` at its root).
+pub(super) enum Tree {
+    /// A commit of a Git repository.
+    Git(Checkout),
+    /// A chart from a Helm repository or an OCI registry.
+    Chart(ChartDir),
+}
+
+impl Deref for Tree {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        match self {
+            Tree::Git(checkout) => checkout,
+            Tree::Chart(chart) => chart,
+        }
+    }
+}
+
+impl Pipeline {
+    /// Resolve every source of `app` at `revision` (default: each source's targetRevision). For a
+    /// multi-source Application `revision` is one revision per source joined with `,`, as
+    /// [`Resolved::id`] writes it.
+    pub async fn resolve(
+        &self,
+        app: &Application,
+        revision: Option<&str>,
+        force: bool,
+    ) -> Result<Resolved, PipelineError> {
+        let sources = app.spec.sources();
+        let requested = match revision {
+            Some(r) if app.spec.is_multi_source() => {
+                let each = revision::split(r);
+                if each.len() != sources.len() {
+                    return Err(PipelineError::RevisionCount {
+                        revision: r.to_string(),
+                        given: each.len(),
+                        sources: sources.len(),
+                    });
+                }
+                each.into_iter().map(Some).collect()
+            }
+            Some(r) => vec![Some(r)],
+            None => vec![None; sources.len()],
+        };
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let mut resolved = Vec::with_capacity(sources.len());
+        for (i, (source, revision)) in sources.iter().zip(requested).enumerate() {
+            let field = source_field(app, i);
+            let url = source.repo_url.as_str();
+            if url.trim().is_empty() {
+                return Err(PipelineError::EmptyRepoUrl { field });
+            }
+            let local_path = url
+                .strip_prefix("file://")
+                .or(if url.starts_with('/') { Some(url) } else { None });
+            if local_path.is_some_and(|p| is_within(Path::new(p), &self.cache_dir)) {
+                return Err(PipelineError::RepoInCache { url: url.to_string() });
+            }
+            capstan_project::check_source(&project, &rules, url)?;
+            let revision = revision.unwrap_or(&source.target_revision);
+            let found = if source.is_chart() {
+                self.resolve_chart(source, revision, force, field).await?
+            } else {
+                let creds = self.credentials(url).await;
+                SourceRevision::Git(self.repos.resolve(url, revision, &creds, force).await?)
+            };
+            resolved.push(found);
+        }
+        Ok(Resolved {
+            sources: resolved,
+            multi: app.spec.is_multi_source(),
+        })
+    }
+
+    /// The version of `source.chart` that `revision` names, from its repository's index (or the
+    /// registry's tags), shared by every Application of the repository for the refs TTL.
+    async fn resolve_chart(
+        &self,
+        source: &ApplicationSource,
+        revision: &str,
+        force: bool,
+        field: String,
+    ) -> Result<SourceRevision, PipelineError> {
+        let (creds, plain_http) = self.chart_credentials(&source.repo_url).await;
+        let request = ChartRequest {
+            repo_url: source.repo_url.clone(),
+            chart: source.chart.trim().to_string(),
+            target_revision: revision.trim().to_string(),
+            plain_http,
+        };
+        self.charts
+            .resolve(&request, &creds, force)
+            .await
+            .map(SourceRevision::Chart)
+            .map_err(|source| PipelineError::Chart { field, source })
+    }
+
+    async fn credentials(&self, url: &str) -> Credentials {
+        repository::for_repo(&self.client, &self.namespace, url)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// A chart repository's credentials, and whether its registry is spoken to over plain HTTP
+    /// (`insecureOCIForceHttp: "true"` in its repository Secret, as in Argo CD).
+    async fn chart_credentials(&self, url: &str) -> (Credentials, bool) {
+        match repository::lookup(&self.client, &self.namespace, url).await {
+            Some(found) => (found.credentials, found.oci_force_http),
+            None => (Credentials::default(), false),
+        }
+    }
+
+    /// The files of every source at its resolved revision, in order.
+    pub(super) async fn trees(
+        &self,
+        app: &Application,
+        sources: &[ApplicationSource],
+        resolved: &Resolved,
+    ) -> Result<Vec<Tree>, PipelineError> {
+        let mut trees = Vec::with_capacity(sources.len());
+        for (i, (source, revision)) in sources.iter().zip(&resolved.sources).enumerate() {
+            let tree = match revision {
+                SourceRevision::Git(git) => Tree::Git(self.repos.checkout(&source.repo_url, &git.sha).await?),
+                SourceRevision::Chart(chart) => {
+                    let (creds, _) = self.chart_credentials(&source.repo_url).await;
+                    let dir = self
+                        .charts
+                        .fetch(chart, &creds)
+                        .await
+                        .map_err(|e| PipelineError::Chart {
+                            field: source_field(app, i),
+                            source: e,
+                        })?;
+                    Tree::Chart(dir)
+                }
+            };
+            trees.push(tree);
+        }
+        Ok(trees)
+    }
+}
+
+/// `spec.source`, or `spec.sources[i]` for a multi-source Application: the field errors name.
+pub(super) fn source_field(app: &Application, i: usize) -> String {
+    if app.spec.is_multi_source() {
+        format!("spec.sources[{i}]")
+    } else {
+        "spec.source".to_string()
+    }
+}
