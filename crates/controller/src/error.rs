@@ -90,9 +90,9 @@ pub enum PipelineError {
     Chart {
         /// `spec.source` or `spec.sources[i]`.
         field: String,
-        /// Why.
+        /// Why (boxed: chart errors are large).
         #[source]
-        source: capstan_source::ChartError,
+        source: Box<capstan_source::ChartError>,
     },
     /// Rendering failed.
     #[error("rendering {which}{path} at {revision}: {source}")]

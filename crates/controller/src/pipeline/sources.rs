@@ -109,7 +109,10 @@ impl Pipeline {
             .resolve(&request, &creds, force)
             .await
             .map(SourceRevision::Chart)
-            .map_err(|source| PipelineError::Chart { field, source })
+            .map_err(|e| PipelineError::Chart {
+                field,
+                source: Box::new(e),
+            })
     }
 
     async fn credentials(&self, url: &str) -> Credentials {
@@ -146,7 +149,7 @@ impl Pipeline {
                         .await
                         .map_err(|e| PipelineError::Chart {
                             field: source_field(app, i),
-                            source: e,
+                            source: Box::new(e),
                         })?;
                     Tree::Chart(dir)
                 }
