@@ -4,8 +4,14 @@
 //!
 //! The tool is chosen by what `spec.source.path` contains, as Argo CD does: a `Chart.yaml` means Helm
 //! (`helm template`), a `kustomization.yaml`, `kustomization.yml` or `Kustomization` means Kustomize
-//! (`kustomize build`), anything else is a plain directory of YAML/JSON manifests. The real `helm` and
-//! `kustomize` binaries are used (see [`tools`]), each invocation bounded by the renderer's timeout.
+//! (`kustomize build`), anything else is a plain directory of YAML/JSON manifests and Jsonnet files
+//! (see [`jsonnet`]). The real `helm` and `kustomize` binaries are used (see [`tools`]), each invocation
+//! bounded by the renderer's timeout; Jsonnet is evaluated in a child process of Capstan's own binary,
+//! bounded the same way.
+//!
+//! A render with no object at all is an error ([`RenderError::EmptyRender`], naming the files the
+//! source skipped) unless the request allows it ([`RenderRequest::allow_empty`]): a source that
+//! silently renders nothing would otherwise report success, or prune everything.
 //! Helm hook annotations are mapped onto Capstan's sync phases (see [`hooks`]). No default namespace is
 //! applied here: a later stage does that with API discovery.
 //!
@@ -22,6 +28,7 @@ pub mod directory;
 mod error;
 pub mod helm;
 pub mod hooks;
+pub mod jsonnet;
 pub mod kustomize;
 mod manifests;
 mod paths;
@@ -73,6 +80,9 @@ pub struct RenderRequest<'a> {
     /// The cluster's API versions (`apps/v1`, `networking.k8s.io/v1/Ingress`), for
     /// `helm --api-versions`.
     pub api_versions: Vec<String>,
+    /// Whether a render with no object at all is accepted (`spec.syncPolicy.automated.allowEmpty`).
+    /// Without it, such a render is [`RenderError::EmptyRender`], naming the files the source skipped.
+    pub allow_empty: bool,
 }
 
 /// How a source was rendered.
@@ -250,6 +260,15 @@ impl Renderer {
     /// by it, the path, every render parameter (including namespace, application name and cluster
     /// capabilities) and the tool and its version, and returned as clones.
     pub async fn render(&self, req: &RenderRequest<'_>, cache_key_revision: &str) -> Result<Rendered, RenderError> {
+        let rendered = self.render_any(req, cache_key_revision).await?;
+        if rendered.objects.is_empty() && !req.allow_empty {
+            return Err(empty_render(req, rendered.tool).await);
+        }
+        Ok(rendered)
+    }
+
+    /// [`Renderer::render`], an empty result included.
+    async fn render_any(&self, req: &RenderRequest<'_>, cache_key_revision: &str) -> Result<Rendered, RenderError> {
         let root = std::fs::canonicalize(req.repo_root).map_err(|e| {
             RenderError::io(
                 format!("cannot open repository checkout {}", req.repo_root.display()),
@@ -391,8 +410,9 @@ impl Renderer {
                 kustomize::render(&binary, &root, &app_rel, source.kustomize.as_ref(), self.timeout).await?
             }
             _ => {
-                let (root, app_rel, options) = (root.clone(), app_rel.clone(), source.directory.clone());
-                blocking(move || directory::render(&root, &app_rel, options.as_ref())).await?
+                let (root2, app_rel2, options) = (root.clone(), app_rel.clone(), source.directory.clone());
+                let plan = blocking(move || directory::plan(&root2, &app_rel2, options.as_ref())).await?;
+                self.directory_objects(&root, &app_rel, plan, source).await?
             }
         };
         objects.retain_mut(hooks::map_helm_hooks);
@@ -407,6 +427,40 @@ impl Renderer {
             "rendered"
         );
         Ok(Rendered { objects, tool })
+    }
+
+    /// The objects of a directory: its manifests and, evaluated in one Jsonnet worker, its Jsonnet
+    /// files, in path order.
+    async fn directory_objects(
+        &self,
+        root: &Path,
+        app_rel: &str,
+        plan: directory::Plan,
+        source: &ApplicationSource,
+    ) -> Result<Vec<Value>, RenderError> {
+        let jsonnet_files: Vec<String> = plan
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                directory::Entry::Jsonnet(file) => Some(file.clone()),
+                directory::Entry::Objects(_) => None,
+            })
+            .collect();
+        let mut evaluated = if jsonnet_files.is_empty() {
+            Vec::new()
+        } else {
+            let options = source.directory.as_ref().and_then(|d| d.jsonnet.as_ref());
+            jsonnet::render(root, app_rel, jsonnet_files, options, self.timeout).await?
+        }
+        .into_iter();
+        let mut objects = Vec::new();
+        for entry in plan.entries {
+            match entry {
+                directory::Entry::Objects(list) => objects.extend(list),
+                directory::Entry::Jsonnet(_) => objects.extend(evaluated.next().unwrap_or_default()),
+            }
+        }
+        Ok(objects)
     }
 
     /// Drop every cached result of `source`'s repository and path for the Application `app_name`
@@ -451,6 +505,47 @@ impl Renderer {
             peak_concurrent: self.activity.peak.load(Relaxed),
         }
     }
+}
+
+/// Most skipped files an [`RenderError::EmptyRender`] names.
+const SKIPPED_NAMED: usize = 10;
+
+/// Why `req`'s source rendered nothing: the files a directory skipped, or the tool that printed nothing.
+async fn empty_render(req: &RenderRequest<'_>, tool: Tool) -> RenderError {
+    let path = normalise_app_path(&req.source.path);
+    let (root, options) = (req.repo_root.to_path_buf(), req.source.directory.clone());
+    let rel = path.clone();
+    let listing = blocking(move || {
+        let root = std::fs::canonicalize(&root).map_err(|e| RenderError::io("cannot open the checkout", e))?;
+        let dir = resolve_in_repo(&root, &root, &rel)?;
+        directory::skipped_files(&dir, options.as_ref())
+    })
+    .await;
+    let detail = match (tool, listing) {
+        (Tool::Directory, Ok((_, 0))) => "the directory contains no files".to_string(),
+        (Tool::Directory, Ok((skipped, _))) if skipped.is_empty() => {
+            "its manifest and Jsonnet files declare no objects".to_string()
+        }
+        (Tool::Directory, Ok((skipped, _))) => {
+            let named: Vec<&str> = skipped.iter().take(SKIPPED_NAMED).map(String::as_str).collect();
+            let more = skipped.len().saturating_sub(SKIPPED_NAMED);
+            format!(
+                "{} skipped file{} (not YAML, JSON or .jsonnet, or left out by include/exclude): {}{}",
+                skipped.len(),
+                if skipped.len() == 1 { "" } else { "s" },
+                named.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            )
+        }
+        (Tool::Directory, Err(e)) => format!("its files cannot be listed: {e}"),
+        (Tool::Helm, _) => "helm template printed no objects".to_string(),
+        (Tool::Kustomize, _) => "kustomize build printed no objects".to_string(),
+    };
+    RenderError::EmptyRender { path, tool, detail }
 }
 
 /// What [`Renderer::invalidate`] drops: one Application's renders of one repository path.

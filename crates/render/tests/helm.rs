@@ -434,6 +434,7 @@ async fn tool_invocations_time_out() {
         namespace: "default",
         kube_version: None,
         api_versions: Vec::new(),
+        allow_empty: false,
     };
     let err = renderer.render(&req, REVISION).await.unwrap_err();
     assert!(matches!(err, RenderError::Timeout { .. }), "{err:?}");

@@ -70,6 +70,7 @@ pub fn request<'a>(repo: &'a Repo, source: &'a ApplicationSource) -> RenderReque
         namespace: "team-a",
         kube_version: None,
         api_versions: Vec::new(),
+        allow_empty: false,
     }
 }
 
