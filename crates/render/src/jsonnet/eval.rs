@@ -208,10 +208,10 @@ impl<'p> Host<'p> {
                 }
             }
         }
-        self.import_error = Some(format!(
-            "{importer}: import {path:?}: {}",
-            first_error.unwrap_or_else(|| "not found in the importing file's directory or the library paths".into())
-        ));
+        self.import_error = Some(
+            first_error
+                .unwrap_or_else(|| format!("not found next to {importer} or in spec.source.directory.jsonnet.libs")),
+        );
         Err(ImportError)
     }
 
