@@ -45,6 +45,17 @@ pub struct ApplicationSpec {
     pub revision_history_limit: Option<i64>,
 }
 
+impl ApplicationSpec {
+    /// Whether a source that renders no object is accepted ("empty on purpose"):
+    /// `syncPolicy.automated.allowEmpty`.
+    pub fn allows_empty(&self) -> bool {
+        self.sync_policy
+            .as_ref()
+            .and_then(|p| p.automated.as_ref())
+            .is_some_and(|a| a.allow_empty)
+    }
+}
+
 /// A path in a Git repository at a revision, and how to render it.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

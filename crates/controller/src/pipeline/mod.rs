@@ -289,12 +289,7 @@ impl Pipeline {
             namespace: &namespace,
             kube_version,
             api_versions,
-            allow_empty: app
-                .spec
-                .sync_policy
-                .as_ref()
-                .and_then(|p| p.automated.as_ref())
-                .is_some_and(|a| a.allow_empty),
+            allow_empty: app.spec.allows_empty(),
         };
         let rendered = self.renderer.render(&request, &resolved.sha).await.map_err(|e| {
             PipelineError::Comparison(format!(

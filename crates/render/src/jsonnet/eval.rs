@@ -245,9 +245,8 @@ impl<'p> Callbacks<'p> for Host<'p> {
         self.read_import(program, from, path)
     }
 
-    fn trace(&mut self, _program: &mut Program<'p>, message: &str, _stack: &[EvalStackTraceItem]) {
-        // The worker's standard error becomes the error message only when it fails; traces are noise.
-        let _ = message;
+    fn trace(&mut self, _program: &mut Program<'p>, _message: &str, _stack: &[EvalStackTraceItem]) {
+        // `std.trace` output is dropped: the worker's standard error is the render's error message.
     }
 
     fn native_call(

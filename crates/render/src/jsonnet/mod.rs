@@ -158,24 +158,22 @@ pub fn worker_main(mut args: impl Iterator<Item = std::ffi::OsString>) -> ExitCo
         eprintln!("cannot limit the Jsonnet worker's resources: {e}");
         return ExitCode::FAILURE;
     }
-    match eval::evaluate(&job) {
-        Ok(values) => {
-            use std::io::Write;
-            let mut stdout = std::io::stdout().lock();
-            match serde_json::to_writer(&mut stdout, &values).map(|_| stdout.flush()) {
-                Ok(Ok(())) => ExitCode::SUCCESS,
-                Ok(Err(e)) => {
-                    eprintln!("cannot write the result: {e}");
-                    ExitCode::FAILURE
-                }
-                Err(e) => {
-                    eprintln!("cannot write the result: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+    let values = match eval::evaluate(&job) {
+        Ok(values) => values,
         Err(e) => {
             eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = serde_json::to_writer(&mut stdout, &values)
+        .map_err(std::io::Error::from)
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cannot write the result: {e}");
             ExitCode::FAILURE
         }
     }
