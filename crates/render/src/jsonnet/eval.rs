@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use rsjsonnet_lang::arena::Arena;
 use rsjsonnet_lang::interner::InternedStr;
 use rsjsonnet_lang::lexer::LexError;
-use rsjsonnet_lang::parser::ParseError;
+use rsjsonnet_lang::parser::{ActualToken, ExpectedToken, ParseError};
 use rsjsonnet_lang::program::{
     AnalyzeError, Callbacks, EvalError, EvalErrorKind, EvalStackTraceItem, ImportError, LoadError, NativeError,
     Program, Thunk, Value,
 };
 use rsjsonnet_lang::span::{SourceId, SpanContext, SpanId};
+use rsjsonnet_lang::token::STokenKind;
 
 use super::{JsonnetJob, Var};
 use crate::paths::resolve_in_repo;
@@ -285,7 +286,13 @@ fn span_of_eval_error(kind: &EvalErrorKind) -> Option<SpanId> {
     match kind {
         EvalErrorKind::AssertFailed { span, .. }
         | EvalErrorKind::ExplicitError { span, .. }
-        | EvalErrorKind::ImportFailed { span, .. } => Some(*span),
+        | EvalErrorKind::ImportFailed { span, .. }
+        | EvalErrorKind::UnknownObjectField { span, .. } => Some(*span),
+        EvalErrorKind::UnknownCallParam { span, .. }
+        | EvalErrorKind::CallParamNotBound { span, .. }
+        | EvalErrorKind::TooManyCallArgs { span, .. }
+        | EvalErrorKind::InvalidBinaryOpTypes { span, .. }
+        | EvalErrorKind::Other { span, .. } => *span,
         _ => None,
     }
 }
@@ -303,6 +310,29 @@ fn describe_eval_error(kind: &EvalErrorKind) -> String {
         EvalErrorKind::UnknownExtVar { name } => format!("undefined external variable {name:?}"),
         EvalErrorKind::ManifestFunction => "a function cannot be turned into JSON".to_string(),
         EvalErrorKind::NativeCallFailed => "native functions are not available".to_string(),
+        EvalErrorKind::UnknownObjectField { field_name, .. } => format!("field {field_name:?} does not exist"),
+        EvalErrorKind::UnknownCallParam { param_name, .. } => {
+            format!("the function has no parameter {param_name:?} (a top-level argument it does not declare?)")
+        }
+        EvalErrorKind::CallParamNotBound { param_name, .. } => {
+            format!("parameter {param_name:?} is not given (a top-level argument without a default?)")
+        }
+        EvalErrorKind::TooManyCallArgs { num_params, .. } => {
+            format!("too many arguments: the function takes {num_params}")
+        }
+        EvalErrorKind::InvalidBinaryOpTypes {
+            op, lhs_type, rhs_type, ..
+        } => format!("operator {op:?} cannot take {lhs_type:?} and {rhs_type:?}"),
+        EvalErrorKind::InvalidStdFuncArgType {
+            func_name,
+            arg_index,
+            expected_types,
+            got_type,
+        } => format!(
+            "std.{func_name}: argument {} must be {expected_types:?}, not {got_type:?}",
+            arg_index + 1
+        ),
+        EvalErrorKind::Other { message, .. } => message.clone(),
         other => format!("evaluation error: {other:?}"),
     }
 }
@@ -333,7 +363,17 @@ fn describe_load_error(error: &LoadError) -> (SpanId, String) {
             span,
             expected,
             instead,
-        }) => (*span, format!("syntax error: expected {expected:?}, found {instead:?}")),
+        }) => {
+            let expected: Vec<String> = expected.iter().map(expected_token).collect();
+            (
+                *span,
+                format!(
+                    "syntax error: expected {}, found {}",
+                    expected.join(" or "),
+                    actual_token(instead)
+                ),
+            )
+        }
         LoadError::Analyze(e) => {
             let span = match e {
                 AnalyzeError::UnknownVariable { span, .. }
@@ -353,6 +393,41 @@ fn describe_load_error(error: &LoadError) -> (SpanId, String) {
             };
             (span, message)
         }
+    }
+}
+
+fn expected_token(token: &ExpectedToken) -> String {
+    match token {
+        ExpectedToken::EndOfFile => "the end of the file".to_string(),
+        ExpectedToken::Simple(kind) => simple_token(*kind),
+        ExpectedToken::Ident => "an identifier".to_string(),
+        ExpectedToken::Number => "a number".to_string(),
+        ExpectedToken::String => "a string".to_string(),
+        ExpectedToken::TextBlock => "a text block".to_string(),
+        ExpectedToken::Expr => "an expression".to_string(),
+        ExpectedToken::BinaryOp => "an operator".to_string(),
+    }
+}
+
+fn actual_token(token: &ActualToken) -> String {
+    match token {
+        ActualToken::EndOfFile => "the end of the file".to_string(),
+        ActualToken::Simple(kind) => simple_token(*kind),
+        ActualToken::OtherOp(op) => format!("operator {op:?}"),
+        ActualToken::Ident(name) => format!("identifier {name:?}"),
+        ActualToken::Number => "a number".to_string(),
+        ActualToken::String => "a string".to_string(),
+        ActualToken::TextBlock => "a text block".to_string(),
+    }
+}
+
+/// A keyword (`keyword local`) or a symbol by its name (`'Comma'`): the crate has no public spelling
+/// of its tokens. Keywords come first in its token order, up to `true`.
+fn simple_token(kind: STokenKind) -> String {
+    match kind {
+        STokenKind::Self_ => "keyword self".to_string(),
+        kind if kind <= STokenKind::True => format!("keyword {}", format!("{kind:?}").to_lowercase()),
+        kind => format!("'{kind:?}'"),
     }
 }
 
@@ -396,11 +471,35 @@ mod tests {
     }
 
     #[test]
+    fn tlas_a_function_does_not_declare_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("f.jsonnet"), "function(a)\n  { a: a }").unwrap();
+        let mut j = job(&root, &["f.jsonnet"]);
+        j.tlas.push(Var {
+            name: "b".into(),
+            value: "x".into(),
+            code: false,
+        });
+        let err = evaluate(&j).unwrap_err().to_string();
+        assert!(err.starts_with("f.jsonnet") && err.contains("\"b\""), "{err}");
+        std::fs::write(root.join("f.jsonnet"), "local o = { a: 1 };\no.missing").unwrap();
+        let err = evaluate(&job(&root, &["f.jsonnet"])).unwrap_err().to_string();
+        assert!(
+            err.starts_with("f.jsonnet:2:") && err.contains("\"missing\" does not exist"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn syntax_errors_name_file_and_line() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::write(root.join("bad.jsonnet"), "{\n  a: 1,\n  b: ,\n}\n").unwrap();
         let err = evaluate(&job(&root, &["bad.jsonnet"])).unwrap_err().to_string();
-        assert!(err.starts_with("bad.jsonnet:3:"), "{err}");
+        assert_eq!(
+            err,
+            "bad.jsonnet:3:6: syntax error: expected an expression, found 'Comma'"
+        );
     }
 }
