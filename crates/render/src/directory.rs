@@ -78,13 +78,10 @@ pub(crate) enum Entry {
     Jsonnet(String),
 }
 
-/// What a directory holds: its readable files in path order, and the files it skips.
+/// What a directory renders from: its readable files in path order.
 #[derive(Debug, Default)]
 pub(crate) struct Plan {
     pub entries: Vec<Entry>,
-    /// Files not read, relative to the application's directory: names Capstan does not render
-    /// (`.libsonnet` included) and files the include/exclude globs leave out.
-    pub skipped: Vec<String>,
 }
 
 /// Read the directory `app_rel` (relative to the canonical `root`; `.` for the root): the objects of
@@ -105,7 +102,6 @@ pub(crate) fn plan(
         let name = rel.rsplit('/').next().unwrap_or(&rel);
         let jsonnet = crate::jsonnet::is_jsonnet_name(name);
         if !(is_manifest_name(name) || jsonnet) || !filter.accepts(&rel) {
-            plan.skipped.push(rel);
             continue;
         }
         let repo_rel = if app_rel == "." || app_rel.is_empty() {
@@ -145,8 +141,9 @@ pub(crate) fn plan(
     Ok(plan)
 }
 
-/// The files of the directory `app_dir` a render does not read (see [`Plan::skipped`]), and how many
-/// files it holds in all.
+/// The files of the directory `app_dir` a render does not read — names Capstan does not render
+/// (`.libsonnet` included) and files the include/exclude globs leave out — and how many files it
+/// holds in all.
 pub(crate) fn skipped_files(
     app_dir: &Path,
     options: Option<&ApplicationSourceDirectory>,

@@ -7,19 +7,18 @@
 //! (`kustomize build`), anything else is a plain directory of YAML/JSON manifests and Jsonnet files
 //! (see [`jsonnet`]). The real `helm` and `kustomize` binaries are used (see [`tools`]), each invocation
 //! bounded by the renderer's timeout; Jsonnet is evaluated in a child process of Capstan's own binary,
-//! bounded the same way.
-//!
-//! A render with no object at all is an error ([`RenderError::EmptyRender`], naming the files the
-//! source skipped) unless the request allows it ([`RenderRequest::allow_empty`]): a source that
-//! silently renders nothing would otherwise report success, or prune everything.
-//! Helm hook annotations are mapped onto Capstan's sync phases (see [`hooks`]). No default namespace is
-//! applied here: a later stage does that with API discovery.
+//! bounded the same way. Helm hook annotations are mapped onto Capstan's sync phases (see [`hooks`]).
+//! No default namespace is applied here: a later stage does that with API discovery.
 //!
 //! Rendering never lets a path escape the repository: `spec.source.path`, Helm value files, chart
 //! dependencies, kustomization references and every manifest read are resolved with
 //! [`resolve_in_repo`], checkouts containing symlinks that point outside are refused before a tool runs
 //! on them, and tools that must write (`kustomize edit`, `helm dependency build`) work in a scratch
 //! copy, never in the shared checkout.
+//!
+//! A render with no object at all is an error ([`RenderError::EmptyRender`], naming the files the
+//! source skipped) unless the request allows it ([`RenderRequest::allow_empty`]): a source that
+//! silently renders nothing would otherwise report success, or prune everything.
 //!
 //! Results are cached by revision, path, render parameters and tool version. A hard refresh drops an
 //! Application's cached results with [`Renderer::invalidate`], so its next render runs the tool again.
