@@ -52,6 +52,17 @@ pub struct ApplicationSpec {
     pub revision_history_limit: Option<i64>,
 }
 
+impl ApplicationSpec {
+    /// Whether a source that renders no object is accepted ("empty on purpose"):
+    /// `syncPolicy.automated.allowEmpty`.
+    pub fn allows_empty(&self) -> bool {
+        self.sync_policy
+            .as_ref()
+            .and_then(|p| p.automated.as_ref())
+            .is_some_and(|a| a.allow_empty)
+    }
+}
+
 /// A path in a Git repository at a revision, or a chart in a Helm repository or OCI registry at a
 /// version, and how to render it.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -138,6 +149,39 @@ pub struct ApplicationSourceDirectory {
     /// Glob of files to exclude.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub exclude: String,
+    /// Options for the directory's `.jsonnet` files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jsonnet: Option<ApplicationSourceJsonnet>,
+}
+
+/// Options for evaluating a directory's `.jsonnet` files, as Argo CD's `directory.jsonnet`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationSourceJsonnet {
+    /// Top-level arguments passed to each file that evaluates to a function.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tlas: Vec<JsonnetVar>,
+    /// External variables, read with `std.extVar(name)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ext_vars: Vec<JsonnetVar>,
+    /// Library search paths for `import`, relative to the repository root (e.g. `vendor`); they may
+    /// not leave the repository.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub libs: Vec<String>,
+}
+
+/// One Jsonnet top-level argument or external variable.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonnetVar {
+    /// Name of the argument or variable.
+    pub name: String,
+    /// Its value: a string, or Jsonnet code when `code` is set.
+    #[serde(default)]
+    pub value: String,
+    /// Evaluate `value` as Jsonnet code instead of passing it as a string.
+    #[serde(default)]
+    pub code: bool,
 }
 
 /// Options for rendering a Helm chart with `helm template`.
@@ -240,7 +284,8 @@ pub struct SyncPolicyAutomated {
     /// Revert changes made to tracked objects in the cluster.
     #[serde(default)]
     pub self_heal: bool,
-    /// Allow an automated sync to prune everything when Git renders no object at all.
+    /// Accept a source that renders no object at all ("empty on purpose"): without it such a render is
+    /// a `ComparisonError` and nothing is pruned; with it an automated sync may prune everything.
     #[serde(default)]
     pub allow_empty: bool,
 }

@@ -52,6 +52,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The Jsonnet worker (see capstan_render::jsonnet): a child process the renderer starts, before any
+    // argument parsing, logging or runtime.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == capstan_render::jsonnet::WORKER_ARG)
+    {
+        return capstan_render::jsonnet::worker_main(std::env::args_os().skip(2));
+    }
     let cli = Cli::parse();
     init_tracing(&cli.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

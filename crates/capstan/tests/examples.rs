@@ -26,9 +26,10 @@ use common::{Controller, capstan, kubectl, text};
 
 const NS: &str = "capstan";
 /// The Applications of `examples/apps/`.
-const TOP: [&str; 5] = [
+const TOP: [&str; 6] = [
     "guestbook",
     "helm-guestbook",
+    "jsonnet-guestbook",
     "kustomize-guestbook",
     "multi-source-guestbook",
     "root",
@@ -160,7 +161,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     }
     assert_eq!(
         applied, TOP,
-        "examples/apps/ holds the five Applications the README describes"
+        "examples/apps/ holds the six Applications the README describes"
     );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
@@ -227,13 +228,14 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "guestbook",
             "guestbook-in-cluster",
             "helm-guestbook",
+            "jsonnet-guestbook",
             "kustomize-guestbook",
             "multi-source-guestbook",
             "payments-staging",
             "platform",
             "root"
         ],
-        "the five entry points, root's two children and the ApplicationSets' four, nothing else"
+        "the six entry points, root's two children and the ApplicationSets' four, nothing else"
     );
     for name in TOP.iter().chain(&CHILDREN).chain(&GENERATED) {
         let app = apps.get(name).await?;
@@ -351,6 +353,19 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     );
     assert_eq!(image, "gcr.io/heptio-images/ks-guestbook-demo:0.3-rc");
     assert_eq!(labels.get("environment").map(String::as_str), Some("staging"));
+
+    // jsonnet-guestbook: the Jsonnet function's top-level arguments from the Application.
+    let d = deployment(&client, "jsonnet-guestbook", "jsonnet-guestbook-ui").await?;
+    let (replicas, available, image, _) = facts(&d);
+    assert_eq!((replicas, available), (2, 2), "the replicas TLA (code)");
+    assert_eq!(image, "quay.io/argoprojlabs/argocd-e2e-container:0.2");
+    let services: Api<Service> = Api::namespaced(client.clone(), "jsonnet-guestbook");
+    let svc = services.get("jsonnet-guestbook-ui").await?;
+    assert_eq!(
+        svc.spec.and_then(|s| s.type_).as_deref(),
+        Some("ClusterIP"),
+        "the type TLA (string)"
+    );
 
     // root: its chart's objects are the Applications platform (wave 0) and frontend (wave 1),
     // tracked by root and pointed at the repository through helm.parameters.

@@ -1,6 +1,7 @@
 //! Plain directories of manifests: `.yaml`, `.yml` and `.json` files under `spec.source.path` (with
 //! subdirectories when `directory.recurse` is set, hidden ones skipped), filtered by the
-//! `directory.include` / `directory.exclude` globs, read in path order. Every file is resolved with
+//! `directory.include` / `directory.exclude` globs, read in path order; `.jsonnet` files, chosen the
+//! same way, are listed for [`crate::jsonnet`] to evaluate. Every file is resolved with
 //! [`crate::resolve_in_repo`] before it is read, so a symlink leading out of the repository is an
 //! error and is never followed.
 
@@ -67,20 +68,42 @@ fn is_manifest_name(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json")
 }
 
-/// Render the directory `app_rel` (relative to the canonical `root`; `.` for the root).
-pub(crate) fn render(
+/// One readable file of a directory, in path order.
+#[derive(Debug)]
+pub(crate) enum Entry {
+    /// The objects of a YAML or JSON file.
+    Objects(Vec<Value>),
+    /// A `.jsonnet` file (relative to the repository root), evaluated afterwards (see
+    /// [`crate::jsonnet`]).
+    Jsonnet(String),
+}
+
+/// What a directory renders from: its readable files in path order.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    pub entries: Vec<Entry>,
+}
+
+/// Read the directory `app_rel` (relative to the canonical `root`; `.` for the root): the objects of
+/// its YAML/JSON files and the list of its Jsonnet files.
+pub(crate) fn plan(
     root: &Path,
     app_rel: &str,
     options: Option<&ApplicationSourceDirectory>,
-) -> Result<Vec<Value>, RenderError> {
+) -> Result<Plan, RenderError> {
     let default = ApplicationSourceDirectory::default();
     let options = options.unwrap_or(&default);
     let filter = FileFilter::new(&options.include, &options.exclude)?;
     let app_dir = resolve_in_repo(root, root, app_rel)?;
     let mut files = list_files(&app_dir, options.recurse)?;
     files.sort();
-    let mut objects = Vec::new();
-    for rel in files.iter().filter(|rel| filter.accepts(rel)) {
+    let mut plan = Plan::default();
+    for rel in files {
+        let name = rel.rsplit('/').next().unwrap_or(&rel);
+        let jsonnet = crate::jsonnet::is_jsonnet_name(name);
+        if !(is_manifest_name(name) || jsonnet) || !filter.accepts(&rel) {
+            continue;
+        }
         let repo_rel = if app_rel == "." || app_rel.is_empty() {
             rel.clone()
         } else {
@@ -88,6 +111,10 @@ pub(crate) fn render(
         };
         let path = resolve_in_repo(root, root, &repo_rel)?;
         if path.is_dir() {
+            continue;
+        }
+        if jsonnet {
+            plan.entries.push(Entry::Jsonnet(repo_rel));
             continue;
         }
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -109,13 +136,33 @@ pub(crate) fn render(
             manifests::parse_yaml_stream(&text, &repo_rel)?
         };
         tracing::trace!(file = %repo_rel, objects = parsed.len(), "read manifests");
-        objects.extend(parsed);
+        plan.entries.push(Entry::Objects(parsed));
     }
-    Ok(objects)
+    Ok(plan)
 }
 
-/// Manifest files under `dir`, as `/`-separated paths relative to it. Symlinked directories are not
-/// descended into; symlinked files are listed (and checked when resolved).
+/// The files of the directory `app_dir` a render does not read — names Capstan does not render
+/// (`.libsonnet` included) and files the include/exclude globs leave out — and how many files it
+/// holds in all.
+pub(crate) fn skipped_files(
+    app_dir: &Path,
+    options: Option<&ApplicationSourceDirectory>,
+) -> Result<(Vec<String>, usize), RenderError> {
+    let default = ApplicationSourceDirectory::default();
+    let options = options.unwrap_or(&default);
+    let filter = FileFilter::new(&options.include, &options.exclude)?;
+    let mut files = list_files(app_dir, options.recurse)?;
+    let total = files.len();
+    files.sort();
+    files.retain(|rel| {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        !(is_manifest_name(name) || crate::jsonnet::is_jsonnet_name(name)) || !filter.accepts(rel)
+    });
+    Ok((files, total))
+}
+
+/// Files under `dir` (not in hidden directories), as `/`-separated paths relative to it. Symlinked
+/// directories are not descended into; symlinked files are listed (and checked when resolved).
 fn list_files(dir: &Path, recurse: bool) -> Result<Vec<String>, RenderError> {
     let mut files = Vec::new();
     let mut queue = VecDeque::from([String::new()]);
@@ -144,7 +191,7 @@ fn list_files(dir: &Path, recurse: bool) -> Result<Vec<String>, RenderError> {
                 if recurse && !name.starts_with('.') {
                     queue.push_back(rel);
                 }
-            } else if is_manifest_name(&name) {
+            } else {
                 files.push(rel);
             }
         }

@@ -258,6 +258,19 @@ pub enum RenderError {
         /// The limit.
         limit: u64,
     },
+    /// The source rendered no object at all and `allowEmpty` is not set.
+    #[error(
+        "path '{path}' rendered no objects ({tool}): {detail}; nothing is applied or pruned (set \
+         spec.syncPolicy.automated.allowEmpty: true if the source is empty on purpose)"
+    )]
+    EmptyRender {
+        /// The Application's path.
+        path: String,
+        /// How it was rendered.
+        tool: crate::Tool,
+        /// What the directory holds: the files skipped (the first ten and a count), or why nothing came.
+        detail: String,
+    },
     /// A background task of the renderer failed (a panic in a blocking task).
     #[error("render task failed: {0}")]
     Task(String),

@@ -4,10 +4,11 @@
 //!
 //! The tool is chosen by what `spec.source.path` contains, as Argo CD does: a `Chart.yaml` means Helm
 //! (`helm template`), a `kustomization.yaml`, `kustomization.yml` or `Kustomization` means Kustomize
-//! (`kustomize build`), anything else is a plain directory of YAML/JSON manifests. The real `helm` and
-//! `kustomize` binaries are used (see [`tools`]), each invocation bounded by the renderer's timeout.
-//! Helm hook annotations are mapped onto Capstan's sync phases (see [`hooks`]). No default namespace is
-//! applied here: a later stage does that with API discovery.
+//! (`kustomize build`), anything else is a plain directory of YAML/JSON manifests and Jsonnet files
+//! (see [`jsonnet`]). The real `helm` and `kustomize` binaries are used (see [`tools`]), each invocation
+//! bounded by the renderer's timeout; Jsonnet is evaluated in a child process of Capstan's own binary,
+//! bounded the same way. Helm hook annotations are mapped onto Capstan's sync phases (see [`hooks`]).
+//! No default namespace is applied here: a later stage does that with API discovery.
 //!
 //! Rendering never lets a path escape the repository: `spec.source.path`, Helm value files, chart
 //! dependencies, kustomization references and every manifest read are resolved with
@@ -15,13 +16,19 @@
 //! on them, and tools that must write (`kustomize edit`, `helm dependency build`) work in a scratch
 //! copy, never in the shared checkout.
 //!
+//! A render with no object at all is an error ([`RenderError::EmptyRender`], naming the files the
+//! source skipped) unless the request allows it ([`RenderRequest::allow_empty`]): a source that
+//! silently renders nothing would otherwise report success, or prune everything.
+//!
 //! Results are cached by revision, path, render parameters and tool version. A hard refresh drops an
 //! Application's cached results with [`Renderer::invalidate`], so its next render runs the tool again.
 
 pub mod directory;
+mod empty;
 mod error;
 pub mod helm;
 pub mod hooks;
+pub mod jsonnet;
 pub mod kustomize;
 mod manifests;
 mod paths;
@@ -76,6 +83,9 @@ pub struct RenderRequest<'a> {
     /// The other sources of a multi-source Application that carry a `ref`, whose files Helm
     /// `valueFiles` entries name as `$NAME/path`.
     pub refs: &'a [RefSource<'a>],
+    /// Whether a render with no object at all is accepted (`spec.syncPolicy.automated.allowEmpty`).
+    /// Without it, such a render is [`RenderError::EmptyRender`], naming the files the source skipped.
+    pub allow_empty: bool,
 }
 
 /// A source named by `ref` in a multi-source Application: its checkout and revision.
@@ -294,6 +304,15 @@ impl Renderer {
     /// by it, the path, every render parameter (including namespace, application name and cluster
     /// capabilities) and the tool and its version, and returned as clones.
     pub async fn render(&self, req: &RenderRequest<'_>, cache_key_revision: &str) -> Result<Rendered, RenderError> {
+        let rendered = self.render_any(req, cache_key_revision).await?;
+        if rendered.objects.is_empty() && !req.allow_empty {
+            return Err(empty::empty_render(req, rendered.tool).await);
+        }
+        Ok(rendered)
+    }
+
+    /// [`Renderer::render`], an empty result included.
+    async fn render_any(&self, req: &RenderRequest<'_>, cache_key_revision: &str) -> Result<Rendered, RenderError> {
         let root = std::fs::canonicalize(req.repo_root).map_err(|e| {
             RenderError::io(
                 format!("cannot open repository checkout {}", req.repo_root.display()),
@@ -466,8 +485,9 @@ impl Renderer {
                 kustomize::render(&binary, &root, &app_rel, source.kustomize.as_ref(), self.timeout).await?
             }
             _ => {
-                let (root, app_rel, options) = (root.clone(), app_rel.clone(), source.directory.clone());
-                blocking(move || directory::render(&root, &app_rel, options.as_ref())).await?
+                let (root2, app_rel2, options) = (root.clone(), app_rel.clone(), source.directory.clone());
+                let plan = blocking(move || directory::plan(&root2, &app_rel2, options.as_ref())).await?;
+                self.directory_objects(&root, &app_rel, plan, source).await?
             }
         };
         objects.retain_mut(hooks::map_helm_hooks);
@@ -482,6 +502,40 @@ impl Renderer {
             "rendered"
         );
         Ok(Rendered { objects, tool })
+    }
+
+    /// The objects of a directory: its manifests and, evaluated in one Jsonnet worker, its Jsonnet
+    /// files, in path order.
+    async fn directory_objects(
+        &self,
+        root: &Path,
+        app_rel: &str,
+        plan: directory::Plan,
+        source: &ApplicationSource,
+    ) -> Result<Vec<Value>, RenderError> {
+        let jsonnet_files: Vec<String> = plan
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                directory::Entry::Jsonnet(file) => Some(file.clone()),
+                directory::Entry::Objects(_) => None,
+            })
+            .collect();
+        let mut evaluated = if jsonnet_files.is_empty() {
+            Vec::new()
+        } else {
+            let options = source.directory.as_ref().and_then(|d| d.jsonnet.as_ref());
+            jsonnet::render(root, app_rel, jsonnet_files, options, self.timeout).await?
+        }
+        .into_iter();
+        let mut objects = Vec::new();
+        for entry in plan.entries {
+            match entry {
+                directory::Entry::Objects(list) => objects.extend(list),
+                directory::Entry::Jsonnet(_) => objects.extend(evaluated.next().unwrap_or_default()),
+            }
+        }
+        Ok(objects)
     }
 
     /// Drop every cached result of `source`'s repository and path for the Application `app_name`

@@ -17,6 +17,7 @@ fn with_directory(
         recurse,
         include: include.into(),
         exclude: exclude.into(),
+        jsonnet: None,
     });
     s
 }

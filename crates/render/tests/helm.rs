@@ -435,6 +435,7 @@ async fn tool_invocations_time_out() {
         kube_version: None,
         api_versions: Vec::new(),
         refs: &[],
+        allow_empty: false,
     };
     let err = renderer.render(&req, REVISION).await.unwrap_err();
     assert!(matches!(err, RenderError::Timeout { .. }), "{err:?}");

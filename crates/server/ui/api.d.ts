@@ -1720,6 +1720,8 @@ export interface components {
             exclude?: string;
             /** @description Glob of files to include (e.g. `*.yaml` or `{a.yaml,b.yaml}`). */
             include?: string;
+            /** @description Options for the directory's `.jsonnet` files. */
+            jsonnet?: components["schemas"]["ApplicationSourceJsonnet"] | null;
             /**
              * @description Read subdirectories too.
              * @default false
@@ -1738,6 +1740,18 @@ export interface components {
             values?: string;
             /** @description Values as an object (takes precedence over `values`). */
             valuesObject?: Record<string, unknown>;
+        };
+        /** @description Options for evaluating a directory's `.jsonnet` files, as Argo CD's `directory.jsonnet`. */
+        ApplicationSourceJsonnet: {
+            /** @description External variables, read with `std.extVar(name)`. */
+            extVars?: components["schemas"]["JsonnetVar"][];
+            /**
+             * @description Library search paths for `import`, relative to the repository root (e.g. `vendor`); they may
+             *     not leave the repository.
+             */
+            libs?: string[];
+            /** @description Top-level arguments passed to each file that evaluates to a function. */
+            tlas?: components["schemas"]["JsonnetVar"][];
         };
         /** @description Options for rendering a Kustomize overlay with `kustomize build`. */
         ApplicationSourceKustomize: {
@@ -1964,6 +1978,21 @@ export interface components {
             name: string;
             /**
              * @description Value.
+             * @default
+             */
+            value: string;
+        };
+        /** @description One Jsonnet top-level argument or external variable. */
+        JsonnetVar: {
+            /**
+             * @description Evaluate `value` as Jsonnet code instead of passing it as a string.
+             * @default false
+             */
+            code: boolean;
+            /** @description Name of the argument or variable. */
+            name: string;
+            /**
+             * @description Its value: a string, or Jsonnet code when `code` is set.
              * @default
              */
             value: string;
@@ -2371,7 +2400,8 @@ export interface components {
         /** @description Automated sync behaviour. */
         SyncPolicyAutomated: {
             /**
-             * @description Allow an automated sync to prune everything when Git renders no object at all.
+             * @description Accept a source that renders no object at all ("empty on purpose"): without it such a render is
+             *     a `ComparisonError` and nothing is pruned; with it an automated sync may prune everything.
              * @default false
              */
             allowEmpty: boolean;

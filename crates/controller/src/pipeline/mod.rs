@@ -282,6 +282,7 @@ impl Pipeline {
                 kube_version: kube_version.clone(),
                 api_versions: api_versions.clone(),
                 refs: &refs,
+                allow_empty: app.spec.allows_empty(),
             };
             let rendered = self
                 .renderer

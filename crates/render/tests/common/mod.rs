@@ -71,6 +71,7 @@ pub fn request<'a>(repo: &'a Repo, source: &'a ApplicationSource) -> RenderReque
         kube_version: None,
         api_versions: Vec::new(),
         refs: &[],
+        allow_empty: false,
     }
 }
 
