@@ -5,6 +5,9 @@
 #   1. `capstan local up` (control plane + simulated nodes) and `capstan install` (CRDs, namespace, RBAC)
 #   2. publish examples/ as the git repository git://127.0.0.1:PORT/examples.git (branch `main`),
 #      served by `git daemon` on a free loopback port, in the background and in its own session
+#   2b. package examples/helm-guestbook with `helm package` into a Helm repository (DIR/helm-repo,
+#      `helm repo index`) served over HTTP on another free loopback port (python3 -m http.server, in
+#      the background, pid file DIR/run/helm-repository.pid)
 #   3. label the cluster Capstan runs in `env=staging` (a metadata-only cluster Secret for `in-cluster`,
 #      which the example ApplicationSets' generators select on), then apply the Applications in
 #      examples/apps/ and the ApplicationSets in examples/appsets/ (namespace `capstan`), pointed at
@@ -102,11 +105,11 @@ start_ticks() {
   printf '%s\n' "${fields[19]}"
 }
 
-# The pid in PID_FILE if that very process (same start time) still runs.
+# The pid in PID_FILE (or the file given) if that very process (same start time) still runs.
 running_daemon() {
-  local pid ticks now
-  [ -f "$PID_FILE" ] || return 1
-  read -r pid ticks _ <"$PID_FILE" || [ -n "${ticks:-}" ] || return 1
+  local pid ticks now file="${1:-$PID_FILE}"
+  [ -f "$file" ] || return 1
+  read -r pid ticks _ <"$file" || [ -n "${ticks:-}" ] || return 1
   [[ "$pid" =~ ^[0-9]+$ && "$ticks" =~ ^[0-9]+$ ]] || return 1
   now=$(start_ticks "$pid") || return 1
   [ "$now" = "$ticks" ] || return 1
@@ -181,6 +184,59 @@ fi
 REPO_URL="git://127.0.0.1:$PORT/examples.git"
 info "repository: $REPO_URL"
 
+# --- 2b. a Helm repository with examples/helm-guestbook ------------------------------------------------
+HELM="$CACHE/bin/helm"
+CHARTS="$DIR/helm-repo"
+CHARTS_PID_FILE="$DIR/run/helm-repository.pid"
+CHARTS_PORT_FILE="$DIR/helm-repo.port"
+CHARTS_LOG="$DIR/logs/helm-repository.log"
+step "Publishing examples/helm-guestbook to the Helm repository in $CHARTS"
+[ -x "$HELM" ] || die "$HELM not found; run: bash scripts/setup.sh"
+command -v python3 >/dev/null || die "python3 not found (it serves the example Helm repository)"
+mkdir -p "$CHARTS"
+HELM_SCRATCH="$WORK/.helm"
+mkdir -p "$HELM_SCRATCH"
+# Helm's own state stays in a scratch directory, never in the user's.
+helm_run() {
+  HOME="$HELM_SCRATCH" XDG_CACHE_HOME="$HELM_SCRATCH/cache" XDG_CONFIG_HOME="$HELM_SCRATCH/config" \
+    XDG_DATA_HOME="$HELM_SCRATCH/data" "$HELM" "$@"
+}
+helm_run package examples/helm-guestbook --destination "$CHARTS" >/dev/null
+helm_run repo index "$CHARTS"
+serves_charts() { curl -sf -o /dev/null "http://127.0.0.1:$1/index.yaml"; }
+CHARTS_PORT=""
+if pid=$(running_daemon "$CHARTS_PID_FILE"); then
+  port=$(cat "$CHARTS_PORT_FILE" 2>/dev/null || true)
+  if [[ "$port" =~ ^[0-9]+$ ]] && serves_charts "$port"; then
+    CHARTS_PORT=$port
+    info "reusing the Helm repository server $pid on port $CHARTS_PORT"
+  else
+    kill -TERM "$pid" 2>/dev/null || true
+    rm -f "$CHARTS_PID_FILE"
+  fi
+fi
+if [ -z "$CHARTS_PORT" ]; then
+  for attempt in 1 2 3; do
+    port=$(free_port)
+    setsid python3 -m http.server --bind 127.0.0.1 --directory "$CHARTS" "$port" </dev/null >>"$CHARTS_LOG" 2>&1 &
+    pid=$!
+    printf '%s %s\n' "$pid" "$(start_ticks "$pid" || echo 0)" >"$CHARTS_PID_FILE"
+    for _ in $(seq 100); do
+      if serves_charts "$port"; then CHARTS_PORT=$port; break; fi
+      running_daemon "$CHARTS_PID_FILE" >/dev/null || break
+      sleep 0.1
+    done
+    if [ -n "$CHARTS_PORT" ]; then break; fi
+    info "the Helm repository server on port $port did not come up (attempt $attempt); log: $CHARTS_LOG"
+    kill -TERM "$pid" 2>/dev/null || true
+    rm -f "$CHARTS_PID_FILE"
+  done
+  [ -n "$CHARTS_PORT" ] || die "the Helm repository server did not start"
+  printf '%s\n' "$CHARTS_PORT" >"$CHARTS_PORT_FILE"
+fi
+HELM_REPOSITORY="http://127.0.0.1:$CHARTS_PORT"
+info "Helm repository: $HELM_REPOSITORY (charts: $(cd "$CHARTS" && ls *.tgz | tr '\n' ' '))"
+
 # --- 3. the example Applications and ApplicationSets -------------------------------------------------
 # `in-cluster` needs no Secret to be deployed to; this one only gives it labels (no credentials: the
 # controller uses its own connection for it). Re-running the playground resets its labels to these.
@@ -201,7 +257,7 @@ stringData:
 SECRET
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
-  sed "s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
+  sed "s|HELM_REPOSITORY|$HELM_REPOSITORY|g; s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 done
 step "Applying the example ApplicationSets (examples/appsets/) with repoURL $REPO_URL"
 for f in examples/appsets/*.yaml; do

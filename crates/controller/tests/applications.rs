@@ -1,5 +1,10 @@
 //! End to end: Applications rendered from real git repositories, synced in order into a real control
 //! plane by the controller, healed, pruned, rolled back and reported.
+//!
+//! Longer than the ~600 lines a source file should stay under, on purpose: every test of one test
+//! binary shares one control plane, so splitting this file would start another plane (and link
+//! another test binary) for no gain in readability — each test here is independent and named for the
+//! behaviour it checks.
 
 mod support;
 
