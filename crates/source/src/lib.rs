@@ -22,8 +22,8 @@ pub mod chart;
 mod credentials;
 mod git;
 
-pub use chart::{ChartCache, ChartDir, ChartError, ChartLimits, ChartRequest, ChartStats, ResolvedChart};
 pub use cache::{CacheStats, Checkout, Limits, RepoCache, Resolved, SizeLimit};
+pub use chart::{ChartCache, ChartDir, ChartError, ChartLimits, ChartRequest, ChartStats, ResolvedChart};
 pub use credentials::Credentials;
 pub use git::{check_url, redact};
 

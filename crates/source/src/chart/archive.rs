@@ -76,7 +76,9 @@ fn unpack(archive: &[u8], root: &Path, limits: ExtractLimits) -> Result<(), Stri
     // Headers and padding count too: allow the tar framing on top of the content limit.
     let bounded = Bounded {
         inner: gz,
-        left: limits.max_bytes.saturating_add(limits.max_files as u64 * 1024 + 1024 * 1024),
+        left: limits
+            .max_bytes
+            .saturating_add(limits.max_files as u64 * 1024 + 1024 * 1024),
     };
     let mut tar = tar::Archive::new(bounded);
     let entries = tar.entries().map_err(|e| format!("not a tar.gz archive: {e}"))?;
@@ -121,7 +123,8 @@ fn unpack(archive: &[u8], root: &Path, limits: ExtractLimits) -> Result<(), Stri
             .create_new(true)
             .open(&target)
             .map_err(|e| format!("writing {shown:?}: {e}"))?;
-        let copied = std::io::copy(&mut (&mut entry).take(size), &mut out).map_err(|e| format!("corrupt archive: {e}"))?;
+        let copied =
+            std::io::copy(&mut (&mut entry).take(size), &mut out).map_err(|e| format!("corrupt archive: {e}"))?;
         if copied != size {
             return Err(format!("corrupt archive: {shown:?} is truncated"));
         }
@@ -153,8 +156,14 @@ mod tests {
 
     #[test]
     fn paths_below_the_top_directory() {
-        assert_eq!(inside(Path::new("demo/Chart.yaml")), Ok(Some(PathBuf::from("Chart.yaml"))));
-        assert_eq!(inside(Path::new("./demo/templates/a.yaml")), Ok(Some(PathBuf::from("templates/a.yaml"))));
+        assert_eq!(
+            inside(Path::new("demo/Chart.yaml")),
+            Ok(Some(PathBuf::from("Chart.yaml")))
+        );
+        assert_eq!(
+            inside(Path::new("./demo/templates/a.yaml")),
+            Ok(Some(PathBuf::from("templates/a.yaml")))
+        );
         assert_eq!(inside(Path::new("demo/")), Ok(None));
         assert!(inside(Path::new("demo/../../etc/passwd")).is_err());
         assert!(inside(Path::new("/etc/passwd")).is_err());

@@ -175,11 +175,14 @@ async fn get(client: &Https, req: Get<'_>) -> Result<Answer, ChartError> {
             url: shown.clone(),
             reason: "not a valid request",
         })?;
-        let response = client.request(request).await.map_err(|source| ChartError::Unreachable {
-            url: shown.clone(),
-            detail: chain(&source),
-            source,
-        })?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(|source| ChartError::Unreachable {
+                url: shown.clone(),
+                detail: chain(&source),
+                source,
+            })?;
         let status = response.status();
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
             let location = response
@@ -194,7 +197,11 @@ async fn get(client: &Https, req: Get<'_>) -> Result<Answer, ChartError> {
             continue;
         }
         let headers = response.headers().clone();
-        let limit = if status.is_success() { req.limit } else { ERROR_BODY_LIMIT };
+        let limit = if status.is_success() {
+            req.limit
+        } else {
+            ERROR_BODY_LIMIT
+        };
         let too_large = || ChartError::TooLarge {
             what: req.what,
             url: shown.clone(),
@@ -266,7 +273,10 @@ pub(crate) fn join(base: &str, reference: &str) -> String {
     if reference.contains("://") {
         return reference.to_string();
     }
-    let (scheme_host, path) = match base.find("://").and_then(|i| base[i + 3..].find('/').map(|j| i + 3 + j)) {
+    let (scheme_host, path) = match base
+        .find("://")
+        .and_then(|i| base[i + 3..].find('/').map(|j| i + 3 + j))
+    {
         Some(split) => (&base[..split], &base[split..]),
         None => (base, "/"),
     };

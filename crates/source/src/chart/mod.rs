@@ -193,15 +193,17 @@ impl ChartCache {
     }
 
     fn counters(&self, repo_url: &str) -> Arc<Counters> {
-        lock(&self.counters)
-            .entry(repo_key(repo_url))
-            .or_default()
-            .clone()
+        lock(&self.counters).entry(repo_key(repo_url)).or_default().clone()
     }
 
     /// Choose the version of `req.chart` that `req.target_revision` names. With `force`, the index
     /// (or the registry's tags and manifest) is asked again even if recent.
-    pub async fn resolve(&self, req: &ChartRequest, creds: &Credentials, force: bool) -> Result<ResolvedChart, ChartError> {
+    pub async fn resolve(
+        &self,
+        req: &ChartRequest,
+        creds: &Credentials,
+        force: bool,
+    ) -> Result<ResolvedChart, ChartError> {
         if req.repo_url.starts_with("oci://") {
             return self.resolve_oci(req, creds, force).await;
         }
@@ -267,7 +269,12 @@ impl ChartCache {
         }
     }
 
-    async fn resolve_oci(&self, req: &ChartRequest, creds: &Credentials, force: bool) -> Result<ResolvedChart, ChartError> {
+    async fn resolve_oci(
+        &self,
+        req: &ChartRequest,
+        creds: &Credentials,
+        force: bool,
+    ) -> Result<ResolvedChart, ChartError> {
         let repo = oci::parse(&req.repo_url, &req.chart, req.plain_http)?;
         let counters = self.counters(&req.repo_url);
         let state = lock(&self.oci)
@@ -297,13 +304,17 @@ impl ChartCache {
                 let constraint = self.constraint(req)?;
                 Counters::bump(&counters.tag_lists);
                 let tags = registry.tags().await?;
-                let versions: Vec<(semver::Version, String)> = tags
+                // (version, tag, the version as written: `+` where the tag has `_`).
+                let versions: Vec<(semver::Version, String, String)> = tags
                     .into_iter()
-                    .filter_map(|t| parse_version(&t.replace('_', "+")).map(|v| (v, t)))
+                    .filter_map(|t| {
+                        let shown = t.replace('_', "+");
+                        parse_version(&shown).map(|v| (v, t, shown))
+                    })
                     .collect();
-                match constraint.best(versions.iter().map(|(v, t)| (v, t))) {
-                    Some((_, tag)) => (tag.clone(), tag.replace('_', "+")),
-                    None => return Err(self.no_match(req, versions.iter().map(|(v, t)| (v, t.as_str())))),
+                match constraint.best(versions.iter().map(|(v, t, shown)| (v, (t, shown)))) {
+                    Some((_, (tag, shown))) => (tag.clone(), shown.clone()),
+                    None => return Err(self.no_match(req, versions.iter().map(|(v, _, s)| (v, s.as_str())))),
                 }
             }
         };
@@ -337,12 +348,10 @@ impl ChartCache {
         {
             return Ok(dir);
         }
-        let gate = resolved.digest.as_ref().map(|d| {
-            lock(&self.fetching)
-                .entry(d.clone())
-                .or_default()
-                .clone()
-        });
+        let gate = resolved
+            .digest
+            .as_ref()
+            .map(|d| lock(&self.fetching).entry(d.clone()).or_default().clone());
         let _held = match &gate {
             Some(g) => Some(g.lock().await),
             None => None,

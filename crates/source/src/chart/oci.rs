@@ -29,7 +29,10 @@ pub(crate) const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// Helm's chart config media type.
 pub(crate) const HELM_CONFIG: &str = "application/vnd.cncf.helm.config.v1+json";
 /// Helm's chart layer media type (and the legacy one Helm still reads).
-pub(crate) const HELM_LAYERS: [&str; 2] = ["application/vnd.cncf.helm.chart.content.v1.tar+gzip", "application/tar+gzip"];
+pub(crate) const HELM_LAYERS: [&str; 2] = [
+    "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+    "application/tar+gzip",
+];
 
 const JSON_LIMIT: u64 = 4 << 20;
 const MAX_TAG_PAGES: usize = 50;
@@ -51,7 +54,9 @@ pub(crate) fn parse(repo_url: &str, chart: &str, plain_http: bool) -> Result<Oci
         url: crate::redact(repo_url, &[]),
         reason,
     };
-    let rest = repo_url.strip_prefix("oci://").ok_or_else(|| refuse("not an oci:// URL"))?;
+    let rest = repo_url
+        .strip_prefix("oci://")
+        .ok_or_else(|| refuse("not an oci:// URL"))?;
     let rest = rest.trim_end_matches('/');
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
     if host.is_empty() || host.contains('@') {
@@ -63,14 +68,19 @@ pub(crate) fn parse(repo_url: &str, chart: &str, plain_http: bool) -> Result<Oci
                 !p.is_empty()
                     && p != "."
                     && p != ".."
-                    && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+                    && p.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
             })
     };
     if !path.is_empty() && !valid(path) {
-        return Err(refuse("the repository path must be lower-case letters, digits, '.', '_', '-' and '/'"));
+        return Err(refuse(
+            "the repository path must be lower-case letters, digits, '.', '_', '-' and '/'",
+        ));
     }
     if !valid(chart) || chart.contains('/') {
-        return Err(refuse("the chart name must be lower-case letters, digits, '.', '_' and '-'"));
+        return Err(refuse(
+            "the chart name must be lower-case letters, digits, '.', '_' and '-'",
+        ));
     }
     let repository = if path.is_empty() {
         chart.to_string()
@@ -212,7 +222,10 @@ impl Registry<'_> {
                 let found: Vec<&str> = manifest.layers.iter().map(|l| l.media_type.as_str()).collect();
                 ChartError::Oci {
                     reference: at.clone(),
-                    detail: format!("not a Helm chart: no layer of type {:?} (layers: {found:?})", HELM_LAYERS[0]),
+                    detail: format!(
+                        "not a Helm chart: no layer of type {:?} (layers: {found:?})",
+                        HELM_LAYERS[0]
+                    ),
                 }
             })?;
         let digest = layer
@@ -289,7 +302,9 @@ impl Registry<'_> {
         let (scheme, params) = parse_challenge(challenge);
         match scheme.to_ascii_lowercase().as_str() {
             "bearer" => self.token(&params).await,
-            _ => Auth::basic(self.creds).ok_or_else(|| self.error("the registry requires credentials and none are set")),
+            _ => {
+                Auth::basic(self.creds).ok_or_else(|| self.error("the registry requires credentials and none are set"))
+            }
         }
     }
 
@@ -424,7 +439,10 @@ mod tests {
             (r.base.as_str(), r.repository.as_str()),
             ("http://127.0.0.1:5000", "charts/demo")
         );
-        assert_eq!(parse("oci://reg.example", "demo", false).expect("valid").base, "https://reg.example");
+        assert_eq!(
+            parse("oci://reg.example", "demo", false).expect("valid").base,
+            "https://reg.example"
+        );
         for (url, chart) in [
             ("oci://u:p@reg/x", "demo"),
             ("oci://reg/../x", "demo"),
@@ -432,7 +450,10 @@ mod tests {
             ("oci://reg/x", "De mo"),
             ("https://reg/x", "demo"),
         ] {
-            let err = parse(url, chart, false).err().map(|e| e.to_string()).unwrap_or_default();
+            let err = parse(url, chart, false)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(!err.is_empty() && !err.contains("u:p"), "{url} {chart}: {err}");
         }
     }

@@ -73,7 +73,11 @@ impl HelmRepo {
         let asked = Instant::now();
         let mut state = self.state.lock().await;
         if let (Some(fetched), Some(index)) = (state.fetched, &state.index) {
-            let fresh = if force { fetched >= asked } else { fetched.elapsed() < ttl };
+            let fresh = if force {
+                fetched >= asked
+            } else {
+                fetched.elapsed() < ttl
+            };
             if fresh {
                 return Ok(index.clone());
             }

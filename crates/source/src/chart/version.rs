@@ -218,7 +218,11 @@ mod tests {
         assert_eq!(pick("1.x", ALL).as_deref(), Some("1.9.9"));
         assert_eq!(pick("*", ALL).as_deref(), Some("4.0.0"));
         assert_eq!(pick("", ALL).as_deref(), Some("4.0.0"));
-        assert_eq!(pick("1.2", ALL).as_deref(), Some("1.2.9"), "a partial version is a range");
+        assert_eq!(
+            pick("1.2", ALL).as_deref(),
+            Some("1.2.9"),
+            "a partial version is a range"
+        );
     }
 
     #[test]
@@ -254,7 +258,10 @@ mod tests {
         assert_eq!(pick(">=1.3.0-0 <1.3.0", ALL).as_deref(), Some("1.3.0-rc.1"));
         assert_eq!(pick("^2.0.0-0", ALL).as_deref(), Some("2.0.0"));
         assert_eq!(pick(">=2.0.0-0 <2.0.0", ALL).as_deref(), Some("2.0.0-beta.1"));
-        assert_eq!(pick(">=1.2.9 <2.0.0", &["1.2.9", "1.3.0-rc.1"]).as_deref(), Some("1.2.9"));
+        assert_eq!(
+            pick(">=1.2.9 <2.0.0", &["1.2.9", "1.3.0-rc.1"]).as_deref(),
+            Some("1.2.9")
+        );
         assert_eq!(pick("*", &["1.0.0", "2.0.0-rc.1"]).as_deref(), Some("1.0.0"));
     }
 
@@ -268,7 +275,10 @@ mod tests {
     #[test]
     fn lenient_versions() {
         assert_eq!(parse_version("v1.2").map(|v| v.to_string()).as_deref(), Some("1.2.0"));
-        assert_eq!(parse_version("1-rc.1").map(|v| v.to_string()).as_deref(), Some("1.0.0-rc.1"));
+        assert_eq!(
+            parse_version("1-rc.1").map(|v| v.to_string()).as_deref(),
+            Some("1.0.0-rc.1")
+        );
         assert!(parse_version("one").is_none() && parse_version("").is_none());
     }
 }
