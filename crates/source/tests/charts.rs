@@ -381,9 +381,12 @@ async fn truncated_and_corrupt_archives_are_refused() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One crafted tar entry: raw path, type, link target, content.
+type Crafted<'a> = (&'a str, tar::EntryType, &'a str, &'a [u8]);
+
 /// A `.tgz` of `entries`: (raw path, type, link target, content). Paths are written into the header
 /// bytes directly, bypassing the `tar` crate's own checks, as an attacker's tool would.
-fn crafted(entries: &[(&str, tar::EntryType, &str, &[u8])]) -> anyhow::Result<Vec<u8>> {
+fn crafted(entries: &[Crafted<'_>]) -> anyhow::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
     for (path, kind, link, content) in entries {
         let mut header = tar::Header::new_old();
@@ -404,7 +407,7 @@ fn crafted(entries: &[(&str, tar::EntryType, &str, &[u8])]) -> anyhow::Result<Ve
 async fn archives_escaping_their_directory_or_holding_links_are_refused() -> anyhow::Result<()> {
     use tar::EntryType::{Link, Regular, Symlink};
     let chart_yaml: &[u8] = b"apiVersion: v2\nname: demo\nversion: 1.0.0\n";
-    let cases: Vec<(&str, Vec<(&str, tar::EntryType, &str, &[u8])>, &str)> = vec![
+    let cases: Vec<(&str, Vec<Crafted<'_>>, &str)> = vec![
         (
             "dot-dot",
             vec![
