@@ -402,7 +402,7 @@ fn parse_cgi(output: &[u8]) -> anyhow::Result<Response> {
 
 /// TLS for the HTTPS server: a CA and a certificate for `127.0.0.1`/`localhost` made at start, and an
 /// axum listener that completes the handshake before handing a connection over.
-mod tls {
+pub(crate) mod tls {
     use std::net::{Ipv4Addr, SocketAddr};
     use std::sync::Arc;
 
@@ -432,6 +432,22 @@ mod tls {
                 rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
             )?;
         Ok((config, ca_cert.pem()))
+    }
+
+    /// A fresh CA and a certificate for `127.0.0.1`/`localhost` signed by it, as PEM:
+    /// (certificate, private key, CA), for servers configured with files.
+    pub fn pem_files() -> anyhow::Result<(String, String, String)> {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(rcgen::DnType::CommonName, "Capstan test CA");
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = KeyPair::generate()?;
+        let leaf =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?.signed_by(&key, &issuer)?;
+        Ok((leaf.pem(), key.serialize_pem(), ca_cert.pem()))
     }
 
     /// A loopback listener whose connections are TLS streams.

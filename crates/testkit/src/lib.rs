@@ -10,18 +10,28 @@
 //! - [`SshGitServer`]: OpenSSH's `sshd` on a free loopback port serving bare repositories to one
 //!   client key, with its own host key, stopped when dropped.
 //!
+//! - [`ChartServer`]: a static HTTP(S) file server that is a Helm chart repository (basic auth,
+//!   TLS, `ETag`/`304`, request counters), and helpers running the real `helm package`,
+//!   `helm repo index` and `helm push` ([`charts`]).
+//! - [`Registry`]: Debian's `docker-registry` (an OCI registry) on a free loopback port, with
+//!   optional htpasswd basic auth and TLS.
+//!
 //! - [`capstan`]: installing Capstan's CRDs on such a cluster and reading Application status.
 //!
 //! Everything here starts real programs; nothing is mocked.
 
 pub mod capstan;
+pub mod charts;
 pub mod cluster;
 pub mod git;
+pub mod registry;
 pub mod ssh;
 pub mod webdriver;
 
+pub use charts::{ChartServer, ChartServerOptions};
 pub use cluster::TestCluster;
 pub use git::{GitServer, commit_files, files_under, run_git};
+pub use registry::{Registry, RegistryOptions};
 pub use ssh::SshGitServer;
 
 /// Initialise test logging once (honours `RUST_LOG`; silent by default).

@@ -304,13 +304,17 @@ impl ChartCache {
                 let constraint = self.constraint(req)?;
                 Counters::bump(&counters.tag_lists);
                 let tags = registry.tags().await?;
-                let versions: Vec<(semver::Version, String)> = tags
+                // (version, tag, the version as written: `+` where the tag has `_`).
+                let versions: Vec<(semver::Version, String, String)> = tags
                     .into_iter()
-                    .filter_map(|t| parse_version(&t.replace('_', "+")).map(|v| (v, t)))
+                    .filter_map(|t| {
+                        let shown = t.replace('_', "+");
+                        parse_version(&shown).map(|v| (v, t, shown))
+                    })
                     .collect();
-                match constraint.best(versions.iter().map(|(v, t)| (v, t))) {
-                    Some((_, tag)) => (tag.clone(), tag.replace('_', "+")),
-                    None => return Err(self.no_match(req, versions.iter().map(|(v, t)| (v, t.as_str())))),
+                match constraint.best(versions.iter().map(|(v, t, shown)| (v, (t, shown)))) {
+                    Some((_, (tag, shown))) => (tag.clone(), shown.clone()),
+                    None => return Err(self.no_match(req, versions.iter().map(|(v, _, s)| (v, s.as_str())))),
                 }
             }
         };
