@@ -6,13 +6,14 @@
 //!
 //! [`setup`] holds what the controller benchmarks share; each benchmark is a module of its own
 //! ([`first_sync`] 1–2, [`fleet`] 3, [`self_heal`] 4, [`untracked`] 5, [`appset`] 6, [`webhook`] 7,
-//! [`ui`] 8).
+//! [`ui`] 8, [`charts`] 9).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 
 mod appset;
+mod charts;
 mod first_sync;
 mod fleet;
 mod self_heal;
@@ -28,8 +29,11 @@ struct Args {
     /// The capstan binary to benchmark.
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
-    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui.
-    #[arg(long, default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui")]
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts.
+    #[arg(
+        long,
+        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts"
+    )]
     only: String,
     /// ConfigMaps in the first-sync benchmark.
     #[arg(long, default_value_t = 2000)]
@@ -46,6 +50,9 @@ struct Args {
     /// Drift samples in the self-heal benchmark.
     #[arg(long, default_value_t = 50)]
     samples: usize,
+    /// Applications in the Helm repository benchmark.
+    #[arg(long, default_value_t = 200)]
+    chart_apps: usize,
     /// Applications in the web UI list benchmark.
     #[arg(long, default_value_t = 1000)]
     ui_apps: usize,
@@ -76,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Benchmarks 1–7, against one control plane and one controller.
+/// Benchmarks 1–7 and 9, against one control plane and one controller.
 async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> anyhow::Result<()> {
     let bench = Bench::start(capstan).await?;
     if only.contains(&"sync") || only.contains(&"resync") {
@@ -96,6 +103,9 @@ async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> 
     }
     if only.contains(&"webhook") {
         bench.webhook(args.apps).await?;
+    }
+    if only.contains(&"charts") {
+        bench.charts(args.chart_apps).await?;
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use capstan_api::Application;
 use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
+use capstan_testkit::charts::{ChartServer, ChartServerOptions, index_repository, run_helm};
 use capstan_testkit::{GitServer, TestCluster};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
@@ -26,9 +27,10 @@ use common::{Controller, capstan, kubectl, text};
 
 const NS: &str = "capstan";
 /// The Applications of `examples/apps/`.
-const TOP: [&str; 6] = [
+const TOP: [&str; 7] = [
     "guestbook",
     "helm-guestbook",
+    "helm-repo-guestbook",
     "jsonnet-guestbook",
     "kustomize-guestbook",
     "multi-source-guestbook",
@@ -134,6 +136,23 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     let sha = git.commit("examples", "main", &commit, "Publish examples/")?;
     let repo = git.git_url("examples");
 
+    // examples/helm-guestbook packaged into a Helm repository served over HTTP on loopback, as the
+    // playground does with `helm package` and `helm repo index`.
+    let charts = ChartServer::start(ChartServerOptions::default()).await?;
+    let helm_home = tempfile::tempdir()?;
+    let chart_src = examples().join("helm-guestbook");
+    run_helm(
+        helm_home.path(),
+        &[
+            "package",
+            &chart_src.to_string_lossy(),
+            "--destination",
+            &charts.dir().to_string_lossy(),
+        ],
+    )?;
+    index_repository(charts.dir(), None)?;
+    let helm_repository = charts.url();
+
     // The playground's metadata-only in-cluster Secret, then examples/apps/*.yaml with REPO_URL
     // replaced (sed "s|REPO_URL|$REPO_URL|g" | kubectl apply -f -).
     let work = tempfile::tempdir()?;
@@ -150,10 +169,11 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         .filter(|(p, _)| p.starts_with("apps/") && p.ends_with(".yaml"))
     {
         assert!(
-            contents.contains("REPO_URL"),
-            "examples/{path} names the REPO_URL placeholder"
+            contents.contains("REPO_URL") || contents.contains("HELM_REPOSITORY"),
+            "examples/{path} names the REPO_URL or HELM_REPOSITORY placeholder"
         );
         let file = work.path().join(path.replace('/', "-"));
+        let contents = contents.replace("HELM_REPOSITORY", &helm_repository);
         std::fs::write(&file, contents.replace("REPO_URL", &repo))?;
         let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
         assert!(out.status.success(), "kubectl apply examples/{path}: {}", text(&out));
@@ -161,7 +181,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     }
     assert_eq!(
         applied, TOP,
-        "examples/apps/ holds the six Applications the README describes"
+        "examples/apps/ holds the seven Applications the README describes"
     );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
@@ -228,6 +248,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "guestbook",
             "guestbook-in-cluster",
             "helm-guestbook",
+            "helm-repo-guestbook",
             "jsonnet-guestbook",
             "kustomize-guestbook",
             "multi-source-guestbook",
@@ -235,20 +256,25 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "platform",
             "root"
         ],
-        "the six entry points, root's two children and the ApplicationSets' four, nothing else"
+        "the seven entry points, root's two children and the ApplicationSets' four, nothing else"
     );
     for name in TOP.iter().chain(&CHILDREN).chain(&GENERATED) {
         let app = apps.get(name).await?;
         let status = app.status.clone().unwrap_or_default();
-        // A multi-source Application's revision names each source's commit.
-        let expected = vec![sha.as_str(); app.spec.sources().len()].join(",");
+        // A multi-source Application's revision names each source's commit; a chart's is its version.
+        let expected = if app.spec.source.is_chart() {
+            "0.1.0".to_string()
+        } else {
+            vec![sha.as_str(); app.spec.sources().len()].join(",")
+        };
         assert_eq!(
             status.sync.map(|s| s.revision),
             Some(expected),
             "{name} at the published commit"
         );
         for source in app.spec.sources() {
-            assert_eq!(source.repo_url, repo, "{name} reads the published repository");
+            let published = if source.is_chart() { &helm_repository } else { &repo };
+            assert_eq!(&source.repo_url, published, "{name} reads the published repository");
         }
         assert!(
             status.conditions.is_empty(),
@@ -353,6 +379,12 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     );
     assert_eq!(image, "gcr.io/heptio-images/ks-guestbook-demo:0.3-rc");
     assert_eq!(labels.get("environment").map(String::as_str), Some("staging"));
+
+    // helm-repo-guestbook: the chart from the Helm repository, with the Application's values.
+    let d = deployment(&client, "helm-repo-guestbook", "helm-repo-guestbook-helm-guestbook").await?;
+    let (replicas, available, _, labels) = facts(&d);
+    assert_eq!((replicas, available), (1, 1), "valuesObject: replicaCount 1");
+    assert_eq!(labels.get("source").map(String::as_str), Some("helm-repository"));
 
     // jsonnet-guestbook: the Jsonnet function's top-level arguments from the Application.
     let d = deployment(&client, "jsonnet-guestbook", "jsonnet-guestbook-ui").await?;
