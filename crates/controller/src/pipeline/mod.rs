@@ -28,6 +28,7 @@ use crate::projects::Projects;
 use capstan_cluster::repository;
 
 mod live;
+mod polled;
 mod revision;
 mod rules;
 
@@ -215,6 +216,15 @@ impl Pipeline {
             sources: resolved,
             multi: app.spec.is_multi_source(),
         })
+    }
+
+    /// The Git repositories of `app` its pollers may list: those its project permits (see [`polled`]).
+    /// None while the project cannot be read.
+    pub async fn polled_urls(&self, app: &Application) -> Vec<String> {
+        match self.projects.get(&app.spec.project).await {
+            Ok((name, project)) => polled::permitted_git_urls(app, &name, &project, &self.cache_dir),
+            Err(_) => Vec::new(),
+        }
     }
 
     async fn credentials(&self, url: &str) -> Credentials {
