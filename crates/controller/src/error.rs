@@ -31,6 +31,25 @@ pub enum PipelineError {
         /// `spec.source` or `spec.sources[i]`.
         field: String,
     },
+    /// No source is rendered: each has a `ref` and neither `path` nor `chart`.
+    #[error(
+        "{field}: no source is rendered (a source with `ref` and neither `path` nor `chart` only provides files to \
+         `$ref/…` Helm value files); give a source a `path`, or remove the `ref` of spec.source"
+    )]
+    NothingRendered {
+        /// `spec.source` or `spec.sources`.
+        field: String,
+    },
+    /// Two sources have the same `ref`, so `$NAME/…` value files would be ambiguous.
+    #[error("{first} and {second} both have `ref: {name}`; each ref names one source")]
+    DuplicateRef {
+        /// The `ref`.
+        name: String,
+        /// The first source with it (`spec.sources[i]`).
+        first: String,
+        /// The other (`spec.sources[j]`).
+        second: String,
+    },
     /// A local repository inside Capstan's cache.
     #[error("repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories")]
     RepoInCache {
@@ -205,6 +224,8 @@ impl PipelineError {
             EmptyRepoUrl { .. }
             | RevisionCount { .. }
             | ChartsNotSupported { .. }
+            | NothingRendered { .. }
+            | DuplicateRef { .. }
             | RepoInCache { .. }
             | Project(_)
             | UnknownProject { .. }

@@ -219,3 +219,74 @@ async fn a_value_file_naming_no_source_is_a_comparison_error_and_changes_nothing
     );
     Ok(())
 }
+
+/// A source with `ref` and neither `path` nor `chart` is not rendered. Where that leaves nothing to
+/// render (a single `spec.source` given a `ref`, or every source a ref source), the Application is
+/// refused by name instead of compared against nothing — which would make every deployed object one
+/// to prune. Two sources with the same `ref` are refused too (`$NAME/…` would be ambiguous).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sources_that_render_nothing_or_share_a_ref_are_refused_and_change_nothing() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("ms-only-ref")?;
+    env.git.commit(
+        "ms-only-ref",
+        "main",
+        &[(
+            "cm.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept}\ndata: {a: b}\n"),
+        )],
+        "one ConfigMap at the root",
+    )?;
+    let url = env.git.git_url("ms-only-ref");
+    let mut app = json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": "onlyref", "namespace": "capstan"},
+        "spec": {
+            "source": {"repoURL": url, "targetRevision": "main"},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": "onlyref"},
+            "syncPolicy": {"syncOptions": ["CreateNamespace=true"],
+                           "automated": {"prune": true, "selfHeal": true, "allowEmpty": true}},
+        }
+    });
+    env.create_app(app.clone()).await?;
+    env.wait_app("onlyref", "synced", Duration::from_secs(90), synced_healthy)
+        .await?;
+
+    app["spec"]["source"]["ref"] = json!("values");
+    env.create_app(app.clone()).await?;
+    let refused = env
+        .wait_app("onlyref", "invalid spec", Duration::from_secs(30), |a| {
+            condition(a, "InvalidSpecError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(
+        message.contains("spec.source") && message.contains("ref"),
+        "the message names the source and its ref: {message}"
+    );
+
+    if let Some(spec) = app["spec"].as_object_mut() {
+        // Left out of the apply, so the field manager's spec.source goes.
+        spec.remove("source");
+    }
+    app["spec"]["sources"] = json!([
+        {"repoURL": url, "targetRevision": "main", "path": ".", "helm": {"valueFiles": ["$v/x.yaml"]}},
+        {"repoURL": url, "targetRevision": "main", "ref": "v"},
+        {"repoURL": url, "targetRevision": "main", "ref": "v"},
+    ]);
+    env.create_app(app).await?;
+    let refused = env
+        .wait_app("onlyref", "duplicate ref", Duration::from_secs(30), |a| {
+            condition(a, "InvalidSpecError").is_some_and(|m| m.contains("spec.sources[2]"))
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(message.contains("spec.sources[1]"), "both sources are named: {message}");
+
+    let (cv, ck, cp) = CM_API;
+    assert!(
+        env.get(cv, ck, cp, "onlyref", "kept").await?.is_some(),
+        "the deployed ConfigMap is not pruned"
+    );
+    Ok(())
+}

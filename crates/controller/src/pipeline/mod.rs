@@ -170,6 +170,7 @@ impl Pipeline {
         force: bool,
     ) -> Result<Resolved, PipelineError> {
         let sources = app.spec.sources();
+        check_refs(app)?;
         let requested = match revision {
             Some(r) if app.spec.is_multi_source() => {
                 let each = revision::split(r);
@@ -413,6 +414,34 @@ impl Pipeline {
         }
         Ok(trees)
     }
+}
+
+/// Refuse sources of which none is rendered (every deployed object would be pruned) and two sources
+/// with the same `ref` (which one a `$NAME/…` value file reads would be a guess).
+fn check_refs(app: &Application) -> Result<(), PipelineError> {
+    let sources = app.spec.sources();
+    if !sources.iter().any(ApplicationSource::is_rendered) {
+        let field = if app.spec.is_multi_source() {
+            "spec.sources"
+        } else {
+            "spec.source"
+        };
+        return Err(PipelineError::NothingRendered { field: field.into() });
+    }
+    for (j, source) in sources.iter().enumerate() {
+        let name = &source.ref_name;
+        if let Some(i) = (!name.is_empty())
+            .then(|| sources[..j].iter().position(|s| s.ref_name == *name))
+            .flatten()
+        {
+            return Err(PipelineError::DuplicateRef {
+                name: name.clone(),
+                first: source_field(app, i),
+                second: source_field(app, j),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `spec.source`, or `spec.sources[i]` for a multi-source Application: the field errors name.
