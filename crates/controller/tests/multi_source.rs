@@ -290,3 +290,84 @@ async fn sources_that_render_nothing_or_share_a_ref_are_refused_and_change_nothi
     );
     Ok(())
 }
+
+/// A rollback checks the sources of its history entry against the project as it is now: an entry
+/// whose ref source's repository the project no longer permits is refused by name, and the cluster
+/// keeps what the newer sync deployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollback_to_sources_the_project_no_longer_permits_is_refused() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("ms-rb-chart")?;
+    env.git.create_repo("ms-rb-values")?;
+    env.git.commit(
+        "ms-rb-chart",
+        "main",
+        &[
+            ("hello/Chart.yaml", Some(CHART)),
+            ("hello/values.yaml", Some("message: chart default\nsize: large\n")),
+            ("hello/values-small.yaml", Some("size: small\n")),
+            ("hello/templates/cm.yaml", Some(TEMPLATE)),
+        ],
+        "chart",
+    )?;
+    env.git.commit(
+        "ms-rb-values",
+        "main",
+        &[("prod.yaml", Some("message: team-b values\n"))],
+        "v",
+    )?;
+    let (chart_url, values_url) = (env.git.git_url("ms-rb-chart"), env.git.git_url("ms-rb-values"));
+    let ns = env.ns.clone();
+    let project = |repos: Vec<&str>| json!({"sourceRepos": repos, "destinations": [{"server": "*", "namespace": ns}]});
+    env.apply_project("ms-rb", project(vec![&chart_url, &values_url]))
+        .await?;
+
+    let mut app = multi_source_app("rb", &chart_url, &values_url, "$values/prod.yaml", &env.ns);
+    app["spec"]["project"] = json!("ms-rb");
+    app["spec"]["syncPolicy"] = json!({});
+    env.create_app(app.clone()).await?;
+    env.wait_app("rb", "compared", Duration::from_secs(60), |a| revisions(a).len() == 2)
+        .await?;
+    env.request("rb", json!({"sync": {}, "initiatedBy": "test"})).await?;
+    env.wait_app("rb", "synced from both", Duration::from_secs(90), |a| {
+        op_phase(a) == "Succeeded" && a.status.as_ref().is_some_and(|s| s.history.len() == 1)
+    })
+    .await?;
+
+    // The values move into the chart's repository; the project then stops permitting the other one.
+    app["spec"]["sources"] = json!([{"repoURL": chart_url, "targetRevision": "main", "path": "hello"}]);
+    env.create_app(app).await?;
+    env.wait_app("rb", "compared with one source", Duration::from_secs(60), |a| {
+        revisions(a).len() == 1 && sync_of(a) == "OutOfSync"
+    })
+    .await?;
+    env.request("rb", json!({"sync": {}, "initiatedBy": "test-2"})).await?;
+    let synced = env
+        .wait_app("rb", "synced from one", Duration::from_secs(60), |a| {
+            op_phase(a) == "Succeeded" && a.status.as_ref().is_some_and(|s| s.history.len() == 2)
+        })
+        .await?;
+    env.apply_project("ms-rb", project(vec![&chart_url])).await?;
+
+    let first = synced.status.map(|s| s.history[0].id).unwrap_or_default();
+    env.request("rb", json!({"rollback": {"id": first}, "initiatedBy": "test-3"}))
+        .await?;
+    let refused = env
+        .wait_app("rb", "rollback refused", Duration::from_secs(60), |a| {
+            op_phase(a) == "Failed" || op_phase(a) == "Error"
+        })
+        .await?;
+    let message = op_message(&refused);
+    assert!(
+        message.contains(&values_url) && message.contains("not permitted"),
+        "the refusal names the repository: {message}"
+    );
+    let (cv, ck, cp) = CM_API;
+    let cm = env.get(cv, ck, cp, &env.ns, "rb-config").await?.expect("configmap");
+    assert_eq!(
+        cm.pointer("/data/message"),
+        Some(&json!("chart default")),
+        "the newer sync's values stay: {cm}"
+    );
+    Ok(())
+}
