@@ -25,6 +25,25 @@ pub enum PipelineError {
         /// How many sources the Application has.
         sources: usize,
     },
+    /// No source is rendered: each has a `ref` and neither `path` nor `chart`.
+    #[error(
+        "{field}: no source is rendered (a source with `ref` and neither `path` nor `chart` only provides files to \
+         `$ref/…` Helm value files); give a source a `path`, or remove the `ref` of spec.source"
+    )]
+    NothingRendered {
+        /// `spec.source` or `spec.sources`.
+        field: String,
+    },
+    /// Two sources have the same `ref`, so `$NAME/…` value files would be ambiguous.
+    #[error("{first} and {second} both have `ref: {name}`; each ref names one source")]
+    DuplicateRef {
+        /// The `ref`.
+        name: String,
+        /// The first source with it (`spec.sources[i]`).
+        first: String,
+        /// The other (`spec.sources[j]`).
+        second: String,
+    },
     /// A local repository inside Capstan's cache.
     #[error("repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories")]
     RepoInCache {
@@ -207,6 +226,8 @@ impl PipelineError {
         match self {
             EmptyRepoUrl { .. }
             | RevisionCount { .. }
+            | NothingRendered { .. }
+            | DuplicateRef { .. }
             | RepoInCache { .. }
             | Project(_)
             | UnknownProject { .. }

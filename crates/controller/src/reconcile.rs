@@ -271,14 +271,10 @@ fn with_failed_request(
 }
 
 async fn resolve(ctx: &Ctx, app: &Application, force: bool) -> Result<Resolved, PipelineError> {
-    // Git repositories are polled; chart sources are resolved again on every reconcile interval.
-    let urls: Vec<&str> = app
-        .spec
-        .sources()
-        .iter()
-        .filter(|s| !s.is_chart())
-        .map(|s| s.repo_url.as_str())
-        .collect();
+    // Git repositories are polled (chart sources are resolved again on every reconcile interval), only
+    // those the project permits: a poller lists refs with the repository Secret's credentials.
+    let owned = ctx.pipeline.polled_urls(app).await;
+    let urls: Vec<&str> = owned.iter().map(String::as_str).collect();
     ctx.pollers.watch(&urls, ObjectRef::from_obj(app));
     // Not forced, this is answered from the refs the repository's poller keeps fresh (see `poller`).
     ctx.pipeline.resolve(app, None, force).await

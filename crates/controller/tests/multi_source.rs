@@ -219,3 +219,155 @@ async fn a_value_file_naming_no_source_is_a_comparison_error_and_changes_nothing
     );
     Ok(())
 }
+
+/// A source with `ref` and neither `path` nor `chart` is not rendered. Where that leaves nothing to
+/// render (a single `spec.source` given a `ref`, or every source a ref source), the Application is
+/// refused by name instead of compared against nothing — which would make every deployed object one
+/// to prune. Two sources with the same `ref` are refused too (`$NAME/…` would be ambiguous).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sources_that_render_nothing_or_share_a_ref_are_refused_and_change_nothing() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("ms-only-ref")?;
+    env.git.commit(
+        "ms-only-ref",
+        "main",
+        &[(
+            "cm.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kept}\ndata: {a: b}\n"),
+        )],
+        "one ConfigMap at the root",
+    )?;
+    let url = env.git.git_url("ms-only-ref");
+    let mut app = json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": "onlyref", "namespace": "capstan"},
+        "spec": {
+            "source": {"repoURL": url, "targetRevision": "main"},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": "onlyref"},
+            "syncPolicy": {"syncOptions": ["CreateNamespace=true"],
+                           "automated": {"prune": true, "selfHeal": true, "allowEmpty": true}},
+        }
+    });
+    env.create_app(app.clone()).await?;
+    env.wait_app("onlyref", "synced", Duration::from_secs(90), synced_healthy)
+        .await?;
+
+    app["spec"]["source"]["ref"] = json!("values");
+    env.create_app(app.clone()).await?;
+    let refused = env
+        .wait_app("onlyref", "invalid spec", Duration::from_secs(30), |a| {
+            condition(a, "InvalidSpecError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(
+        message.contains("spec.source") && message.contains("ref"),
+        "the message names the source and its ref: {message}"
+    );
+
+    if let Some(spec) = app["spec"].as_object_mut() {
+        // Left out of the apply, so the field manager's spec.source goes.
+        spec.remove("source");
+    }
+    app["spec"]["sources"] = json!([
+        {"repoURL": url, "targetRevision": "main", "path": ".", "helm": {"valueFiles": ["$v/x.yaml"]}},
+        {"repoURL": url, "targetRevision": "main", "ref": "v"},
+        {"repoURL": url, "targetRevision": "main", "ref": "v"},
+    ]);
+    env.create_app(app).await?;
+    let refused = env
+        .wait_app("onlyref", "duplicate ref", Duration::from_secs(30), |a| {
+            condition(a, "InvalidSpecError").is_some_and(|m| m.contains("spec.sources[2]"))
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(message.contains("spec.sources[1]"), "both sources are named: {message}");
+
+    let (cv, ck, cp) = CM_API;
+    assert!(
+        env.get(cv, ck, cp, "onlyref", "kept").await?.is_some(),
+        "the deployed ConfigMap is not pruned"
+    );
+    Ok(())
+}
+
+/// A rollback checks the sources of its history entry against the project as it is now: an entry
+/// whose ref source's repository the project no longer permits is refused by name, and the cluster
+/// keeps what the newer sync deployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollback_to_sources_the_project_no_longer_permits_is_refused() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("ms-rb-chart")?;
+    env.git.create_repo("ms-rb-values")?;
+    env.git.commit(
+        "ms-rb-chart",
+        "main",
+        &[
+            ("hello/Chart.yaml", Some(CHART)),
+            ("hello/values.yaml", Some("message: chart default\nsize: large\n")),
+            ("hello/values-small.yaml", Some("size: small\n")),
+            ("hello/templates/cm.yaml", Some(TEMPLATE)),
+        ],
+        "chart",
+    )?;
+    env.git.commit(
+        "ms-rb-values",
+        "main",
+        &[("prod.yaml", Some("message: team-b values\n"))],
+        "v",
+    )?;
+    let (chart_url, values_url) = (env.git.git_url("ms-rb-chart"), env.git.git_url("ms-rb-values"));
+    let ns = env.ns.clone();
+    let project = |repos: Vec<&str>| json!({"sourceRepos": repos, "destinations": [{"server": "*", "namespace": ns}]});
+    env.apply_project("ms-rb", project(vec![&chart_url, &values_url]))
+        .await?;
+
+    let mut app = multi_source_app("rb", &chart_url, &values_url, "$values/prod.yaml", &env.ns);
+    app["spec"]["project"] = json!("ms-rb");
+    app["spec"]["syncPolicy"] = json!({});
+    env.create_app(app.clone()).await?;
+    env.wait_app("rb", "compared", Duration::from_secs(60), |a| revisions(a).len() == 2)
+        .await?;
+    env.request("rb", json!({"sync": {}, "initiatedBy": "test"})).await?;
+    env.wait_app("rb", "synced from both", Duration::from_secs(90), |a| {
+        op_phase(a) == "Succeeded" && a.status.as_ref().is_some_and(|s| s.history.len() == 1)
+    })
+    .await?;
+
+    // The values move into the chart's repository; the project then stops permitting the other one.
+    app["spec"]["sources"] = json!([{"repoURL": chart_url, "targetRevision": "main", "path": "hello"}]);
+    env.create_app(app).await?;
+    env.wait_app("rb", "compared with one source", Duration::from_secs(60), |a| {
+        revisions(a).len() == 1 && sync_of(a) == "OutOfSync"
+    })
+    .await?;
+    env.request("rb", json!({"sync": {}, "initiatedBy": "test-2"})).await?;
+    let synced = env
+        .wait_app("rb", "synced from one", Duration::from_secs(60), |a| {
+            op_phase(a) == "Succeeded" && a.status.as_ref().is_some_and(|s| s.history.len() == 2)
+        })
+        .await?;
+    env.apply_project("ms-rb", project(vec![&chart_url])).await?;
+
+    let first = synced.status.map(|s| s.history[0].id).unwrap_or_default();
+    env.request("rb", json!({"rollback": {"id": first}, "initiatedBy": "test-3"}))
+        .await?;
+    let refused = env
+        .wait_app("rb", "rollback refused", Duration::from_secs(60), |a| {
+            op_phase(a) == "Failed" || op_phase(a) == "Error"
+        })
+        .await?;
+    let message = op_message(&refused);
+    assert!(
+        message.contains(&values_url) && message.contains("not permitted"),
+        "the refusal names the repository: {message}"
+    );
+    let (cv, ck, cp) = CM_API;
+    let cm = env.get(cv, ck, cp, &env.ns, "rb-config").await?.expect("configmap");
+    assert_eq!(
+        cm.pointer("/data/message"),
+        Some(&json!("chart default")),
+        "the newer sync's values stay: {cm}"
+    );
+    Ok(())
+}

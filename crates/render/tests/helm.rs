@@ -496,3 +496,53 @@ async fn ref_value_files_come_from_the_named_source_and_stay_in_it() {
     let err = render_ref(with("$values")).await.unwrap_err();
     assert!(matches!(err, RenderError::MissingValueFile { .. }), "{err:?}");
 }
+
+/// Odd `$ref` value files are refused by name, never read from outside the ref source's checkout: `$`
+/// alone, an empty path, an absolute path after the name, `..` after `.`, URL-encoded `..` (a plain
+/// file name), a backslash path, and a name that is a prefix of a ref.
+#[tokio::test]
+async fn odd_ref_value_files_are_refused_and_read_nothing_outside() {
+    let repo = Repo::new();
+    chart(&repo, "chart");
+    let values = Repo::new();
+    values.file("envs/prod.yaml", "a: from-ref\n");
+    std::fs::write(values.outside.join("secret.yaml"), "a: stolen\n").unwrap();
+    let refs = [capstan_render::RefSource {
+        name: "values",
+        root: &values.root,
+        revision: "fedcba9876543210fedcba9876543210fedcba98",
+    }];
+    let renderer = renderer();
+    let outside = values.outside.join("secret.yaml").display().to_string();
+    for file in [
+        "$".to_string(),
+        "$/envs/prod.yaml".to_string(),
+        "$values/".to_string(),
+        "$values//".to_string(),
+        format!("$values/{outside}"),
+        format!("$values/{}", outside.trim_start_matches('/')),
+        "$values/./../outside/secret.yaml".to_string(),
+        "$values/envs/../../outside/secret.yaml".to_string(),
+        "$values/%2e%2e/outside/secret.yaml".to_string(),
+        "$values\\..\\outside\\secret.yaml".to_string(),
+        "$value/envs/prod.yaml".to_string(),
+        "$values-x/envs/prod.yaml".to_string(),
+    ] {
+        let source = helm_source(
+            "chart",
+            ApplicationSourceHelm {
+                value_files: vec![file.clone()],
+                ..Default::default()
+            },
+        );
+        let mut req = request(&repo, &source);
+        req.refs = &refs;
+        match renderer.render(&req, REVISION).await {
+            Err(err) => {
+                eprintln!("{file}: {err}");
+                assert!(!err.to_string().contains("stolen"), "{file}: {err}")
+            }
+            Ok(rendered) => panic!("{file:?} rendered: {:?}", data(&rendered, "myapp-values")),
+        }
+    }
+}

@@ -448,11 +448,13 @@ pub fn affected_apps<'a>(push: &Push, apps: impl IntoIterator<Item = &'a Applica
                 .annotations()
                 .get(MANIFEST_GENERATE_PATHS)
                 .or_else(|| a.annotations().get(MANIFEST_GENERATE_PATHS_ARGO));
-            // Any of its Git sources (a `ref` source's files are read from its whole repository).
+            // Any of its Git sources. The annotation describes the rendered sources' paths: a `ref`
+            // source's files are read through `$ref/…` value files anywhere in its repository.
             a.spec.sources().iter().filter(|s| !s.is_chart()).any(|s| {
+                let ann = if s.is_rendered() { ann.map(String::as_str) } else { None };
                 same_repo(push, &s.repo_url)
                     && touches_revision(push, &s.target_revision)
-                    && touches_paths(push, &s.path, ann.map(String::as_str))
+                    && touches_paths(push, &s.path, ann)
             })
         })
         .map(|a| a.name_any())

@@ -26,6 +26,7 @@ use crate::error::PipelineError;
 use crate::projects::Projects;
 
 mod live;
+mod polled;
 mod revision;
 mod rules;
 mod sources;

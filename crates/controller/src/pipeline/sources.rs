@@ -44,6 +44,7 @@ impl Pipeline {
         force: bool,
     ) -> Result<Resolved, PipelineError> {
         let sources = app.spec.sources();
+        check_refs(app)?;
         let requested = match revision {
             Some(r) if app.spec.is_multi_source() => {
                 let each = revision::split(r);
@@ -115,6 +116,15 @@ impl Pipeline {
             })
     }
 
+    /// The Git repositories of `app` its pollers may list: those its project permits (see
+    /// [`super::polled`]). None while the project cannot be read.
+    pub async fn polled_urls(&self, app: &Application) -> Vec<String> {
+        match self.projects.get(&app.spec.project).await {
+            Ok((name, project)) => super::polled::permitted_git_urls(app, &name, &project, &self.cache_dir),
+            Err(_) => Vec::new(),
+        }
+    }
+
     async fn credentials(&self, url: &str) -> Credentials {
         repository::for_repo(&self.client, &self.namespace, url)
             .await
@@ -158,6 +168,34 @@ impl Pipeline {
         }
         Ok(trees)
     }
+}
+
+/// Refuse sources of which none is rendered (every deployed object would be pruned) and two sources
+/// with the same `ref` (which one a `$NAME/…` value file reads would be a guess).
+fn check_refs(app: &Application) -> Result<(), PipelineError> {
+    let sources = app.spec.sources();
+    if !sources.iter().any(ApplicationSource::is_rendered) {
+        let field = if app.spec.is_multi_source() {
+            "spec.sources"
+        } else {
+            "spec.source"
+        };
+        return Err(PipelineError::NothingRendered { field: field.into() });
+    }
+    for (j, source) in sources.iter().enumerate() {
+        let name = &source.ref_name;
+        if let Some(i) = (!name.is_empty())
+            .then(|| sources[..j].iter().position(|s| s.ref_name == *name))
+            .flatten()
+        {
+            return Err(PipelineError::DuplicateRef {
+                name: name.clone(),
+                first: source_field(app, i),
+                second: source_field(app, j),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `spec.source`, or `spec.sources[i]` for a multi-source Application: the field errors name.

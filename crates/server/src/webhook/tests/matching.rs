@@ -250,6 +250,36 @@ fn a_push_to_any_git_source_of_a_multi_source_app_refreshes_it() {
     assert_eq!(affected_apps(&github_tag, apps.iter()), vec!["values-here"]);
 }
 
+/// manifest-generate-paths describes the rendered sources' paths; a `ref` source's files are read
+/// through `$ref/…` value files anywhere in its repository, so a push to them refreshes regardless.
+#[test]
+fn a_push_to_a_ref_source_refreshes_whatever_manifest_generate_paths_says() {
+    let push = parse(
+        Provider::GitHub,
+        "push",
+        &bytes(&github_payload(
+            "refs/heads/main",
+            json!([github_commit(AFTER, &[], &["envs/prod.yaml"], &[])]),
+        )),
+    )
+    .expect("a push");
+    let app: Application = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": "web", "namespace": "capstan",
+                     "annotations": {MANIFEST_GENERATE_PATHS: "/charts/web"}},
+        "spec": {
+            "sources": [
+                {"repoURL": "https://github.com/acme/charts.git", "path": "charts/web", "targetRevision": "main",
+                 "helm": {"valueFiles": ["$values/envs/prod.yaml"]}},
+                {"repoURL": "https://github.com/acme/deploy.git", "targetRevision": "main", "ref": "values"},
+            ],
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": "x"}
+        }
+    }))
+    .expect("an Application");
+    assert_eq!(affected_apps(&push, [&app]), vec!["web"]);
+}
+
 // --- Applications ---------------------------------------------------------------------------
 
 #[test]
