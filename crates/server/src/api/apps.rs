@@ -40,14 +40,19 @@ pub fn summary(app: &Application, role: Role) -> AppSummary {
         started_at: o.started_at.clone(),
         finished_at: o.finished_at.clone(),
     });
+    let sources = app.spec.sources();
+    let first = sources.iter().find(|s| s.is_rendered()).or(sources.first());
     AppSummary {
         name: app.name_any(),
         namespace: app.namespace().unwrap_or_default(),
         project: project_of(app).to_string(),
         labels: app.labels().clone(),
-        repo_url: app.spec.source.repo_url.clone(),
-        path: app.spec.source.path.clone(),
-        target_revision: app.spec.source.target_revision.clone(),
+        // A multi-source Application is summed up by its first rendered source (a chart by its name).
+        repo_url: first.map(|s| s.repo_url.clone()).unwrap_or_default(),
+        path: first
+            .map(|s| if s.is_chart() { s.chart.clone() } else { s.path.clone() })
+            .unwrap_or_default(),
+        target_revision: first.map(|s| s.target_revision.clone()).unwrap_or_default(),
         cluster: cluster_of(app),
         server: app.spec.destination.server.clone(),
         dest_namespace: app.spec.destination.namespace.clone(),
