@@ -113,6 +113,17 @@ pub enum PipelineError {
         #[source]
         source: Box<capstan_source::ChartError>,
     },
+    /// A chart dependency names a repository no repository Secret registers.
+    #[error(
+        "{field}: repository {repository:?} is not registered; add a repository Secret for it (chart dependencies are \
+         fetched from registered repositories only)"
+    )]
+    UnregisteredDependency {
+        /// `spec.source dependency "NAME"` (or `spec.sources[i] …`).
+        field: String,
+        /// The dependency's repository.
+        repository: String,
+    },
     /// Rendering failed.
     #[error("rendering {which}{path} at {revision}: {source}")]
     Render {
@@ -235,9 +246,12 @@ impl PipelineError {
             | AmbiguousDestination { .. }
             | UnknownDestination { .. }
             | NamespacesRefused { .. } => PipelineErrorKind::InvalidSpec,
-            Source(_) | Chart { .. } | Render { .. } | UnknownKinds { .. } | Compare(_) => {
-                PipelineErrorKind::Comparison
-            }
+            Source(_)
+            | Chart { .. }
+            | UnregisteredDependency { .. }
+            | Render { .. }
+            | UnknownKinds { .. }
+            | Compare(_) => PipelineErrorKind::Comparison,
             Unreachable { .. }
             | NoAnswer { .. }
             | Discovery(_)

@@ -211,3 +211,76 @@ async fn a_chart_from_an_oci_registry() -> anyhow::Result<()> {
     assert_eq!(cm.pointer("/data/version"), Some(&json!("0.1.0")));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_dependencies_come_from_registered_repositories_only() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    let server = ChartServer::start(ChartServerOptions {
+        basic_auth: Some((USER.into(), PASSWORD.into())),
+        tls: false,
+    })
+    .await?;
+    package_chart(server.dir(), "web", "1.0.0")?;
+    index_repository(server.dir(), None)?;
+    env.git.create_repo("umbrella")?;
+    let chart = format!(
+        "apiVersion: v2\nname: umbrella\nversion: 0.1.0\ndependencies:\n- name: web\n  version: 1.x\n  repository: {}\n",
+        server.url()
+    );
+    env.git.commit(
+        "umbrella",
+        "main",
+        &[
+            ("umbrella/Chart.yaml", Some(&chart)),
+            (
+                "umbrella/templates/own.yaml",
+                Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: umbrella-own}\ndata: {a: b}\n"),
+            ),
+        ],
+        "umbrella",
+    )?;
+    env.create_app(app(
+        "umbrella",
+        &env.git.git_url("umbrella"),
+        "umbrella",
+        "chart-umbrella",
+        true,
+    ))
+    .await?;
+
+    // No repository Secret for the dependency's repository: refused by name, nothing applied.
+    let refused = env
+        .wait_app("umbrella", "comparison error", Duration::from_secs(60), |a| {
+            condition(a, "ComparisonError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "ComparisonError").unwrap_or_default();
+    assert!(
+        message.contains("dependency \"web\"") && message.contains(&server.url()) && message.contains("not registered"),
+        "names the dependency and its repository: {message}"
+    );
+    assert_eq!(
+        server.requests("/index.yaml"),
+        0,
+        "an unregistered repository is never asked"
+    );
+    assert!(configmap(&env, "chart-umbrella", "umbrella-own").await?.is_none());
+
+    // Registered (with its credentials): fetched, verified, vendored and rendered.
+    repository_secret(
+        &env,
+        "umbrella-deps",
+        json!({"url": server.url(), "type": "helm", "username": USER, "password": PASSWORD}),
+    )
+    .await?;
+    env.refresh("umbrella").await?;
+    env.wait_app("umbrella", "synced", Duration::from_secs(90), synced_healthy)
+        .await?;
+    let sub = configmap(&env, "chart-umbrella", "umbrella")
+        .await?
+        .expect("the dependency's ConfigMap");
+    assert_eq!(sub.pointer("/data/version"), Some(&json!("1.0.0")));
+    assert!(configmap(&env, "chart-umbrella", "umbrella-own").await?.is_some());
+    assert_eq!(server.requests("/web-1.0.0.tgz"), 1, "downloaded once");
+    Ok(())
+}

@@ -92,10 +92,11 @@ pub enum RenderError {
         /// What is wrong.
         message: String,
     },
-    /// A chart dependency is neither vendored under `charts/` nor a local `file://` chart.
+    /// A chart dependency is neither vendored under `charts/`, nor a local `file://` chart, nor fetched
+    /// from a registered repository.
     #[error(
-        "chart '{chart}': dependency {name:?} from {repository:?} is missing from charts/ and only local \
-         file:// dependencies can be built (remote chart repositories are not supported; vendor it into charts/)"
+        "chart '{chart}': dependency {name:?} from {repository:?} is missing from charts/ and was not fetched \
+         (only repositories registered with a repository Secret are used; register it, or vendor the chart into charts/)"
     )]
     RemoteDependency {
         /// The chart's path in the repository.
@@ -104,6 +105,15 @@ pub enum RenderError {
         name: String,
         /// The dependency's repository.
         repository: String,
+    },
+    /// A chart mixes local `file://` dependencies to build with repository dependencies.
+    #[error(
+        "chart '{chart}': local file:// dependencies to build and repository dependencies in one chart are not \
+         supported; vendor one kind under charts/"
+    )]
+    MixedDependencies {
+        /// The chart's path in the repository.
+        chart: String,
     },
     /// A symlink in the repository points outside it; tools are not run on such a checkout.
     #[error("the repository contains symlink {link:?} pointing outside it (to {target:?})")]

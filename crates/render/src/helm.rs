@@ -35,6 +35,8 @@ pub(crate) struct HelmJob {
     pub timeout: Duration,
     /// `(ref, checkout root)` of the sources `$ref/…` value files read.
     pub refs: Vec<(String, PathBuf)>,
+    /// `(name, extracted chart)` of the repository dependencies to vendor under `charts/`.
+    pub dependencies: Vec<(String, PathBuf)>,
 }
 
 /// Files prepared before Helm runs.
@@ -84,7 +86,8 @@ pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
         let app_rel = job.app_rel.clone();
         let options = job.options.clone();
         let refs = job.refs.clone();
-        blocking(move || prepare(&root, &app_rel, &options, &refs)).await?
+        let dependencies = job.dependencies.clone();
+        blocking(move || prepare(&root, &app_rel, &options, &refs, &dependencies)).await?
     };
     let homes = prepared.scratch.path().join("helm");
     if prepared.build_dependencies {
@@ -174,6 +177,7 @@ fn prepare(
     app_rel: &str,
     options: &ApplicationSourceHelm,
     refs: &[(String, PathBuf)],
+    fetched: &[(String, PathBuf)],
 ) -> Result<Prepared, RenderError> {
     let chart_dir = resolve_in_repo(root, root, app_rel)?;
     let chart_label = display_rel(root, &chart_dir);
@@ -205,7 +209,10 @@ fn prepare(
 
     scan_symlinks(root)?;
     check_lock_files(root, &chart_dir)?;
-    let build_dependencies = dependencies_to_build(root, &chart_dir, &chart_label)?;
+    let (build_dependencies, vendor) = dependencies_to_build(root, &chart_dir, &chart_label, fetched)?;
+    if build_dependencies && !vendor.is_empty() {
+        return Err(RenderError::MixedDependencies { chart: chart_label });
+    }
     let scratch = tempfile::Builder::new()
         .prefix("capstan-render-")
         .tempdir()
@@ -221,14 +228,19 @@ fn prepare(
         values_files.push(file);
     }
 
-    let chart_dir = if build_dependencies {
+    let chart_dir = if build_dependencies || !vendor.is_empty() {
         let copy = scratch.path().join("repo");
         copy_tree(root, &copy)?;
-        if chart_label == "." {
+        let chart_copy = if chart_label == "." {
             copy
         } else {
             copy.join(&chart_label)
+        };
+        // Repository dependencies fetched (and verified) by the caller, vendored as Helm would.
+        for (name, dir) in &vendor {
+            copy_tree(dir, &chart_copy.join("charts").join(name))?;
         }
+        chart_copy
     } else {
         chart_dir
     };
@@ -293,10 +305,39 @@ fn inline_values(options: &ApplicationSourceHelm, chart: &str) -> Result<Option<
     }
 }
 
-/// Whether the chart has local `file://` dependencies missing from `charts/` (they are then built).
-/// Dependency paths must stay in the repository; missing remote dependencies are an error.
-fn dependencies_to_build(root: &Path, chart_dir: &Path, chart_label: &str) -> Result<bool, RenderError> {
+/// The repository dependencies (`http(s)://`, `oci://`) of the chart in `chart_dir` missing from
+/// `charts/`.
+pub(crate) fn remote_dependencies(chart_dir: &Path) -> Vec<crate::RemoteDependency> {
+    let field = |d: &Value, k: &str| d.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    chart_dependencies(chart_dir)
+        .into_iter()
+        .flat_map(|(_, deps)| deps)
+        .map(|d| crate::RemoteDependency {
+            name: field(&d, "name"),
+            repository: field(&d, "repository"),
+            version: field(&d, "version"),
+        })
+        .filter(|d| is_remote(&d.repository) && !d.name.is_empty() && !is_vendored(chart_dir, &d.name))
+        .collect()
+}
+
+fn is_remote(repository: &str) -> bool {
+    ["http://", "https://", "oci://"]
+        .iter()
+        .any(|p| repository.starts_with(p))
+}
+
+/// Whether the chart has local `file://` dependencies missing from `charts/` (they are then built),
+/// and which of `fetched` (`(name, extracted chart)`) vendor its repository dependencies. Dependency
+/// paths must stay in the repository; a repository dependency nobody fetched is an error.
+fn dependencies_to_build(
+    root: &Path,
+    chart_dir: &Path,
+    chart_label: &str,
+    fetched: &[(String, PathBuf)],
+) -> Result<(bool, Vec<(String, PathBuf)>), RenderError> {
     let mut build = false;
+    let mut vendor = Vec::new();
     for (file, dependencies) in chart_dependencies(chart_dir) {
         let file_label = display_rel(root, &chart_dir.join(file));
         for dependency in dependencies {
@@ -319,6 +360,12 @@ fn dependencies_to_build(root: &Path, chart_dir: &Path, chart_label: &str) -> Re
             }
             if repository.starts_with("file://") {
                 build = true;
+            } else if let Some((_, dir)) = fetched
+                .iter()
+                .find(|(n, _)| n == name)
+                .filter(|_| is_remote(repository))
+            {
+                vendor.push((name.to_string(), dir.clone()));
             } else if !repository.is_empty() {
                 return Err(RenderError::RemoteDependency {
                     chart: chart_label.to_string(),
@@ -328,7 +375,7 @@ fn dependencies_to_build(root: &Path, chart_dir: &Path, chart_label: &str) -> Re
             }
         }
     }
-    Ok(build)
+    Ok((build, vendor))
 }
 
 /// A lock file (`Chart.lock`, `requirements.lock`) decides where `helm dependency build` fetches from:

@@ -86,6 +86,45 @@ pub struct RenderRequest<'a> {
     /// Whether a render with no object at all is accepted (`spec.syncPolicy.automated.allowEmpty`).
     /// Without it, such a render is [`RenderError::EmptyRender`], naming the files the source skipped.
     pub allow_empty: bool,
+    /// Charts that a Helm chart's repository dependencies resolved to, fetched by the caller from
+    /// registered repositories only (see [`remote_dependencies`]); put under `charts/` of a scratch
+    /// copy before `helm template`.
+    pub dependencies: &'a [ChartDependency<'a>],
+}
+
+/// A chart dependency on a Helm repository or OCI registry, as the chart declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteDependency {
+    /// The dependency's name (the chart's name in the repository).
+    pub name: String,
+    /// Its `repository`: `http(s)://…` or `oci://…`.
+    pub repository: String,
+    /// Its `version`: an exact version or a constraint.
+    pub version: String,
+}
+
+/// A remote dependency fetched: the extracted chart to vendor as `charts/NAME/`.
+#[derive(Debug, Clone, Copy)]
+pub struct ChartDependency<'a> {
+    /// The dependency's name.
+    pub name: &'a str,
+    /// The extracted chart (`Chart.yaml` at its root).
+    pub dir: &'a Path,
+    /// What identifies its content (version and digest), for the render cache key.
+    pub revision: &'a str,
+}
+
+/// The dependencies of the Helm chart at `source.path` in `repo_root` that name a Helm repository or
+/// an OCI registry and are not vendored under `charts/`: what a caller must fetch (from registered
+/// repositories only) and pass as [`RenderRequest::dependencies`]. Empty for other sources.
+pub fn remote_dependencies(repo_root: &Path, source: &ApplicationSource) -> Result<Vec<RemoteDependency>, RenderError> {
+    let root = std::fs::canonicalize(repo_root)
+        .map_err(|e| RenderError::io(format!("cannot open repository checkout {}", repo_root.display()), e))?;
+    let dir = resolve_in_repo(&root, &root, &normalise_app_path(&source.path))?;
+    if !dir.is_dir() || Tool::detect(&dir) != Tool::Helm {
+        return Ok(Vec::new());
+    }
+    Ok(helm::remote_dependencies(&dir))
 }
 
 /// A source named by `ref` in a multi-source Application: its checkout and revision.
@@ -274,6 +313,8 @@ struct CacheKey<'a> {
     tool_identity: &'a str,
     /// `(ref, revision)` of the sources whose files `$ref/…` value files read.
     refs: Vec<(&'a str, &'a str)>,
+    /// `(name, revision)` of the repository dependencies vendored for the render.
+    dependencies: Vec<(&'a str, &'a str)>,
 }
 
 impl Renderer {
@@ -366,6 +407,7 @@ impl Renderer {
             tool,
             tool_identity: &tool_identity,
             refs: req.refs.iter().map(|r| (r.name, r.revision)).collect(),
+            dependencies: req.dependencies.iter().map(|d| (d.name, d.revision)).collect(),
         };
         let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
         let hit = self.cache.get(&key);
@@ -477,6 +519,11 @@ impl Renderer {
                         .refs
                         .iter()
                         .map(|r| (r.name.to_string(), r.root.to_path_buf()))
+                        .collect(),
+                    dependencies: req
+                        .dependencies
+                        .iter()
+                        .map(|d| (d.name.to_string(), d.dir.to_path_buf()))
                         .collect(),
                 })
                 .await?

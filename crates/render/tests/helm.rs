@@ -436,6 +436,7 @@ async fn tool_invocations_time_out() {
         api_versions: Vec::new(),
         refs: &[],
         allow_empty: false,
+        dependencies: &[],
     };
     let err = renderer.render(&req, REVISION).await.unwrap_err();
     assert!(matches!(err, RenderError::Timeout { .. }), "{err:?}");

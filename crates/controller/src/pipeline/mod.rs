@@ -16,7 +16,7 @@ use capstan_compare::diff::Desired;
 use capstan_compare::normalize::Tracking;
 use capstan_health::HealthCode;
 use capstan_kube::{KindInfo, ObjectKey};
-use capstan_render::{RefSource, RenderRequest, Renderer};
+use capstan_render::{ChartDependency, RefSource, RenderRequest, Renderer};
 use capstan_source::{ChartCache, RepoCache};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
@@ -275,6 +275,15 @@ impl Pipeline {
             if !source.is_rendered() {
                 continue;
             }
+            let fetched = self.dependencies(app, i, source, tree).await?;
+            let dependencies: Vec<ChartDependency> = fetched
+                .iter()
+                .map(|(name, dir, identity)| ChartDependency {
+                    name,
+                    dir,
+                    revision: identity,
+                })
+                .collect();
             let request = RenderRequest {
                 repo_root: tree,
                 source,
@@ -284,6 +293,7 @@ impl Pipeline {
                 api_versions: api_versions.clone(),
                 refs: &refs,
                 allow_empty: app.spec.allows_empty(),
+                dependencies: &dependencies,
             };
             let rendered = self
                 .renderer

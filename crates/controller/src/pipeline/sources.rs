@@ -140,6 +140,63 @@ impl Pipeline {
         }
     }
 
+    /// The repository dependencies of the Helm chart `source` (at `tree`) declares and does not vendor,
+    /// each resolved and fetched through the chart cache — from repositories registered with a
+    /// repository Secret and permitted by the project only — with what identifies its content.
+    pub(super) async fn dependencies(
+        &self,
+        app: &Application,
+        i: usize,
+        source: &ApplicationSource,
+        tree: &Path,
+    ) -> Result<Vec<(String, ChartDir, String)>, PipelineError> {
+        let declared = capstan_render::remote_dependencies(tree, source).map_err(|e| PipelineError::Render {
+            which: String::new(),
+            path: source_field(app, i),
+            revision: String::new(),
+            source: Box::new(e),
+        })?;
+        if declared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let mut fetched = Vec::with_capacity(declared.len());
+        for dependency in declared {
+            let field = format!("{} dependency {:?}", source_field(app, i), dependency.name);
+            let Some(registered) = repository::lookup(&self.client, &self.namespace, &dependency.repository).await
+            else {
+                return Err(PipelineError::UnregisteredDependency {
+                    field,
+                    repository: dependency.repository,
+                });
+            };
+            capstan_project::check_source(&project, &rules, &dependency.repository)?;
+            let request = ChartRequest {
+                repo_url: dependency.repository.clone(),
+                chart: dependency.name.clone(),
+                target_revision: dependency.version.clone(),
+                plain_http: registered.oci_force_http,
+            };
+            let chart_error = |e| PipelineError::Chart {
+                field: field.clone(),
+                source: Box::new(e),
+            };
+            let resolved = self
+                .charts
+                .resolve(&request, &registered.credentials, false)
+                .await
+                .map_err(chart_error)?;
+            let dir = self
+                .charts
+                .fetch(&resolved, &registered.credentials)
+                .await
+                .map_err(chart_error)?;
+            let identity = SourceRevision::Chart(resolved).cache_key();
+            fetched.push((dependency.name, dir, identity));
+        }
+        Ok(fetched)
+    }
+
     /// The files of every source at its resolved revision, in order.
     pub(super) async fn trees(
         &self,

@@ -72,6 +72,7 @@ pub fn request<'a>(repo: &'a Repo, source: &'a ApplicationSource) -> RenderReque
         api_versions: Vec::new(),
         refs: &[],
         allow_empty: false,
+        dependencies: &[],
     }
 }
 
