@@ -275,7 +275,21 @@ impl Pipeline {
             if !source.is_rendered() {
                 continue;
             }
-            let fetched = self.dependencies(app, i, source, tree).await?;
+            let render_error = |e| {
+                let which = if app.spec.is_multi_source() {
+                    format!("{} ({}) ", source_field(app, i), source.repo_url)
+                } else {
+                    String::new()
+                };
+                PipelineError::Render {
+                    which,
+                    path: display_source(source),
+                    revision: short(revision.id()),
+                    source: Box::new(e),
+                }
+            };
+            let declared = capstan_render::remote_dependencies(tree, source).map_err(render_error)?;
+            let fetched = self.dependencies(app, i, declared).await?;
             let dependencies: Vec<ChartDependency> = fetched
                 .iter()
                 .map(|(name, dir, identity)| ChartDependency {
@@ -299,19 +313,7 @@ impl Pipeline {
                 .renderer
                 .render(&request, &revision.cache_key())
                 .await
-                .map_err(|e| {
-                    let which = if app.spec.is_multi_source() {
-                        format!("{} ({}) ", source_field(app, i), source.repo_url)
-                    } else {
-                        String::new()
-                    };
-                    PipelineError::Render {
-                        which,
-                        path: display_source(source),
-                        revision: short(revision.id()),
-                        source: Box::new(e),
-                    }
-                })?;
+                .map_err(render_error)?;
             objects.extend(rendered.objects);
         }
 

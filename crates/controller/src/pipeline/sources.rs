@@ -140,22 +140,15 @@ impl Pipeline {
         }
     }
 
-    /// The repository dependencies of the Helm chart `source` (at `tree`) declares and does not vendor,
-    /// each resolved and fetched through the chart cache — from repositories registered with a
-    /// repository Secret and permitted by the project only — with what identifies its content.
+    /// The repository dependencies `declared` by source `i`'s Helm chart (and not vendored), each
+    /// resolved and fetched through the chart cache — from repositories registered with a repository
+    /// Secret and permitted by the project only — with what identifies its content.
     pub(super) async fn dependencies(
         &self,
         app: &Application,
         i: usize,
-        source: &ApplicationSource,
-        tree: &Path,
+        declared: Vec<capstan_render::RemoteDependency>,
     ) -> Result<Vec<(String, ChartDir, String)>, PipelineError> {
-        let declared = capstan_render::remote_dependencies(tree, source).map_err(|e| PipelineError::Render {
-            which: String::new(),
-            path: source_field(app, i),
-            revision: String::new(),
-            source: Box::new(e),
-        })?;
         if declared.is_empty() {
             return Ok(Vec::new());
         }
