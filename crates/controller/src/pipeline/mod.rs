@@ -372,6 +372,15 @@ async fn conclude(
     })
 }
 
+/// Whether the repository URL `url` is a local repository (`file://…` or an absolute path) inside
+/// `dir` — Capstan's own cache, which may hold other Applications' repositories.
+pub(crate) fn points_into(url: &str, dir: &std::path::Path) -> bool {
+    let local = url
+        .strip_prefix("file://")
+        .or(if url.starts_with('/') { Some(url) } else { None });
+    local.is_some_and(|p| is_within(std::path::Path::new(p), dir))
+}
+
 /// Whether `path` lies inside `dir`, comparing canonical paths (so `..` and symlinks cannot hide it),
 /// or lexically normalised ones for paths that do not exist.
 pub fn is_within(path: &std::path::Path, dir: &std::path::Path) -> bool {

@@ -11,7 +11,7 @@ use std::path::Path;
 use capstan_api::Application;
 use capstan_api::project::AppProjectSpec;
 
-use super::is_within;
+use super::points_into;
 
 /// The repository URLs of `app`'s Git sources that `project` (named `name`) permits and that do not
 /// point into `cache_dir`, each once, in `spec.sources` order.
@@ -22,10 +22,7 @@ pub fn permitted_git_urls(app: &Application, name: &str, project: &AppProjectSpe
         if url.trim().is_empty() || source.is_chart() || urls.iter().any(|u| u == url) {
             continue;
         }
-        let local = url
-            .strip_prefix("file://")
-            .or(if url.starts_with('/') { Some(url) } else { None });
-        if local.is_some_and(|p| is_within(Path::new(p), cache_dir)) {
+        if points_into(url, cache_dir) {
             continue;
         }
         if capstan_project::check_source(name, project, url).is_ok() {

@@ -12,7 +12,7 @@ use capstan_cluster::repository;
 use capstan_source::{ChartDir, ChartRequest, Checkout, Credentials};
 
 use super::revision::{self, Resolved, SourceRevision};
-use super::{Pipeline, is_within};
+use super::{Pipeline, points_into};
 use crate::error::PipelineError;
 
 /// The files of one source: a Git checkout, or an extracted chart (`Chart.yaml` at its root).
@@ -68,10 +68,7 @@ impl Pipeline {
             if url.trim().is_empty() {
                 return Err(PipelineError::EmptyRepoUrl { field });
             }
-            let local_path = url
-                .strip_prefix("file://")
-                .or(if url.starts_with('/') { Some(url) } else { None });
-            if local_path.is_some_and(|p| is_within(Path::new(p), &self.cache_dir)) {
+            if points_into(url, &self.cache_dir) {
                 return Err(PipelineError::RepoInCache { url: url.to_string() });
             }
             capstan_project::check_source(&project, &rules, url)?;
