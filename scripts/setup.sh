@@ -152,6 +152,8 @@ extract_deb() { # package[=version] destdir
 step_system() {
   apt_install ca-certificates git openssl make gcc procps psmisc curl
   command -v npm >/dev/null || apt_install npm
+  # The playground serves its example Helm repository with `python3 -m http.server`.
+  command -v python3 >/dev/null || apt_install python3
 }
 
 # --- kustomize --------------------------------------------------------------------------------------
