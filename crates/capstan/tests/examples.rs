@@ -27,12 +27,13 @@ use common::{Controller, capstan, kubectl, text};
 
 const NS: &str = "capstan";
 /// The Applications of `examples/apps/`.
-const TOP: [&str; 7] = [
+const TOP: [&str; 8] = [
     "guestbook",
     "helm-guestbook",
     "helm-repo-guestbook",
     "jsonnet-guestbook",
     "kustomize-guestbook",
+    "kustomized-helm-guestbook",
     "multi-source-guestbook",
     "root",
 ];
@@ -181,7 +182,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     }
     assert_eq!(
         applied, TOP,
-        "examples/apps/ holds the seven Applications the README describes"
+        "examples/apps/ holds the eight Applications the README describes"
     );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
@@ -251,12 +252,13 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "helm-repo-guestbook",
             "jsonnet-guestbook",
             "kustomize-guestbook",
+            "kustomized-helm-guestbook",
             "multi-source-guestbook",
             "payments-staging",
             "platform",
             "root"
         ],
-        "the seven entry points, root's two children and the ApplicationSets' four, nothing else"
+        "the eight entry points, root's two children and the ApplicationSets' four, nothing else"
     );
     for name in TOP.iter().chain(&CHILDREN).chain(&GENERATED) {
         let app = apps.get(name).await?;
@@ -352,6 +354,31 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             .is_some(),
         "the overlay's Service"
     );
+
+    // kustomized-helm-guestbook: the chart inflated by Kustomize (valuesInline: 1 replica), then
+    // Kustomize's prefix, label and JSON patch (Service port 8080) on its output.
+    let d = deployment(&client, "kustomized-helm-guestbook", "k-kustomized-guestbook-ui").await?;
+    let (replicas, available, _, _) = facts(&d);
+    assert_eq!((replicas, available), (1, 1), "valuesInline: replicaCount 1");
+    assert_eq!(
+        d.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("rendered-by"))
+            .map(String::as_str),
+        Some("kustomize")
+    );
+    let service = Api::<Service>::namespaced(client.clone(), "kustomized-helm-guestbook")
+        .get("k-kustomized-guestbook-ui")
+        .await?;
+    let ports: Vec<i32> = service
+        .spec
+        .and_then(|s| s.ports)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [8080], "Kustomize's patch on the chart's Service");
 
     // helm-guestbook: values-production.yaml over values.yaml, release name = Application name.
     let d = deployment(&client, "helm-guestbook", "helm-guestbook").await?;

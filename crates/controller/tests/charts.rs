@@ -284,3 +284,90 @@ async fn chart_dependencies_come_from_registered_repositories_only() -> anyhow::
     assert_eq!(server.requests("/web-1.0.0.tgz"), 1, "downloaded once");
     Ok(())
 }
+
+/// Kustomize's `helmCharts:` (`--enable-helm`): a chart from a chart repository is fetched by the
+/// controller from a registered repository only and vendored where Kustomize looks for it; Kustomize
+/// never pulls it.
+#[tokio::test]
+async fn kustomize_helm_charts_come_from_registered_repositories_only() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    let server = ChartServer::start(ChartServerOptions {
+        basic_auth: Some((USER.into(), PASSWORD.into())),
+        tls: false,
+    })
+    .await?;
+    package_chart(server.dir(), "web", "1.0.0")?;
+    package_chart(server.dir(), "web", "1.1.0")?;
+    index_repository(server.dir(), None)?;
+    env.git.create_repo("kustomized-helm")?;
+    let kustomization = format!(
+        "helmCharts:\n- name: web\n  repo: {}\n  version: 1.0.x\n  releaseName: kh\nnamePrefix: k-\nresources:\n- own.yaml\n",
+        server.url()
+    );
+    env.git.commit(
+        "kustomized-helm",
+        "main",
+        &[
+            ("app/kustomization.yaml", Some(&kustomization)),
+            (
+                "app/own.yaml",
+                Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: own}\ndata: {a: b}\n"),
+            ),
+        ],
+        "kustomize with a chart",
+    )?;
+    env.create_app(app(
+        "kustomized-helm",
+        &env.git.git_url("kustomized-helm"),
+        "app",
+        "kustomized-helm",
+        true,
+    ))
+    .await?;
+
+    let refused = env
+        .wait_app("kustomized-helm", "comparison error", Duration::from_secs(60), |a| {
+            condition(a, "ComparisonError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "ComparisonError").unwrap_or_default();
+    assert!(
+        message.contains("\"web\"") && message.contains(&server.url()) && message.contains("not registered"),
+        "names the chart and its repository: {message}"
+    );
+    assert_eq!(
+        server.requests("/index.yaml"),
+        0,
+        "an unregistered repository is never asked"
+    );
+    assert!(
+        configmap(&env, "kustomized-helm", "k-own").await?.is_none(),
+        "nothing applied"
+    );
+
+    repository_secret(
+        &env,
+        "kustomized-helm-charts",
+        json!({"url": server.url(), "type": "helm", "username": USER, "password": PASSWORD}),
+    )
+    .await?;
+    env.refresh("kustomized-helm").await?;
+    env.wait_app("kustomized-helm", "synced", Duration::from_secs(90), synced_healthy)
+        .await?;
+    let chart_cm = configmap(&env, "kustomized-helm", "k-kh")
+        .await?
+        .expect("the chart's ConfigMap, with Kustomize's prefix");
+    assert_eq!(
+        chart_cm.pointer("/data/version"),
+        Some(&json!("1.0.0")),
+        "1.0.x picks 1.0.0"
+    );
+    assert!(configmap(&env, "kustomized-helm", "k-own").await?.is_some());
+    assert_eq!(
+        server.requests("/web-1.0.0.tgz"),
+        1,
+        "downloaded once, by the controller"
+    );
+    assert_eq!(server.requests("/web-1.1.0.tgz"), 0);
+    Ok(())
+}

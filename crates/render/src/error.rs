@@ -240,6 +240,14 @@ pub enum RenderError {
         /// The reference.
         reference: String,
     },
+    /// A kustomization's `helmCharts` or `helmGlobals` entry that cannot be used safely.
+    #[error("{file}: {message}")]
+    KustomizeHelmChart {
+        /// The kustomization, relative to the repository root.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
     /// Two rendered objects have the same group, kind, namespace and name.
     #[error("duplicate object {key}: the source defines it {count} times; each object may be defined once")]
     DuplicateObject {

@@ -1,7 +1,9 @@
 //! Kustomize overlays: `kustomize build` on `spec.source.path`. The checkout is first checked for
 //! symlinks and kustomization references (resources, patches, generator files, ...) that lead out of
-//! the repository; references by URL (remote bases, Git URLs, `file://`) and remote Helm chart
-//! repositories are refused, so Kustomize never fetches anything or reads another team's files.
+//! the repository; references by URL (remote bases, Git URLs, `file://`) are refused, so Kustomize
+//! never fetches anything or reads another team's files. Charts of `helmCharts:` run with
+//! `--enable-helm` and Capstan's helm; those from a chart repository are fetched by the caller from
+//! registered repositories and vendored where Kustomize looks for them ([`crate::kustomize_charts`]).
 //! `spec.source.kustomize` options are applied with `kustomize edit` in a scratch copy of the
 //! repository, never in the shared checkout. Kustomize runs sandboxed ([`tools::sandboxed`]), every
 //! value from the Application follows `--`.
@@ -13,6 +15,7 @@ use std::time::Duration;
 use capstan_api::application::ApplicationSourceKustomize;
 use serde_json::Value;
 
+use crate::kustomize_charts::{self, HelmChart};
 use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
 use crate::{RenderError, blocking, manifests, tools};
 
@@ -33,27 +36,53 @@ fn has_options(k: &ApplicationSourceKustomize) -> bool {
         || !k.namespace.is_empty()
 }
 
+/// The `helmCharts` entries of the overlay at `app_rel` of the canonical checkout `root` and of every
+/// kustomization it includes, after checking the checkout as [`render`] does.
+pub(crate) fn helm_charts(root: &Path, app_rel: &str) -> Result<Vec<HelmChart>, RenderError> {
+    scan_symlinks(root)?;
+    let app_dir = resolve_in_repo(root, root, app_rel)?;
+    let mut charts = Vec::new();
+    check_references(root, &app_dir, &mut HashSet::new(), &mut charts)?;
+    Ok(charts)
+}
+
+/// What one `kustomize build` needs besides the overlay.
+pub(crate) struct KustomizeJob {
+    /// The kustomize binary.
+    pub binary: PathBuf,
+    /// Helm, for kustomizations with `helmCharts` (`None` if it is not installed).
+    pub helm: Option<PathBuf>,
+    /// `spec.source.kustomize`.
+    pub options: Option<ApplicationSourceKustomize>,
+    /// Charts of `helmCharts` fetched by the caller: `((name, repo, version), extracted chart)`.
+    pub charts: Vec<((String, String, String), PathBuf)>,
+    /// The timeout of each tool invocation.
+    pub timeout: Duration,
+}
+
 /// Render the overlay at `app_rel` of the canonical checkout `root`.
-pub(crate) async fn render(
-    binary: &Path,
-    root: &Path,
-    app_rel: &str,
-    options: Option<&ApplicationSourceKustomize>,
-    timeout: Duration,
-) -> Result<Vec<Value>, RenderError> {
-    let options = options.filter(|k| has_options(k)).cloned();
+pub(crate) async fn render(job: KustomizeJob, root: &Path, app_rel: &str) -> Result<Vec<Value>, RenderError> {
+    let KustomizeJob {
+        binary,
+        helm,
+        options,
+        charts: fetched,
+        timeout,
+    } = job;
+    let options = options.filter(has_options);
     let (root_owned, app_owned) = (root.to_path_buf(), app_rel.to_string());
-    let needs_copy = options.is_some();
-    // Check the checkout, and copy it if `kustomize edit` must write.
-    let (scratch, copied) = blocking(move || -> Result<(tempfile::TempDir, bool), RenderError> {
-        scan_symlinks(&root_owned)?;
-        let app_dir = resolve_in_repo(&root_owned, &root_owned, &app_owned)?;
-        check_references(&root_owned, &app_dir, &mut HashSet::new())?;
+    let has_options = options.is_some();
+    // Check the checkout, and copy it if `kustomize edit` must write or charts must be vendored.
+    let (scratch, copied, uses_helm) = blocking(move || -> Result<(tempfile::TempDir, bool, bool), RenderError> {
+        let charts = helm_charts(&root_owned, &app_owned)?;
+        let needs_copy = has_options || charts.iter().any(|c| !c.is_vendored() && !c.repo.is_empty());
         let scratch = scratch_dir()?;
         if needs_copy {
-            copy_tree(&root_owned, &scratch.path().join("repo"))?;
+            let copy = scratch.path().join("repo");
+            copy_tree(&root_owned, &copy)?;
+            kustomize_charts::vendor(&charts, &root_owned, &copy, &fetched)?;
         }
-        Ok((scratch, needs_copy))
+        Ok((scratch, needs_copy, !charts.is_empty()))
     })
     .await?;
     let home = scratch.path().join("home");
@@ -70,7 +99,7 @@ pub(crate) async fn render(
     };
     if let Some(k) = &options {
         for args in edit_commands(k) {
-            let mut cmd = tools::sandboxed(binary, &home);
+            let mut cmd = tools::sandboxed(&binary, &home);
             cmd.arg("edit").args(&args).current_dir(&app_dir);
             let command = format!(
                 "kustomize edit {}",
@@ -79,10 +108,16 @@ pub(crate) async fn render(
             tools::run(cmd, &command, app_rel, timeout).await?;
         }
     }
-    let mut cmd = tools::sandboxed(binary, &home);
-    cmd.args(["build", "--load-restrictor=LoadRestrictionsRootOnly", "--"])
-        .arg(&app_dir)
-        .current_dir(&work_root);
+    let mut cmd = tools::sandboxed(&binary, &home);
+    cmd.args(["build", "--load-restrictor=LoadRestrictionsRootOnly"]);
+    if uses_helm {
+        let helm = match helm {
+            Some(helm) => helm,
+            None => tools::find("helm")?,
+        };
+        cmd.arg("--enable-helm").arg("--helm-command").arg(helm);
+    }
+    cmd.arg("--").arg(&app_dir).current_dir(&work_root);
     let output = tools::run(cmd, "kustomize build", app_rel, timeout).await?;
     drop(scratch);
     manifests::parse_yaml_stream(&output, &format!("output of kustomize build for path '{app_rel}'"))
@@ -130,7 +165,12 @@ pub fn edit_commands(k: &ApplicationSourceKustomize) -> Vec<Vec<String>> {
 
 /// Check every local path a kustomization (and the kustomizations it includes) refers to: it must not
 /// be absolute or lead out of the repository. Missing paths and URLs are left for Kustomize to report.
-fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> Result<(), RenderError> {
+fn check_references(
+    root: &Path,
+    dir: &Path,
+    visited: &mut HashSet<PathBuf>,
+    charts: &mut Vec<HelmChart>,
+) -> Result<(), RenderError> {
     if !visited.insert(dir.to_path_buf()) {
         return Ok(());
     }
@@ -145,6 +185,7 @@ fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> 
         return Ok(());
     };
     let file_label = display_rel(root, &file);
+    charts.extend(kustomize_charts::entries(root, dir, &file_label, &doc)?);
     for reference in references(&doc) {
         if is_remote(reference) {
             return Err(RenderError::RemoteReference {
@@ -153,7 +194,7 @@ fn check_references(root: &Path, dir: &Path, visited: &mut HashSet<PathBuf>) -> 
             });
         }
         match resolve_in_repo(root, dir, reference) {
-            Ok(target) if target.is_dir() => check_references(root, &target, visited)?,
+            Ok(target) if target.is_dir() => check_references(root, &target, visited, charts)?,
             Ok(_) => {}
             // Kustomize tries a reference that is not a local file as a remote one (with spellings
             // no list can cover: any `user@host:path`, any case of a forge's name), so a reference
@@ -219,13 +260,12 @@ fn references(doc: &Value) -> Vec<&str> {
         }
     }
     out.extend(strings(doc.pointer("/openapi/path")));
-    out.extend(strings(doc.pointer("/helmGlobals/chartHome")));
+    // The chart home may not exist yet (charts are vendored into it): `kustomize_charts` checks it.
+    out.extend(strings(doc.pointer("/helmGlobals/configHome")));
     if let Some(Value::Array(charts)) = doc.get("helmCharts") {
         for chart in charts {
             out.extend(strings(chart.get("valuesFile")));
             out.extend(strings(chart.get("additionalValuesFiles")));
-            // A chart repository is always remote.
-            out.extend(strings(chart.get("repo")));
         }
     }
     out

@@ -30,6 +30,7 @@ pub mod helm;
 pub mod hooks;
 pub mod jsonnet;
 pub mod kustomize;
+mod kustomize_charts;
 mod manifests;
 mod paths;
 pub mod tools;
@@ -92,7 +93,8 @@ pub struct RenderRequest<'a> {
     pub dependencies: &'a [ChartDependency<'a>],
 }
 
-/// A chart dependency on a Helm repository or OCI registry, as the chart declares it.
+/// A chart dependency on a Helm repository or OCI registry, as the chart declares it (or as a
+/// kustomization's `helmCharts` entry names it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteDependency {
     /// The dependency's name (the chart's name in the repository).
@@ -103,11 +105,16 @@ pub struct RemoteDependency {
     pub version: String,
 }
 
-/// A remote dependency fetched: the extracted chart to vendor as `charts/NAME/`.
+/// A remote dependency fetched: the extracted chart to vendor as `charts/NAME/` of a Helm chart, or
+/// where Kustomize looks for a `helmCharts` entry.
 #[derive(Debug, Clone, Copy)]
 pub struct ChartDependency<'a> {
     /// The dependency's name.
     pub name: &'a str,
+    /// Its repository, as declared.
+    pub repository: &'a str,
+    /// Its version or constraint, as declared.
+    pub version: &'a str,
     /// The extracted chart (`Chart.yaml` at its root).
     pub dir: &'a Path,
     /// What identifies its content (version and digest), for the render cache key.
@@ -115,16 +122,39 @@ pub struct ChartDependency<'a> {
 }
 
 /// The dependencies of the Helm chart at `source.path` in `repo_root` that name a Helm repository or
-/// an OCI registry and are not vendored under `charts/`: what a caller must fetch (from registered
-/// repositories only) and pass as [`RenderRequest::dependencies`]. Empty for other sources.
+/// an OCI registry and are not vendored under `charts/`, or the `helmCharts` entries of a Kustomize
+/// overlay that name one and are not in the repository where Kustomize looks for them: what a caller
+/// must fetch (from registered repositories only) and pass as [`RenderRequest::dependencies`]. Empty
+/// for other sources.
 pub fn remote_dependencies(repo_root: &Path, source: &ApplicationSource) -> Result<Vec<RemoteDependency>, RenderError> {
     let root = std::fs::canonicalize(repo_root)
         .map_err(|e| RenderError::io(format!("cannot open repository checkout {}", repo_root.display()), e))?;
-    let dir = resolve_in_repo(&root, &root, &normalise_app_path(&source.path))?;
-    if !dir.is_dir() || Tool::detect(&dir) != Tool::Helm {
+    let app_rel = normalise_app_path(&source.path);
+    let dir = resolve_in_repo(&root, &root, &app_rel)?;
+    if !dir.is_dir() {
         return Ok(Vec::new());
     }
-    Ok(helm::remote_dependencies(&dir))
+    match Tool::detect(&dir) {
+        Tool::Helm => Ok(helm::remote_dependencies(&dir)),
+        Tool::Kustomize => {
+            let mut out: Vec<RemoteDependency> = Vec::new();
+            for chart in kustomize::helm_charts(&root, &app_rel)? {
+                if chart.repo.is_empty() || chart.is_vendored() {
+                    continue;
+                }
+                let dependency = RemoteDependency {
+                    name: chart.name,
+                    repository: chart.repo,
+                    version: chart.version,
+                };
+                if !out.contains(&dependency) {
+                    out.push(dependency);
+                }
+            }
+            Ok(out)
+        }
+        Tool::Directory => Ok(Vec::new()),
+    }
 }
 
 /// A source named by `ref` in a multi-source Application: its checkout and revision.
@@ -313,8 +343,8 @@ struct CacheKey<'a> {
     tool_identity: &'a str,
     /// `(ref, revision)` of the sources whose files `$ref/…` value files read.
     refs: Vec<(&'a str, &'a str)>,
-    /// `(name, revision)` of the repository dependencies vendored for the render.
-    dependencies: Vec<(&'a str, &'a str)>,
+    /// `(name, repository, version, revision)` of the repository charts vendored for the render.
+    dependencies: Vec<(&'a str, &'a str, &'a str, &'a str)>,
 }
 
 impl Renderer {
@@ -407,7 +437,11 @@ impl Renderer {
             tool,
             tool_identity: &tool_identity,
             refs: req.refs.iter().map(|r| (r.name, r.revision)).collect(),
-            dependencies: req.dependencies.iter().map(|d| (d.name, d.revision)).collect(),
+            dependencies: req
+                .dependencies
+                .iter()
+                .map(|d| (d.name, d.repository, d.version, d.revision))
+                .collect(),
         };
         let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
         let hit = self.cache.get(&key);
@@ -529,7 +563,21 @@ impl Renderer {
                 .await?
             }
             (Tool::Kustomize, Some(binary)) => {
-                kustomize::render(&binary, &root, &app_rel, source.kustomize.as_ref(), self.timeout).await?
+                let job = kustomize::KustomizeJob {
+                    binary,
+                    helm: tools::find("helm").ok(),
+                    options: source.kustomize.clone(),
+                    charts: req
+                        .dependencies
+                        .iter()
+                        .map(|d| {
+                            let key = (d.name.to_string(), d.repository.to_string(), d.version.to_string());
+                            (key, d.dir.to_path_buf())
+                        })
+                        .collect(),
+                    timeout: self.timeout,
+                };
+                kustomize::render(job, &root, &app_rel).await?
             }
             _ => {
                 let (root2, app_rel2, options) = (root.clone(), app_rel.clone(), source.directory.clone());

@@ -70,7 +70,13 @@ pub(crate) fn sandboxed(binary: &Path, home: &Path) -> Command {
         // Should a tool run git anyway (a remote reference that slipped through), no transport works.
         .env("GIT_ALLOW_PROTOCOL", "capstan-none")
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null");
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        // Should a tool try to download anyway (Kustomize pulling a chart that was not vendored), its
+        // HTTP client is sent to a closed loopback port instead of the network.
+        .env("HTTP_PROXY", "http://127.0.0.1:9")
+        .env("HTTPS_PROXY", "http://127.0.0.1:9")
+        .env("http_proxy", "http://127.0.0.1:9")
+        .env("https_proxy", "http://127.0.0.1:9");
     cmd
 }
 

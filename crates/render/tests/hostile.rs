@@ -196,14 +196,45 @@ async fn kustomize_remote_bases_are_refused_before_kustomize_runs() {
 }
 
 #[tokio::test]
-async fn a_kustomize_helm_chart_from_a_remote_repository_is_refused() {
+async fn a_kustomize_helm_chart_nobody_fetched_is_refused_before_kustomize_runs() {
     let repo = Repo::new();
     kustomization(
         &repo,
         "helmCharts:\n- name: internal\n  repo: http://127.0.0.1:9/charts\n  version: 1.0.0\n",
     );
+    // The caller fetches what `remote_dependencies` lists; a render without it must not let
+    // Kustomize pull the chart itself.
+    let listed = capstan_render::remote_dependencies(&repo.root, &source("app")).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].repository, "http://127.0.0.1:9/charts");
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::RemoteReference { .. }), "{err}");
+    assert!(matches!(err, RenderError::RemoteDependency { .. }), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("app/kustomization.yaml") && message.contains("internal") && message.contains("not fetched"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn kustomize_helm_charts_cannot_name_paths_outside_the_chart_home() {
+    for entry in [
+        "helmGlobals:\n  chartHome: ../../outside\nhelmCharts:\n- name: x\n",
+        "helmGlobals:\n  chartHome: /etc\nhelmCharts:\n- name: x\n",
+        "helmCharts:\n- name: ../../outside/x\n  repo: https://127.0.0.1:9/\n",
+        "helmCharts:\n- name: x\n  version: ../../../outside\n  repo: https://127.0.0.1:9/\n",
+        "helmCharts:\n- name: x\n  repo: file:///etc\n",
+    ] {
+        let repo = Repo::new();
+        kustomization(&repo, entry);
+        let err = render(&repo, &source("app")).await.unwrap_err();
+        assert!(matches!(err, RenderError::KustomizeHelmChart { .. }), "{entry}: {err}");
+        assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
+        assert!(
+            std::fs::read_dir(&repo.outside).unwrap().next().is_none(),
+            "nothing written outside"
+        );
+    }
 }
 
 #[tokio::test]

@@ -147,3 +147,91 @@ async fn references_leaving_the_repository_are_refused() {
     let err = render(&repo, &source("app")).await.unwrap_err();
     assert!(matches!(err, RenderError::OutOfBoundsSymlink { .. }), "{err:?}");
 }
+
+/// A chart whose ConfigMap carries its release name, namespace and one value.
+fn write_chart(dir: &std::path::Path, name: &str, version: &str) {
+    std::fs::create_dir_all(dir.join("templates")).unwrap();
+    std::fs::write(
+        dir.join("Chart.yaml"),
+        format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("values.yaml"), "greeting: hello\n").unwrap();
+    std::fs::write(
+        dir.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\ndata:\n  greeting: {{ .Values.greeting | quote }}\n  chart: {{ .Chart.Version | quote }}\n",
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn helm_charts_kept_in_the_repository_render_with_enable_helm() {
+    let repo = Repo::new();
+    repo.file(
+        "app/kustomization.yaml",
+        "helmCharts:\n- name: local\n  releaseName: rel\n  valuesInline:\n    greeting: hi\nnamePrefix: k-\n",
+    );
+    write_chart(&repo.root.join("app/charts/local"), "local", "0.3.0");
+    assert!(
+        capstan_render::remote_dependencies(&repo.root, &source("app"))
+            .unwrap()
+            .is_empty(),
+        "nothing to fetch"
+    );
+    let rendered = render(&repo, &source("app")).await.unwrap();
+    let cm = find(&rendered, "ConfigMap", "k-rel-cm");
+    assert_eq!(cm["data"]["greeting"], "hi");
+    assert_eq!(cm["data"]["chart"], "0.3.0");
+}
+
+#[tokio::test]
+async fn helm_charts_from_a_repository_are_vendored_where_kustomize_looks() {
+    let repo = Repo::new();
+    repo.file(
+        "base/kustomization.yaml",
+        "helmCharts:\n- name: web\n  repo: https://charts.invalid/stable\n  version: 1.x\n  releaseName: site\n  valuesInline:\n    greeting: from-base\n",
+    )
+    .file("overlays/prod/kustomization.yaml", "resources:\n- ../../base\nnameSuffix: -prod\n");
+    // What the caller must fetch: the base's chart, found through the overlay.
+    let listed = capstan_render::remote_dependencies(&repo.root, &source("overlays/prod")).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (
+            listed[0].name.as_str(),
+            listed[0].repository.as_str(),
+            listed[0].version.as_str()
+        ),
+        ("web", "https://charts.invalid/stable", "1.x")
+    );
+    let fetched = tempfile::tempdir().unwrap();
+    write_chart(fetched.path(), "web", "1.4.2");
+    let dependencies = [capstan_render::ChartDependency {
+        name: "web",
+        repository: "https://charts.invalid/stable",
+        version: "1.x",
+        dir: fetched.path(),
+        revision: "1.4.2@sha256:0",
+    }];
+    let src = source("overlays/prod");
+    let mut req = request(&repo, &src);
+    req.dependencies = &dependencies;
+    let rendered = renderer().render(&req, REVISION).await.unwrap();
+    let cm = find(&rendered, "ConfigMap", "site-cm-prod");
+    assert_eq!(cm["data"]["greeting"], "from-base");
+    assert_eq!(cm["data"]["chart"], "1.4.2");
+    assert!(
+        !repo.root.join("base/charts").exists(),
+        "the chart is vendored into a scratch copy, never into the checkout"
+    );
+
+    // A fetched chart of another repository with the same name does not stand in for it.
+    let other = [capstan_render::ChartDependency {
+        repository: "https://elsewhere.invalid/",
+        ..dependencies[0]
+    }];
+    let mut req = request(&repo, &src);
+    req.dependencies = &other;
+    let err = renderer().render(&req, REVISION).await.unwrap_err();
+    assert!(matches!(err, RenderError::RemoteDependency { .. }), "{err}");
+    assert!(err.to_string().contains("base/kustomization.yaml"), "{err}");
+}

@@ -23,6 +23,10 @@ const AMBIENT: &[(&str, &str)] = &[
     ("GIT_SSH_COMMAND", "/sentinel/ssh"),
 ];
 
+/// Where every tool's HTTP proxy points: a closed loopback port, so a download a tool attempts on its
+/// own fails instead of reaching the network.
+const CLOSED_PROXY: &str = "http://127.0.0.1:9";
+
 #[tokio::test]
 async fn tools_see_none_of_the_controllers_environment() {
     let real_helm = capstan_render::tools::find("helm").expect("helm (run scripts/setup.sh)");
@@ -72,9 +76,17 @@ async fn tools_see_none_of_the_controllers_environment() {
             .unwrap_or_else(|e| panic!("{tool} ran through its wrapper: {e}"));
         assert!(seen.contains("PATH="), "{tool}: the wrapper recorded an environment");
         for (key, value) in AMBIENT {
+            // Only the proxy variables are set, by Capstan, to a closed loopback port.
+            let own = |l: &str| l == format!("{key}={CLOSED_PROXY}");
             assert!(
-                !seen.contains(value) && !seen.lines().any(|l| l.starts_with(&format!("{key}="))),
+                !seen.contains(value) && !seen.lines().any(|l| l.starts_with(&format!("{key}=")) && !own(l)),
                 "{tool} saw {key}:\n{seen}"
+            );
+        }
+        for key in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            assert!(
+                seen.lines().any(|l| l == format!("{key}={CLOSED_PROXY}")),
+                "{tool}: downloads go to a closed loopback port ({key}):\n{seen}"
             );
         }
         for line in seen.lines().filter(|l| l.starts_with("HOME=")) {

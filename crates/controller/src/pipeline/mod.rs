@@ -292,8 +292,10 @@ impl Pipeline {
             let fetched = self.dependencies(app, i, declared).await?;
             let dependencies: Vec<ChartDependency> = fetched
                 .iter()
-                .map(|(name, dir, identity)| ChartDependency {
-                    name,
+                .map(|(declared, dir, identity)| ChartDependency {
+                    name: &declared.name,
+                    repository: &declared.repository,
+                    version: &declared.version,
                     dir,
                     revision: identity,
                 })

@@ -145,7 +145,7 @@ impl Pipeline {
         app: &Application,
         i: usize,
         declared: Vec<capstan_render::RemoteDependency>,
-    ) -> Result<Vec<(String, ChartDir, String)>, PipelineError> {
+    ) -> Result<Vec<(capstan_render::RemoteDependency, ChartDir, String)>, PipelineError> {
         if declared.is_empty() {
             return Ok(Vec::new());
         }
@@ -182,7 +182,7 @@ impl Pipeline {
                 .await
                 .map_err(chart_error)?;
             let identity = SourceRevision::Chart(resolved).cache_key();
-            fetched.push((dependency.name, dir, identity));
+            fetched.push((dependency, dir, identity));
         }
         Ok(fetched)
     }
