@@ -44,6 +44,22 @@ pub enum PipelineError {
         /// The other (`spec.sources[j]`).
         second: String,
     },
+    /// A `ref` that is not a plain name (`$NAME/…` value files could not name it unambiguously).
+    #[error("{field}.ref {name:?} is not a plain name (letters, digits, '-' and '_', at most 63)")]
+    BadRef {
+        /// The source (`spec.sources[i]`).
+        field: String,
+        /// The `ref`, shortened.
+        name: String,
+    },
+    /// More sources than an Application may have.
+    #[error("spec.sources has {count} entries; at most {max} are allowed")]
+    TooManySources {
+        /// How many there are.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A local repository inside Capstan's cache.
     #[error("repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories")]
     RepoInCache {
@@ -239,6 +255,8 @@ impl PipelineError {
             | RevisionCount { .. }
             | NothingRendered { .. }
             | DuplicateRef { .. }
+            | BadRef { .. }
+            | TooManySources { .. }
             | RepoInCache { .. }
             | Project(_)
             | UnknownProject { .. }

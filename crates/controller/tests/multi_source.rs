@@ -274,7 +274,7 @@ async fn sources_that_render_nothing_or_share_a_ref_are_refused_and_change_nothi
         {"repoURL": url, "targetRevision": "main", "ref": "v"},
         {"repoURL": url, "targetRevision": "main", "ref": "v"},
     ]);
-    env.create_app(app).await?;
+    env.create_app(app.clone()).await?;
     let refused = env
         .wait_app("onlyref", "duplicate ref", Duration::from_secs(30), |a| {
             condition(a, "InvalidSpecError").is_some_and(|m| m.contains("spec.sources[2]"))
@@ -282,6 +282,34 @@ async fn sources_that_render_nothing_or_share_a_ref_are_refused_and_change_nothi
         .await?;
     let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
     assert!(message.contains("spec.sources[1]"), "both sources are named: {message}");
+
+    // A ref that a `$NAME/…` value file could not name plainly.
+    app["spec"]["sources"] = json!([
+        {"repoURL": url, "targetRevision": "main", "path": "."},
+        {"repoURL": url, "targetRevision": "main", "ref": "v/../x"},
+    ]);
+    env.create_app(app.clone()).await?;
+    let refused = env
+        .wait_app("onlyref", "bad ref", Duration::from_secs(30), |a| {
+            condition(a, "InvalidSpecError").is_some_and(|m| m.contains("not a plain name"))
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(message.contains("spec.sources[1].ref"), "names the source: {message}");
+
+    // More sources than one Application may fetch on every pass.
+    let many: Vec<_> = (0..21)
+        .map(|_| json!({"repoURL": url, "targetRevision": "main", "path": "."}))
+        .collect();
+    app["spec"]["sources"] = json!(many);
+    env.create_app(app).await?;
+    let refused = env
+        .wait_app("onlyref", "too many sources", Duration::from_secs(30), |a| {
+            condition(a, "InvalidSpecError").is_some_and(|m| m.contains("21 entries"))
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(message.contains("at most 20"), "{message}");
 
     let (cv, ck, cp) = CM_API;
     assert!(

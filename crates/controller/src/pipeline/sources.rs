@@ -217,10 +217,30 @@ impl Pipeline {
     }
 }
 
-/// Refuse sources of which none is rendered (every deployed object would be pruned) and two sources
-/// with the same `ref` (which one a `$NAME/…` value file reads would be a guess).
+/// Most sources one Application may have: each is a checkout or a chart fetched on every pass.
+pub(crate) const MAX_SOURCES: usize = 20;
+
+/// Refuse more than [`MAX_SOURCES`] sources, sources of which none is rendered (every deployed object
+/// would be pruned), a `ref` that is not a plain name, and two sources with the same `ref` (which one
+/// a `$NAME/…` value file reads would be a guess).
 fn check_refs(app: &Application) -> Result<(), PipelineError> {
     let sources = app.spec.sources();
+    if sources.len() > MAX_SOURCES {
+        return Err(PipelineError::TooManySources {
+            count: sources.len(),
+            max: MAX_SOURCES,
+        });
+    }
+    for (i, source) in sources.iter().enumerate() {
+        let name = &source.ref_name;
+        let plain = name.len() <= 63 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !plain {
+            return Err(PipelineError::BadRef {
+                field: source_field(app, i),
+                name: name.chars().take(80).collect(),
+            });
+        }
+    }
     if !sources.iter().any(ApplicationSource::is_rendered) {
         let field = if app.spec.is_multi_source() {
             "spec.sources"
