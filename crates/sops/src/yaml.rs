@@ -8,8 +8,11 @@ use crate::tree::Node;
 /// The documents of a YAML stream.
 pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Node>, SopsError> {
     let text = std::str::from_utf8(bytes).map_err(|_| malformed("the YAML file is not UTF-8"))?;
-    let docs: Vec<Node> =
-        serde_saphyr::from_multiple(text).map_err(|e| malformed(format!("YAML: {}", first_line(&e.to_string()))))?;
+    // sops reads YAML with go-yaml v3: only `true`/`false` are booleans (`yes`, `on`, `y` are strings).
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    let docs: Vec<Node> = serde_saphyr::from_multiple_with_options(text, options)
+        .map_err(|e| malformed(format!("YAML: {}", first_line(&e.to_string()))))?;
     Ok(docs)
 }
 
@@ -133,6 +136,17 @@ fn string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_true_and_false_are_booleans() {
+        let docs = parse(b"a: yes\nb: on\nc: y\nd: true\n").expect("parse");
+        let Node::Map(items) = &docs[0] else { panic!("map") };
+        assert_eq!(items[0].1, Node::Str("yes".into()));
+        assert_eq!(items[2].1, Node::Str("y".into()));
+        assert_eq!(items[3].1, Node::Bool(true));
+        let out = String::from_utf8(emit(&docs)).expect("utf-8");
+        assert!(out.starts_with("a: \"yes\"\n"), "{out}");
+    }
 
     #[test]
     fn emits_in_order_and_reparses_to_the_same_tree() {
