@@ -97,13 +97,13 @@ pub fn decrypt(bytes: &[u8], format: Format, ids: &Identities) -> Result<Vec<u8>
         Format::Yaml => {
             let mut docs = yaml::parse(bytes)?;
             let meta = take_metadata(&mut docs)?;
-            let (docs, _) = decrypt_docs(docs, &meta, ids)?;
+            let docs = decrypt_docs(docs, &meta, ids)?;
             Ok(yaml::emit(&docs))
         }
         Format::Json | Format::Binary => {
             let mut docs = vec![json::parse(bytes)?];
             let meta = take_metadata(&mut docs)?;
-            let (docs, _) = decrypt_docs(docs, &meta, ids)?;
+            let docs = decrypt_docs(docs, &meta, ids)?;
             let doc = docs.into_iter().next().unwrap_or(Node::Null);
             if format == Format::Binary {
                 json::binary_data(&doc)
@@ -164,7 +164,7 @@ fn take_metadata(docs: &mut [Node]) -> Result<Metadata, SopsError> {
     Metadata::parse(&found.ok_or_else(|| not_sops("no top-level sops entry"))?)
 }
 
-fn decrypt_docs(docs: Vec<Node>, meta: &Metadata, ids: &Identities) -> Result<(Vec<Node>, ()), SopsError> {
+fn decrypt_docs(docs: Vec<Node>, meta: &Metadata, ids: &Identities) -> Result<Vec<Node>, SopsError> {
     let key = meta.data_key(ids)?;
     let mut walker = Walker::new(key, meta);
     let mut out = Vec::with_capacity(docs.len());
@@ -172,5 +172,5 @@ fn decrypt_docs(docs: Vec<Node>, meta: &Metadata, ids: &Identities) -> Result<(V
         out.push(walker.document(doc)?);
     }
     mac::verify(meta, &key, &walker.mac())?;
-    Ok((out, ()))
+    Ok(out)
 }

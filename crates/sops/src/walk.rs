@@ -90,10 +90,10 @@ impl<'a> Walker<'a> {
         } else {
             leaf
         };
-        if !self.meta.mac_only_encrypted || encrypted {
-            if let Some(bytes) = mac_bytes(&plain) {
-                self.hasher.update(bytes);
-            }
+        if (!self.meta.mac_only_encrypted || encrypted)
+            && let Some(bytes) = mac_bytes(&plain)
+        {
+            self.hasher.update(bytes);
         }
         Ok(Some(plain))
     }

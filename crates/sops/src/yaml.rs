@@ -16,8 +16,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Node>, SopsError> {
     Ok(docs)
 }
 
-/// Parser messages may quote the input; only their first line is kept, and never past a colon-quoted
-/// snippet, to keep values out of errors.
+/// Parser messages may render a snippet of the input after their first line; only that first line
+/// (position and cause) is kept, so values stay out of errors.
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or_default().chars().take(200).collect()
 }
