@@ -23,6 +23,15 @@ fn assert_clean(what: &str, text: &str, secrets: &[&str]) {
     }
 }
 
+/// `jwt` with one character in the middle of its signature changed (not the last one: its low bits
+/// may be padding, leaving the signature as it was).
+fn forge(jwt: &str) -> String {
+    let signature = jwt.rfind('.').expect("a JWT has three parts") + 1;
+    let at = signature + (jwt.len() - signature) / 2;
+    let changed = if &jwt[at..=at] == "A" { "B" } else { "A" };
+    format!("{}{changed}{}", &jwt[..at], &jwt[at + 1..])
+}
+
 /// An error's Display, alternate Display, Debug and pretty Debug, and its sources' Display.
 fn shown(err: &VaultError) -> String {
     let mut text = format!("{err}\n{err:#}\n{err:?}\n{err:#?}");
@@ -226,7 +235,7 @@ async fn kubernetes_auth_with_a_real_api_server() -> anyhow::Result<()> {
     // A JWT the API server does not accept.
     let forged = VaultClient::new(StoreConfig::new(
         bao.address(),
-        Auth::kubernetes("capstan", format!("{}x", &controller_jwt[..controller_jwt.len() - 1])),
+        Auth::kubernetes("capstan", forge(&controller_jwt)),
     ))?;
     let err = forged.read_kv(&reference).await.unwrap_err();
     assert!(matches!(&err, VaultError::LoginFailed { .. }), "{err:?}");
