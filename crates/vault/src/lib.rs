@@ -16,7 +16,7 @@
 //! - [`client`]: [`VaultClient`], reading KV v2 secrets.
 //! - `auth`: logging in and caching the client token.
 //! - `http`: the HTTP transport (timeouts, size limit, TLS with an optional private CA).
-//! - [`error`]: [`VaultError`].
+//! - [`error`]: the error type, [`VaultError`].
 
 mod auth;
 pub mod client;
