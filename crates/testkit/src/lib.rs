@@ -16,6 +16,10 @@
 //! - [`Registry`]: Debian's `docker-registry` (an OCI registry) on a free loopback port, with
 //!   optional htpasswd basic auth and TLS.
 //!
+//! - [`OpenBao`]: OpenBao's `bao server -dev` on a free loopback port (KV v2 at `secret/`, a random
+//!   root token), with helpers for KV secrets, policies, tokens, sealing and Kubernetes auth against
+//!   a [`TestCluster`] ([`openbao`]).
+//!
 //! - [`capstan`]: installing Capstan's CRDs on such a cluster and reading Application status.
 //!
 //! Everything here starts real programs; nothing is mocked.
@@ -24,6 +28,7 @@ pub mod capstan;
 pub mod charts;
 pub mod cluster;
 pub mod git;
+pub mod openbao;
 pub mod registry;
 pub mod ssh;
 pub mod webdriver;
@@ -31,6 +36,7 @@ pub mod webdriver;
 pub use charts::{ChartServer, ChartServerOptions};
 pub use cluster::TestCluster;
 pub use git::{GitServer, commit_files, files_under, run_git};
+pub use openbao::OpenBao;
 pub use registry::{Registry, RegistryOptions};
 pub use ssh::SshGitServer;
 
