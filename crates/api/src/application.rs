@@ -50,6 +50,39 @@ pub struct ApplicationSpec {
     /// How many entries `status.history` keeps (default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_history_limit: Option<i64>,
+    /// Decrypt SOPS-encrypted files of the sources at render time (Flux's `decryption`), with the age
+    /// identities of a Secret in Capstan's namespace that the project permits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption: Option<Decryption>,
+}
+
+/// How encrypted files of the sources are decrypted.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decryption {
+    /// The format of the encrypted files: `sops`.
+    #[serde(default)]
+    pub provider: DecryptionProvider,
+    /// The Secret (in Capstan's namespace, labelled `capstan.dev/secret-type: decryption`) whose keys
+    /// ending in `.agekey` hold age identities (`AGE-SECRET-KEY-1…`). Its name must be listed in the
+    /// project's `decryptionSecrets`.
+    pub secret_ref: LocalSecretReference,
+}
+
+/// The decryption providers Capstan knows.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DecryptionProvider {
+    /// SOPS 3.x files encrypted for age recipients.
+    #[default]
+    Sops,
+}
+
+/// A Secret named in Capstan's own namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct LocalSecretReference {
+    /// The Secret's name.
+    pub name: String,
 }
 
 impl ApplicationSpec {

@@ -43,6 +43,15 @@ pub struct AppProjectSpec {
     /// Namespaced kinds refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespace_resource_blacklist: Vec<GroupKind>,
+    /// Names of the decryption Secrets (age identities, in Capstan's namespace) its Applications may
+    /// name in `spec.decryption.secretRef` (`*` for any). Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decryption_secrets: Vec<String>,
+    /// Names of the secret stores (OpenBao/Vault, Secrets in Capstan's namespace labelled
+    /// `capstan.dev/secret-type: secret-store`) whose values its Applications' Secrets may reference
+    /// (`*` for any). Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_stores: Vec<String>,
 }
 
 /// A permitted destination: globs on the cluster's server URL or name, and on the namespace.

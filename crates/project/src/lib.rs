@@ -63,6 +63,8 @@ const CLUSTER_WHITELIST: &str = "clusterResourceWhitelist";
 const CLUSTER_BLACKLIST: &str = "clusterResourceBlacklist";
 const NAMESPACE_WHITELIST: &str = "namespaceResourceWhitelist";
 const NAMESPACE_BLACKLIST: &str = "namespaceResourceBlacklist";
+const DECRYPTION_SECRETS: &str = "decryptionSecrets";
+const SECRET_STORES: &str = "secretStores";
 
 /// The implicit `default` project when no AppProject named default exists: allows everything.
 pub fn allow_all() -> AppProjectSpec {
@@ -81,6 +83,8 @@ pub fn allow_all() -> AppProjectSpec {
         cluster_resource_blacklist: Vec::new(),
         namespace_resource_whitelist: Vec::new(),
         namespace_resource_blacklist: Vec::new(),
+        decryption_secrets: vec!["*".into()],
+        secret_stores: vec!["*".into()],
     }
 }
 
@@ -167,6 +171,34 @@ pub fn check_capstan_grant(
         }
     }
     Ok(())
+}
+
+/// Whether the project's Applications may decrypt with the decryption Secret `name`
+/// (`decryptionSecrets`: exact names, or `*`).
+pub fn check_decryption_secret(project_name: &str, spec: &AppProjectSpec, name: &str) -> Result<(), Violation> {
+    check_named(project_name, DECRYPTION_SECRETS, &spec.decryption_secrets, "decryption Secret", name)
+}
+
+/// Whether the project's Applications may read values from the secret store `name`
+/// (`secretStores`: exact names, or `*`).
+pub fn check_secret_store(project_name: &str, spec: &AppProjectSpec, name: &str) -> Result<(), Violation> {
+    check_named(project_name, SECRET_STORES, &spec.secret_stores, "secret store", name)
+}
+
+fn check_named(project_name: &str, field: &str, list: &[String], what: &str, name: &str) -> Result<(), Violation> {
+    if list.iter().any(|entry| entry == "*" || entry == name) {
+        return Ok(());
+    }
+    let listed = if list.is_empty() {
+        "the list is empty".to_string()
+    } else {
+        format!("it lists {}", list.join(", "))
+    };
+    Err(Violation::new(
+        project_name,
+        field,
+        format!("{what} \"{name}\" is not permitted by the project's {field} ({listed})"),
+    ))
 }
 
 /// May an Application of this project use the repository at `repo_url`?
@@ -459,3 +491,23 @@ fn describe_entry(entry: &ProjectDestination) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod named_tests {
+    use super::*;
+
+    #[test]
+    fn decryption_secrets_and_stores_are_listed_by_name() {
+        let mut spec = AppProjectSpec::default();
+        let err = check_secret_store("team-a", &spec, "vault").unwrap_err().to_string();
+        assert!(err.contains("secretStores") && err.contains("\"vault\"") && err.contains("empty"), "{err}");
+        spec.secret_stores = vec!["team-a-bao".into()];
+        spec.decryption_secrets = vec!["team-a-age".into()];
+        assert!(check_secret_store("team-a", &spec, "team-a-bao").is_ok());
+        let err = check_secret_store("team-a", &spec, "team-b-bao").unwrap_err().to_string();
+        assert!(err.contains("team-b-bao") && err.contains("team-a-bao"), "{err}");
+        assert!(check_decryption_secret("team-a", &spec, "team-a-age").is_ok());
+        assert!(check_decryption_secret("team-a", &spec, "team-b-age").is_err());
+        assert!(check_decryption_secret("default", &allow_all(), "anything").is_ok());
+    }
+}

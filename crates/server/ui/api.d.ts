@@ -1774,6 +1774,11 @@ export interface components {
         };
         /** @description An Application: a source in Git rendered and kept in sync with a destination. */
         ApplicationSpec: {
+            /**
+             * @description Decrypt SOPS-encrypted files of the sources at render time (Flux's `decryption`), with the age
+             *     identities of a Secret in Capstan's namespace that the project permits.
+             */
+            decryption?: components["schemas"]["Decryption"] | null;
             /** @description The cluster and namespace to deploy to. */
             destination: components["schemas"]["ApplicationDestination"];
             /** @description Differences to ignore when comparing desired and live state. */
@@ -1884,6 +1889,22 @@ export interface components {
             /** @description e.g. `ComparisonError`. */
             type: string;
         };
+        /** @description How encrypted files of the sources are decrypted. */
+        Decryption: {
+            /**
+             * @description The format of the encrypted files: `sops`.
+             * @default sops
+             */
+            provider: components["schemas"]["DecryptionProvider"];
+            /**
+             * @description The Secret (in Capstan's namespace, labelled `capstan.dev/secret-type: decryption`) whose keys
+             *     ending in `.agekey` hold age identities (`AGE-SECRET-KEY-1…`). Its name must be listed in the
+             *     project's `decryptionSecrets`.
+             */
+            secretRef: components["schemas"]["LocalSecretReference"];
+        };
+        /** @description The decryption providers Capstan knows. */
+        DecryptionProvider: "sops";
         /** @description `GET /api/applications/{name}/diff`. */
         Diff: {
             /** @description Every out-of-sync object. */
@@ -2023,6 +2044,11 @@ export interface components {
             search?: string | null;
             /** @description Only this sync status. */
             sync?: string | null;
+        };
+        /** @description A Secret named in Capstan's own namespace. */
+        LocalSecretReference: {
+            /** @description The Secret's name. */
+            name: string;
         };
         /** @description Body of `POST /api/session`. */
         Login: {
