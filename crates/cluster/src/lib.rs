@@ -8,10 +8,13 @@
 //! - [`status`]: the connection state the controller records per cluster and the CLI shows.
 //! - [`repository`]: repository credentials from repository Secrets (`capstan.dev/secret-type:
 //!   repository`), chosen by the longest URL prefix.
+//! - [`decryption`]: age identities for SOPS files from decryption Secrets (`capstan.dev/secret-type:
+//!   decryption`).
 //!
 //! It knows nothing about Applications; the controllers and the CLI build on it.
 
 pub mod connect;
+pub mod decryption;
 pub mod register;
 pub mod repository;
 pub mod secret;

@@ -60,6 +60,9 @@ pub enum PipelineError {
         /// The limit.
         max: usize,
     },
+    /// `spec.decryption` names a key Secret that cannot be used.
+    #[error("spec.decryption: {0}")]
+    Decryption(#[source] capstan_cluster::decryption::DecryptionKeyError),
     /// A local repository inside Capstan's cache.
     #[error("repoURL {url:?} points into Capstan's own cache, which may hold other Applications' repositories")]
     RepoInCache {
@@ -267,6 +270,7 @@ impl PipelineError {
             Source(_)
             | Chart { .. }
             | UnregisteredDependency { .. }
+            | Decryption(_)
             | Render { .. }
             | UnknownKinds { .. }
             | Compare(_) => PipelineErrorKind::Comparison,

@@ -176,7 +176,13 @@ pub fn check_capstan_grant(
 /// Whether the project's Applications may decrypt with the decryption Secret `name`
 /// (`decryptionSecrets`: exact names, or `*`).
 pub fn check_decryption_secret(project_name: &str, spec: &AppProjectSpec, name: &str) -> Result<(), Violation> {
-    check_named(project_name, DECRYPTION_SECRETS, &spec.decryption_secrets, "decryption Secret", name)
+    check_named(
+        project_name,
+        DECRYPTION_SECRETS,
+        &spec.decryption_secrets,
+        "decryption Secret",
+        name,
+    )
 }
 
 /// Whether the project's Applications may read values from the secret store `name`
@@ -500,11 +506,16 @@ mod named_tests {
     fn decryption_secrets_and_stores_are_listed_by_name() {
         let mut spec = AppProjectSpec::default();
         let err = check_secret_store("team-a", &spec, "vault").unwrap_err().to_string();
-        assert!(err.contains("secretStores") && err.contains("\"vault\"") && err.contains("empty"), "{err}");
+        assert!(
+            err.contains("secretStores") && err.contains("\"vault\"") && err.contains("empty"),
+            "{err}"
+        );
         spec.secret_stores = vec!["team-a-bao".into()];
         spec.decryption_secrets = vec!["team-a-age".into()];
         assert!(check_secret_store("team-a", &spec, "team-a-bao").is_ok());
-        let err = check_secret_store("team-a", &spec, "team-b-bao").unwrap_err().to_string();
+        let err = check_secret_store("team-a", &spec, "team-b-bao")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("team-b-bao") && err.contains("team-a-bao"), "{err}");
         assert!(check_decryption_secret("team-a", &spec, "team-a-age").is_ok());
         assert!(check_decryption_secret("team-a", &spec, "team-b-age").is_err());

@@ -240,6 +240,16 @@ pub enum RenderError {
         /// The reference.
         reference: String,
     },
+    /// A SOPS file of the source cannot be decrypted (no matching key, tampered, not SOPS). The message
+    /// names the file, never key material or values.
+    #[error("cannot decrypt {file}: {source}")]
+    Decrypt {
+        /// The file, relative to the repository root.
+        file: String,
+        /// Why.
+        #[source]
+        source: capstan_sops::SopsError,
+    },
     /// A kustomization's `helmCharts` or `helmGlobals` entry that cannot be used safely.
     #[error("{file}: {message}")]
     KustomizeHelmChart {

@@ -23,6 +23,7 @@
 //! Results are cached by revision, path, render parameters and tool version. A hard refresh drops an
 //! Application's cached results with [`Renderer::invalidate`], so its next render runs the tool again.
 
+mod decrypt;
 pub mod directory;
 mod empty;
 mod error;
@@ -45,6 +46,7 @@ use capstan_api::application::ApplicationSource;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use decrypt::Decryption;
 pub use error::RenderError;
 pub use paths::resolve_in_repo;
 
@@ -91,6 +93,9 @@ pub struct RenderRequest<'a> {
     /// registered repositories only (see [`remote_dependencies`]); put under `charts/` of a scratch
     /// copy before `helm template`.
     pub dependencies: &'a [ChartDependency<'a>],
+    /// `spec.decryption`: SOPS files of the checkout (and of `refs`) are decrypted in a scratch copy
+    /// before the tool runs.
+    pub decryption: Option<&'a Decryption>,
 }
 
 /// A chart dependency on a Helm repository or OCI registry, as the chart declares it (or as a
@@ -345,6 +350,8 @@ struct CacheKey<'a> {
     refs: Vec<(&'a str, &'a str)>,
     /// `(name, repository, version, revision)` of the repository charts vendored for the render.
     dependencies: Vec<(&'a str, &'a str, &'a str, &'a str)>,
+    /// The decryption key set's identifier, if files are decrypted.
+    decryption: Option<&'a str>,
 }
 
 impl Renderer {
@@ -442,6 +449,7 @@ impl Renderer {
                 .iter()
                 .map(|d| (d.name, d.repository, d.version, d.revision))
                 .collect(),
+            decryption: req.decryption.map(|d| d.id.as_str()),
         };
         let key = serde_json::to_string(&key).map_err(|e| RenderError::Task(format!("cache key: {e}")))?;
         let hit = self.cache.get(&key);
@@ -531,6 +539,22 @@ impl Renderer {
         let _permit = self.permits.acquire().await.ok();
         let _running = Running::start(&self.activity);
         let started = std::time::Instant::now();
+        let mut refs: Vec<(String, std::path::PathBuf)> = req
+            .refs
+            .iter()
+            .map(|r| (r.name.to_string(), r.root.to_path_buf()))
+            .collect();
+        // SOPS files are decrypted in a scratch copy that lives until the render ends.
+        let decrypted = match req.decryption {
+            Some(decryption) => {
+                let (root2, refs2, identities) = (root.clone(), refs.clone(), decryption.identities.clone());
+                let copies = blocking(move || decrypt::decrypt_roots(&root2, &refs2, &identities)).await?;
+                refs = copies.refs.clone();
+                Some(copies)
+            }
+            None => None,
+        };
+        let root = decrypted.as_ref().map_or(root, |c| c.root.clone());
         let mut objects = match (tool, binary) {
             (Tool::Helm, Some(binary)) => {
                 let options = source.helm.clone().unwrap_or_default();
@@ -549,11 +573,7 @@ impl Renderer {
                     kube_version: req.kube_version.clone(),
                     api_versions: req.api_versions.clone(),
                     timeout: self.timeout,
-                    refs: req
-                        .refs
-                        .iter()
-                        .map(|r| (r.name.to_string(), r.root.to_path_buf()))
-                        .collect(),
+                    refs,
                     dependencies: req
                         .dependencies
                         .iter()

@@ -437,6 +437,7 @@ async fn tool_invocations_time_out() {
         refs: &[],
         allow_empty: false,
         dependencies: &[],
+        decryption: None,
     };
     let err = renderer.render(&req, REVISION).await.unwrap_err();
     assert!(matches!(err, RenderError::Timeout { .. }), "{err:?}");

@@ -20,6 +20,7 @@
 //!   root token), with helpers for KV secrets, policies, tokens, sealing and Kubernetes auth against
 //!   a [`TestCluster`] ([`openbao`]).
 //!
+//! - [`sops`]: age keys and files encrypted by the real `sops`.
 //! - [`capstan`]: installing Capstan's CRDs on such a cluster and reading Application status.
 //!
 //! Everything here starts real programs; nothing is mocked.
@@ -30,6 +31,7 @@ pub mod cluster;
 pub mod git;
 pub mod openbao;
 pub mod registry;
+pub mod sops;
 pub mod ssh;
 pub mod webdriver;
 

@@ -270,6 +270,7 @@ impl Pipeline {
                 revision: revision.id(),
             })
             .collect();
+        let decryption = self.decryption(app, &project, &rules).await?;
         let mut objects = Vec::new();
         for (i, ((source, tree), revision)) in sources.iter().zip(&trees).zip(&resolved.sources).enumerate() {
             if !source.is_rendered() {
@@ -310,6 +311,7 @@ impl Pipeline {
                 refs: &refs,
                 allow_empty: app.spec.allows_empty(),
                 dependencies: &dependencies,
+                decryption: decryption.as_ref(),
             };
             let rendered = self
                 .renderer

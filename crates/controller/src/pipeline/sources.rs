@@ -187,6 +187,32 @@ impl Pipeline {
         Ok(fetched)
     }
 
+    /// The age identities `spec.decryption` names, if any: the project must list the Secret in its
+    /// `decryptionSecrets`, and it must be a decryption Secret of Capstan's namespace.
+    pub(super) async fn decryption(
+        &self,
+        app: &Application,
+        project: &str,
+        rules: &capstan_api::project::AppProjectSpec,
+    ) -> Result<Option<capstan_render::Decryption>, PipelineError> {
+        let Some(decryption) = &app.spec.decryption else {
+            return Ok(None);
+        };
+        let name = &decryption.secret_ref.name;
+        capstan_project::check_decryption_secret(project, rules, name)?;
+        let identities = capstan_cluster::decryption::identities(&self.client, &self.namespace, name)
+            .await
+            .map_err(PipelineError::Decryption)?;
+        // Public keys only: a new key set renders again, the same one hits the render cache.
+        let mut recipients = identities.recipients();
+        recipients.sort();
+        let id = format!("sops:{}", recipients.join(","));
+        Ok(Some(capstan_render::Decryption {
+            identities: std::sync::Arc::new(identities),
+            id,
+        }))
+    }
+
     /// The files of every source at its resolved revision, in order.
     pub(super) async fn trees(
         &self,

@@ -73,6 +73,7 @@ pub fn request<'a>(repo: &'a Repo, source: &'a ApplicationSource) -> RenderReque
         refs: &[],
         allow_empty: false,
         dependencies: &[],
+        decryption: None,
     }
 }
 
