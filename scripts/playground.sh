@@ -255,6 +255,13 @@ stringData:
   name: in-cluster
   server: https://kubernetes.default.svc
 SECRET
+# The demo age key of examples/secrets/demo.agekey as the decryption Secret `demo-age` (Application
+# payments-secrets decrypts its SOPS value file with it). A public demo key: never do this with a real one.
+step "Creating the decryption Secret capstan/demo-age from examples/secrets/demo.agekey (a demo key)"
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n capstan create secret generic demo-age \
+  --from-file=age.agekey=examples/secrets/demo.agekey --dry-run=client -o yaml |
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" label --local -f - capstan.dev/secret-type=decryption -o yaml |
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
   sed "s|HELM_REPOSITORY|$HELM_REPOSITORY|g; s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -

@@ -27,7 +27,7 @@ use common::{Controller, capstan, kubectl, text};
 
 const NS: &str = "capstan";
 /// The Applications of `examples/apps/`.
-const TOP: [&str; 8] = [
+const TOP: [&str; 9] = [
     "guestbook",
     "helm-guestbook",
     "helm-repo-guestbook",
@@ -35,6 +35,7 @@ const TOP: [&str; 8] = [
     "kustomize-guestbook",
     "kustomized-helm-guestbook",
     "multi-source-guestbook",
+    "payments-secrets",
     "root",
 ];
 /// The children `root` creates from `examples/app-of-apps/`.
@@ -164,6 +165,33 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     )?;
     let out = kubectl(&kc, &["apply", "-f", &secret.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
+    // The demo age key as the decryption Secret `demo-age`, as the playground creates it.
+    let key = examples().join("secrets/demo.agekey");
+    let out = kubectl(
+        &kc,
+        &[
+            "-n",
+            NS,
+            "create",
+            "secret",
+            "generic",
+            "demo-age",
+            &format!("--from-file=age.agekey={}", key.display()),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl(
+        &kc,
+        &[
+            "-n",
+            NS,
+            "label",
+            "secret",
+            "demo-age",
+            "capstan.dev/secret-type=decryption",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
     let mut applied = Vec::new();
     for (path, contents) in files
         .iter()
@@ -182,7 +210,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     }
     assert_eq!(
         applied, TOP,
-        "examples/apps/ holds the eight Applications the README describes"
+        "examples/apps/ holds the nine Applications the README describes"
     );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
@@ -254,11 +282,12 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "kustomize-guestbook",
             "kustomized-helm-guestbook",
             "multi-source-guestbook",
+            "payments-secrets",
             "payments-staging",
             "platform",
             "root"
         ],
-        "the eight entry points, root's two children and the ApplicationSets' four, nothing else"
+        "the nine entry points, root's two children and the ApplicationSets' four, nothing else"
     );
     for name in TOP.iter().chain(&CHILDREN).chain(&GENERATED) {
         let app = apps.get(name).await?;
@@ -379,6 +408,26 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         .map(|p| p.port)
         .collect();
     assert_eq!(ports, [8080], "Kustomize's patch on the chart's Service");
+
+    // payments-secrets: the SOPS-encrypted value file decrypted at render, in the Secret the chart
+    // makes; the repository holds only ciphertext.
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "payments-secrets")
+        .get("payments-secrets-secrets")
+        .await?;
+    let data = secret.data.unwrap_or_default();
+    assert_eq!(
+        data.get("DATABASE_PASSWORD").map(|v| v.0.as_slice()),
+        Some(b"demo-db-password-from-sops".as_slice())
+    );
+    let published = files
+        .iter()
+        .find(|(p, _)| p == "services-root/secrets/payments.sops.yaml")
+        .map(|(_, t)| t.as_str())
+        .unwrap_or_default();
+    assert!(
+        published.contains("ENC[AES256_GCM") && !published.contains("demo-db-password-from-sops"),
+        "the value file in Git is encrypted"
+    );
 
     // helm-guestbook: values-production.yaml over values.yaml, release name = Application name.
     let d = deployment(&client, "helm-guestbook", "helm-guestbook").await?;

@@ -81,8 +81,14 @@ async fn a_sops_encrypted_secret_is_applied_decrypted_and_a_bad_file_changes_not
         ],
         "encrypted secret",
     )?;
-    env.create_app(sops_app("sops", &env.git.git_url("sops-app"), "sops-ns", "team-age", "default"))
-        .await?;
+    env.create_app(sops_app(
+        "sops",
+        &env.git.git_url("sops-app"),
+        "sops-ns",
+        "team-age",
+        "default",
+    ))
+    .await?;
     let synced = env
         .wait_app("sops", "synced", Duration::from_secs(90), synced_healthy)
         .await?;
@@ -116,8 +122,16 @@ async fn a_sops_encrypted_secret_is_applied_decrypted_and_a_bad_file_changes_not
         "names the file and its recipients: {message}"
     );
     assert!(!message.contains("AGE-SECRET-KEY"), "{message}");
-    assert_eq!(password(&env, "sops-ns").await?.as_deref(), Some(SECRET), "the Secret keeps its value");
-    assert_eq!(level(&env, "sops-ns").await?, Some(json!("info")), "nothing else of the sync changed");
+    assert_eq!(
+        password(&env, "sops-ns").await?.as_deref(),
+        Some(SECRET),
+        "the Secret keeps its value"
+    );
+    assert_eq!(
+        level(&env, "sops-ns").await?,
+        Some(json!("info")),
+        "nothing else of the sync changed"
+    );
     assert!(!serde_json::to_string(&refused)?.contains(SECRET));
 
     // The project decides which key Secrets its Applications may use.
