@@ -6,7 +6,7 @@
 //!
 //! [`setup`] holds what the controller benchmarks share; each benchmark is a module of its own
 //! ([`first_sync`] 1–2, [`fleet`] 3, [`self_heal`] 4, [`untracked`] 5, [`appset`] 6, [`webhook`] 7,
-//! [`ui`] 8, [`charts`] 9).
+//! [`ui`] 8, [`charts`] 9, [`secrets`] 10).
 
 use std::path::PathBuf;
 
@@ -16,6 +16,7 @@ mod appset;
 mod charts;
 mod first_sync;
 mod fleet;
+mod secrets;
 mod self_heal;
 mod setup;
 mod ui;
@@ -29,10 +30,10 @@ struct Args {
     /// The capstan binary to benchmark.
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
-    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts.
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets.
     #[arg(
         long,
-        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts"
+        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets"
     )]
     only: String,
     /// ConfigMaps in the first-sync benchmark.
@@ -83,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Benchmarks 1–7 and 9, against one control plane and one controller.
+/// Benchmarks 1–7, 9 and 10, against one control plane and one controller.
 async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> anyhow::Result<()> {
     let bench = Bench::start(capstan).await?;
     if only.contains(&"sync") || only.contains(&"resync") {
@@ -106,6 +107,9 @@ async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> 
     }
     if only.contains(&"charts") {
         bench.charts(args.chart_apps).await?;
+    }
+    if only.contains(&"secrets") {
+        bench.secrets().await?;
     }
     Ok(())
 }
