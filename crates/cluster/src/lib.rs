@@ -1,4 +1,4 @@
-//! The Secrets Capstan reads: destination clusters and repositories.
+//! The Secrets Capstan reads: destination clusters, repositories and secret stores.
 //!
 //! - [`secret`]: the cluster Secret (`capstan.dev/secret-type: cluster`, Argo CD's layout) read into a
 //!   [`ClusterSecret`] and written back.
@@ -8,6 +8,8 @@
 //! - [`status`]: the connection state the controller records per cluster and the CLI shows.
 //! - [`repository`]: repository credentials from repository Secrets (`capstan.dev/secret-type:
 //!   repository`), chosen by the longest URL prefix.
+//! - [`secret_store`]: OpenBao/Vault stores from store Secrets (`capstan.dev/secret-type:
+//!   secret-store`), for Secrets whose values come from a store.
 //!
 //! It knows nothing about Applications; the controllers and the CLI build on it.
 
@@ -15,6 +17,7 @@ pub mod connect;
 pub mod register;
 pub mod repository;
 pub mod secret;
+pub mod secret_store;
 pub mod status;
 
 pub use secret::ClusterSecret;
