@@ -1,4 +1,4 @@
-//! The Secrets Capstan reads: destination clusters and repositories.
+//! The Secrets Capstan reads: destination clusters, repositories and secret stores.
 //!
 //! - [`secret`]: the cluster Secret (`capstan.dev/secret-type: cluster`, Argo CD's layout) read into a
 //!   [`ClusterSecret`] and written back.
@@ -10,6 +10,8 @@
 //!   repository`), chosen by the longest URL prefix.
 //! - [`decryption`]: age identities for SOPS files from decryption Secrets (`capstan.dev/secret-type:
 //!   decryption`).
+//! - [`secret_store`]: OpenBao/Vault stores from store Secrets (`capstan.dev/secret-type:
+//!   secret-store`), for Secrets whose values come from a store.
 //!
 //! It knows nothing about Applications; the controllers and the CLI build on it.
 
@@ -18,6 +20,7 @@ pub mod decryption;
 pub mod register;
 pub mod repository;
 pub mod secret;
+pub mod secret_store;
 pub mod status;
 
 pub use secret::ClusterSecret;

@@ -72,6 +72,15 @@ pub enum PipelineError {
     /// The AppProject does not allow the source or destination.
     #[error(transparent)]
     Project(#[from] capstan_project::Violation),
+    /// The AppProject does not permit the secret store a Secret names.
+    #[error("{object}: {source}")]
+    SecretStoreRefused {
+        /// `Secret NAMESPACE/NAME`.
+        object: String,
+        /// The project's rule.
+        #[source]
+        source: capstan_project::Violation,
+    },
     /// The AppProject does not exist.
     #[error("project {name:?} does not exist in namespace {namespace}")]
     UnknownProject {
@@ -155,6 +164,38 @@ pub enum PipelineError {
         /// Why (boxed: a render error is large, and this enum is returned everywhere).
         #[source]
         source: Box<capstan_render::RenderError>,
+    },
+    /// A Secret's `capstan.dev/secret-data` annotation is malformed.
+    #[error("{object}: {reason}")]
+    SecretData {
+        /// `Secret NAMESPACE/NAME`.
+        object: String,
+        /// What is wrong (names keys and references, never values).
+        reason: String,
+    },
+    /// The secret store a Secret names cannot be used (missing, incomplete, unreadable).
+    #[error("{object}: {source}")]
+    SecretStore {
+        /// `Secret NAMESPACE/NAME`.
+        object: String,
+        /// Why.
+        #[source]
+        source: capstan_cluster::secret_store::StoreError,
+    },
+    /// A value of a Secret could not be read from its secret store.
+    #[error("{object} key {key:?} from store {store:?} ({reference}): {source}")]
+    SecretValue {
+        /// `Secret NAMESPACE/NAME`.
+        object: String,
+        /// The Secret's data key.
+        key: String,
+        /// The store's name.
+        store: String,
+        /// `mount/path#key` in the store.
+        reference: String,
+        /// What the store (or the client) said (boxed: the variant would be large).
+        #[source]
+        source: Box<capstan_vault::VaultError>,
     },
     /// Rendered kinds the destination does not serve.
     #[error("the destination does not know these kinds: {}", .kinds.join(", "))]
@@ -262,6 +303,7 @@ impl PipelineError {
             | TooManySources { .. }
             | RepoInCache { .. }
             | Project(_)
+            | SecretStoreRefused { .. }
             | UnknownProject { .. }
             | ServerAndName
             | AmbiguousDestination { .. }
@@ -273,6 +315,9 @@ impl PipelineError {
             | Decryption(_)
             | Render { .. }
             | UnknownKinds { .. }
+            | SecretData { .. }
+            | SecretStore { .. }
+            | SecretValue { .. }
             | Compare(_) => PipelineErrorKind::Comparison,
             Unreachable { .. }
             | NoAnswer { .. }

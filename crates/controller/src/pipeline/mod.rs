@@ -29,6 +29,7 @@ mod live;
 mod polled;
 mod revision;
 mod rules;
+mod secrets;
 mod sources;
 
 pub use revision::{Resolved, SourceRevision, short};
@@ -58,6 +59,8 @@ pub struct Pipeline {
     pub namespace: String,
     /// Where the Git caches live (no Application may read from there directly).
     pub cache_dir: PathBuf,
+    /// Clients of secret stores (see [`secrets`]).
+    secret_stores: secrets::StoreClients,
 }
 
 /// The result of one pass.
@@ -149,6 +152,7 @@ impl Pipeline {
             projects: Projects::new(client.clone(), namespace),
             client,
             namespace: namespace.to_string(),
+            secret_stores: Default::default(),
         }
     }
 
@@ -321,6 +325,7 @@ impl Pipeline {
             objects.extend(rendered.objects);
         }
 
+        secrets::resolve(self, app, &project, &rules, &mut objects).await?;
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let desired = prepare(discovery, objects, &namespace, &tracking).await?;
         check_namespaces(&dest, &desired)?;

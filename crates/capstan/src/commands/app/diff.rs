@@ -1,4 +1,4 @@
-//! `capstan app diff`: the unified diff of every out-of-sync object, live → Git.
+//! `capstan app diff`: the unified diff of every out-of-sync object, live → Git (Secret values redacted).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -48,7 +48,13 @@ pub(super) async fn diff_inner(
         .filter(|r| !r.hook && r.sync == capstan_compare::SyncCode::OutOfSync)
     {
         any = true;
-        let text = capstan_compare::render_diff(r);
+        // Secret values (those resolved from a secret store included) are not printed: which keys
+        // changed is shown, as the server's diffs do.
+        let mut r = r.clone();
+        let mut live = r.live.clone();
+        capstan_server::redact::redact_pair(&mut live, &mut r.predicted);
+        capstan_server::redact::redact_pair(&mut r.live, &mut r.desired);
+        let text = capstan_compare::render_diff(&r);
         for line in text.lines() {
             if !colour {
                 println!("{line}");
