@@ -8,6 +8,8 @@
 #   2b. package examples/helm-guestbook with `helm package` into a Helm repository (DIR/helm-repo,
 #      `helm repo index`) served over HTTP on another free loopback port (python3 -m http.server, in
 #      the background, pid file DIR/run/helm-repository.pid)
+#   2c. OpenBao in dev mode on a third loopback port (pid file DIR/run/openbao.pid) holding the example
+#      secret values, registered as the secret store `playground-openbao`
 #   3. label the cluster Capstan runs in `env=staging` (a metadata-only cluster Secret for `in-cluster`,
 #      which the example ApplicationSets' generators select on), then apply the Applications in
 #      examples/apps/ and the ApplicationSets in examples/appsets/ (namespace `capstan`), pointed at
@@ -237,6 +239,52 @@ fi
 HELM_REPOSITORY="http://127.0.0.1:$CHARTS_PORT"
 info "Helm repository: $HELM_REPOSITORY (charts: $(cd "$CHARTS" && ls *.tgz | tr '\n' ' '))"
 
+# --- 2c. OpenBao (dev mode) with the payments service's secret values ---------------------------------
+# Application payments-secrets reads WEATHER_API_KEY from it when Capstan applies (docs/secrets.md).
+# Dev mode keeps everything in memory: the values are written again on every run.
+BAO="$CACHE/bin/bao"
+BAO_PID_FILE="$DIR/run/openbao.pid"
+BAO_PORT_FILE="$DIR/openbao.port"
+BAO_TOKEN_FILE="$DIR/openbao-root-token"
+BAO_LOG="$DIR/logs/openbao.log"
+step "Starting OpenBao (dev mode) with the example secret values"
+[ -x "$BAO" ] || die "$BAO not found; run: bash scripts/setup.sh"
+bao_up() { curl -sf -o /dev/null "http://127.0.0.1:$1/v1/sys/health"; }
+BAO_PORT=""
+if pid=$(running_daemon "$BAO_PID_FILE"); then
+  port=$(cat "$BAO_PORT_FILE" 2>/dev/null || true)
+  if [[ "$port" =~ ^[0-9]+$ ]] && bao_up "$port" && [ -s "$BAO_TOKEN_FILE" ]; then
+    BAO_PORT=$port
+    info "reusing OpenBao $pid on port $BAO_PORT"
+  else
+    kill -TERM "$pid" 2>/dev/null || true
+    rm -f "$BAO_PID_FILE"
+  fi
+fi
+if [ -z "$BAO_PORT" ]; then
+  (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$BAO_TOKEN_FILE")
+  port=$(free_port)
+  BAO_HOME="$DIR/openbao-home"
+  mkdir -p "$BAO_HOME"
+  setsid env -i HOME="$BAO_HOME" PATH=/usr/bin:/bin "$BAO" server -dev \
+    -dev-root-token-id="$(cat "$BAO_TOKEN_FILE")" -dev-listen-address="127.0.0.1:$port" \
+    </dev/null >>"$BAO_LOG" 2>&1 &
+  pid=$!
+  printf '%s %s\n' "$pid" "$(start_ticks "$pid" || echo 0)" >"$BAO_PID_FILE"
+  for _ in $(seq 100); do
+    if bao_up "$port"; then BAO_PORT=$port; break; fi
+    running_daemon "$BAO_PID_FILE" >/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$BAO_PORT" ] || { tail -n 20 "$BAO_LOG" >&2; die "OpenBao did not start"; }
+  printf '%s\n' "$BAO_PORT" >"$BAO_PORT_FILE"
+fi
+BAO_ADDR="http://127.0.0.1:$BAO_PORT"
+curl -sf -o /dev/null -X POST -H "X-Vault-Token: $(cat "$BAO_TOKEN_FILE")" \
+  -d '{"data": {"WEATHER_API_KEY": "demo-weather-key-from-openbao"}}' "$BAO_ADDR/v1/secret/data/payments" ||
+  die "cannot write secret/payments to OpenBao at $BAO_ADDR"
+info "OpenBao: $BAO_ADDR (root token in $BAO_TOKEN_FILE); secret/payments holds WEATHER_API_KEY"
+
 # --- 3. the example Applications and ApplicationSets -------------------------------------------------
 # `in-cluster` needs no Secret to be deployed to; this one only gives it labels (no credentials: the
 # controller uses its own connection for it). Re-running the playground resets its labels to these.
@@ -261,6 +309,14 @@ step "Creating the decryption Secret capstan/demo-age from examples/secrets/demo
 "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n capstan create secret generic demo-age \
   --from-file=age.agekey=examples/secrets/demo.agekey --dry-run=client -o yaml |
   "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" label --local -f - capstan.dev/secret-type=decryption -o yaml |
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
+# The secret store `playground-openbao`: OpenBao's address and a token (a dev root token: in a real
+# setup, the Kubernetes auth method with a role, see docs/secrets.md).
+step "Registering the secret store capstan/playground-openbao"
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n capstan create secret generic playground-openbao \
+  --from-literal=address="$BAO_ADDR" --from-literal=auth=token --from-file=token="$BAO_TOKEN_FILE" \
+  --dry-run=client -o yaml |
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" label --local -f - capstan.dev/secret-type=secret-store -o yaml |
   "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do

@@ -28,7 +28,7 @@ impl Bench {
     /// Benchmark 10 (see the module documentation).
     pub(crate) async fn secrets(&self) -> anyhow::Result<()> {
         let bao = tokio::task::spawn_blocking(OpenBao::start).await??;
-        bao.put_kv("bench", &[("apiKey", "value-0")])?;
+        bao.put_kv("secret/bench", &[("apiKey", "value-0")])?;
         let store: Secret = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "bench-openbao", "namespace": "capstan",
@@ -60,7 +60,7 @@ impl Bench {
         for i in 1..=5 {
             let value = format!("value-r{i}");
             let started = Instant::now();
-            bao.put_kv("bench", &[("apiKey", &value)])?;
+            bao.put_kv("secret/bench", &[("apiKey", &value)])?;
             self.apps()
                 .patch(
                     "secrets",
@@ -74,7 +74,7 @@ impl Bench {
         // Rotated, nothing else: the controller's refresh interval.
         let value = "value-polled";
         let started = Instant::now();
-        bao.put_kv("bench", &[("apiKey", value)])?;
+        bao.put_kv("secret/bench", &[("apiKey", value)])?;
         wait_value(&secrets, value, Duration::from_secs(POLL_SECONDS * 3)).await?;
         let polled = started.elapsed();
         with_refresh.sort();

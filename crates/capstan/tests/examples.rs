@@ -192,6 +192,40 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         ],
     );
     assert!(out.status.success(), "{}", text(&out));
+    // OpenBao in dev mode with the payments service's value, registered as the store
+    // `playground-openbao`, as the playground does.
+    let bao = tokio::task::spawn_blocking(capstan_testkit::OpenBao::start).await??;
+    bao.put_kv(
+        "secret/payments",
+        &[("WEATHER_API_KEY", "demo-weather-key-from-openbao")],
+    )?;
+    let out = kubectl(
+        &kc,
+        &[
+            "-n",
+            NS,
+            "create",
+            "secret",
+            "generic",
+            "playground-openbao",
+            &format!("--from-literal=address={}", bao.address()),
+            "--from-literal=auth=token",
+            &format!("--from-literal=token={}", bao.root_token()),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kubectl(
+        &kc,
+        &[
+            "-n",
+            NS,
+            "label",
+            "secret",
+            "playground-openbao",
+            "capstan.dev/secret-type=secret-store",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
     let mut applied = Vec::new();
     for (path, contents) in files
         .iter()
@@ -418,6 +452,18 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     assert_eq!(
         data.get("DATABASE_PASSWORD").map(|v| v.0.as_slice()),
         Some(b"demo-db-password-from-sops".as_slice())
+    );
+    let vault = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "payments-secrets")
+        .get("payments-secrets-vault")
+        .await?;
+    assert_eq!(
+        vault
+            .data
+            .unwrap_or_default()
+            .get("WEATHER_API_KEY")
+            .map(|v| v.0.as_slice()),
+        Some(b"demo-weather-key-from-openbao".as_slice()),
+        "the value read from OpenBao when Capstan applied"
     );
     let published = files
         .iter()
