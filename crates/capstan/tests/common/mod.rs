@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
@@ -113,6 +115,21 @@ pub fn controller_with_server(
     cache: &std::path::Path,
     extra: &[&str],
 ) -> anyhow::Result<(Controller, String, Option<String>)> {
+    let (controller, base, metrics, _) = controller_with_server_log(kubeconfig, cache, extra)?;
+    Ok((controller, base, metrics))
+}
+
+/// [`controller_with_server`], also keeping everything the controller writes to stderr (its log).
+pub fn controller_with_server_log(
+    kubeconfig: &str,
+    cache: &std::path::Path,
+    extra: &[&str],
+) -> anyhow::Result<(
+    Controller,
+    String,
+    Option<String>,
+    std::sync::Arc<std::sync::Mutex<String>>,
+)> {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args([
@@ -143,7 +160,15 @@ pub fn controller_with_server(
             metrics = Some(url.trim().to_string());
         }
     }
-    // Keep draining stderr so the controller never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Ok((controller, base.unwrap_or_default(), metrics))
+    // Keep draining stderr so the controller never blocks on a full pipe, and keep it.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+            kept.push_str(&line);
+            kept.push('\n');
+        }
+    });
+    Ok((controller, base.unwrap_or_default(), metrics, log))
 }
