@@ -134,6 +134,26 @@ async fn a_sops_encrypted_secret_is_applied_decrypted_and_a_bad_file_changes_not
     );
     assert!(!serde_json::to_string(&refused)?.contains(SECRET));
 
+    // A key Secret that does not exist: named in the condition.
+    env.create_app(sops_app(
+        "sops-nokey",
+        &env.git.git_url("sops-app"),
+        "sops-nokey-ns",
+        "no-such-keys",
+        "default",
+    ))
+    .await?;
+    let refused = env
+        .wait_app("sops-nokey", "comparison error", Duration::from_secs(60), |a| {
+            condition(a, "ComparisonError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "ComparisonError").unwrap_or_default();
+    assert!(
+        message.contains("spec.decryption") && message.contains("\"no-such-keys\" not found"),
+        "{message}"
+    );
+
     // The project decides which key Secrets its Applications may use.
     env.apply_project(
         "sops-team",
