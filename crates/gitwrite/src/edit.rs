@@ -2,14 +2,15 @@
 //! (only its bytes change: comments, key order, indentation and the other values stay byte for byte),
 //! and a Kustomize `images:` entry gets its `newTag`.
 //!
-//! Parsing is saphyr-parser's (the parser under serde-saphyr), whose events carry source spans; the
-//! walk to the key and the splice are written here because no maintained crate does span-preserving
-//! edits with the refusals Capstan wants (yaml-edit rebuilds nodes through a rowan tree and does not
-//! refuse anchors or flow style; the JSON crates keep no spans). JSON is parsed by the same YAML
-//! parser (JSON is YAML 1.2 flow style). Whatever the editor cannot change safely (flow style in
-//! YAML, anchors and aliases, tags, multi-line scalars, several documents) is refused, and every
-//! edit is checked by parsing the result again: the document must equal the old one with only the
-//! requested value changed.
+//! Parsing is saphyr-parser's (the parser under serde-saphyr, already in the build), whose events
+//! carry source spans; the walk to the key and the splice are written here. yaml-edit (a rowan
+//! syntax tree) was considered: it is a large new dependency, and the refusals and quoting rules
+//! below would still have to be written on top of it. The JSON crates keep no source spans, so JSON
+//! is parsed by the same YAML parser (JSON is YAML 1.2 flow style).
+//!
+//! Whatever the editor cannot change safely (flow style in YAML, anchors and aliases, tags,
+//! multi-line scalars, several documents) is refused, and every edit is checked by parsing the
+//! result again: the document must equal the old one with only the requested value changed.
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 use serde_json::Value;
@@ -110,7 +111,8 @@ fn parse(text: &str) -> Result<Node, Refusal> {
             root = Some(builder.node(0)?);
         }
     }
-    root.ok_or_else(|| Refusal::Cannot("the file holds no document".into()))
+    // An empty file has no keys.
+    root.ok_or(Refusal::Missing(None))
 }
 
 struct Builder<'e, 'i> {
@@ -478,6 +480,14 @@ mod tests {
         assert!(cannot_edit(set("v.yaml", "a:\n  b: 1\n", "a", "v2")).contains("not a scalar"));
         assert!(cannot_edit(set("v.yaml", "a: !custom v1\n", "a", "v2")).contains("tag"));
         assert!(cannot_edit(set("v.yaml", "a: [\n", "a", "v2")).contains("not valid"));
+        assert!(matches!(
+            set("v.yaml", "", "a", "v2"),
+            Err(WriteError::MissingKey { .. })
+        ));
+        assert!(matches!(
+            set("v.yaml", "# only a comment\n", "a", "v2"),
+            Err(WriteError::MissingKey { .. })
+        ));
     }
 
     #[test]

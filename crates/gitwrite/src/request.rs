@@ -99,11 +99,21 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// The key this change sets, as error messages name it.
+    pub fn target(&self) -> String {
+        match self {
+            Change::SetKey { key, .. } => key.to_string(),
+            Change::KustomizeImage { name, .. } => format!("images[name={name}].newTag"),
+        }
+    }
+}
+
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Change::SetKey { key, value } => write!(f, "{key} = {value}"),
-            Change::KustomizeImage { name, new_tag } => write!(f, "images[name={name}].newTag = {new_tag}"),
+            Change::KustomizeImage { new_tag, .. } => write!(f, "{} = {new_tag}", self.target()),
         }
     }
 }

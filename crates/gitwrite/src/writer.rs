@@ -278,6 +278,9 @@ impl Repo<'_> {
     }
 }
 
+/// Files larger than this are not edited (they are read whole, and a values file is far smaller).
+const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
 /// Apply `edits` to the checkout at `root`; whether any file changed.
 fn apply_edits(root: &Path, edits: &[Edit]) -> Result<bool, WriteError> {
     // Several edits to one file compose: each sees the result of the previous ones.
@@ -287,10 +290,20 @@ fn apply_edits(root: &Path, edits: &[Edit]) -> Result<bool, WriteError> {
         let index = match files.iter().position(|(f, _, _)| *f == file) {
             Some(i) => i,
             None => {
+                let size = std::fs::metadata(&file)
+                    .map_err(WriteError::io(format!("reading {}", e.path)))?
+                    .len();
+                if size > MAX_FILE_BYTES {
+                    return Err(WriteError::CannotEdit {
+                        path: e.path.clone(),
+                        key: e.change.target(),
+                        reason: format!("the file is larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024),
+                    });
+                }
                 let bytes = std::fs::read(&file).map_err(WriteError::io(format!("reading {}", e.path)))?;
                 let text = String::from_utf8(bytes).map_err(|_| WriteError::CannotEdit {
                     path: e.path.clone(),
-                    key: e.change.to_string(),
+                    key: e.change.target(),
                     reason: "the file is not UTF-8 text".into(),
                 })?;
                 files.push((file, text, false));
