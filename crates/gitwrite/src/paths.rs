@@ -62,6 +62,9 @@ mod tests {
         std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("escape.yaml")).unwrap();
         std::os::unix::fs::symlink("a/values.yaml", dir.path().join("inside.yaml")).unwrap();
         std::os::unix::fs::symlink("/nonexistent/x", dir.path().join("dangling.yaml")).unwrap();
+        std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+        std::fs::write(dir.path().join(".git/config"), "[core]\n").unwrap();
+        std::os::unix::fs::symlink(".git/config", dir.path().join("gitconfig.yaml")).unwrap();
         assert!(resolve(dir.path(), "a/values.yaml").is_ok());
         assert!(resolve(dir.path(), "./a/values.yaml").is_ok());
         assert!(resolve(dir.path(), "inside.yaml").is_ok());

@@ -124,6 +124,15 @@ impl GitWriter {
     }
 
     fn validate(&self, request: &WriteRequest) -> Result<(), WriteError> {
+        let identity = [&self.config.author_name, &self.config.author_email];
+        if identity
+            .iter()
+            .any(|v| v.trim().is_empty() || v.contains(|c: char| c.is_control() || c == '<' || c == '>'))
+        {
+            return Err(WriteError::InvalidRequest(
+                "the writer's author name and e-mail must be set, on one line, without < or >".into(),
+            ));
+        }
         capstan_source::check_url(&request.repo_url, self.config.allow_local)?;
         for branch in std::iter::once(&request.branch).chain(&request.push_branch) {
             if !valid_branch(branch) {
@@ -371,6 +380,62 @@ fn valid_branch(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(message: &str, edits: usize) -> WriteRequest {
+        WriteRequest {
+            repo_url: "https://git.example/r.git".into(),
+            credentials: Credentials::none(),
+            branch: "main".into(),
+            push_branch: None,
+            message: message.into(),
+            edits: (0..edits)
+                .map(|i| Edit {
+                    path: "values.yaml".into(),
+                    change: crate::Change::SetKey {
+                        key: format!("k{i}").parse().expect("key"),
+                        value: format!("v{i}"),
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_batch_message_lists_every_change() {
+        assert_eq!(batch_message(&[request("only", 1)]), "only");
+        let message = batch_message(&[request("web: 1.2", 1), request("api: 2.0\n\nbody", 2)]);
+        assert!(
+            message.starts_with("Update 3 values in 2 changes\n\n- web: 1.2\n  values.yaml: k0 = v0\n"),
+            "{message}"
+        );
+        assert!(
+            message.contains("- api: 2.0\n\nbody\n  values.yaml: k0 = v0\n  values.yaml: k1 = v1\n"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_are_validated_before_any_git_command() {
+        let writer = GitWriter::new(WriterConfig::new("Bot", "bot@example.invalid"));
+        let invalid = |r: Result<WriteOutcome, WriteError>| matches!(r, Err(WriteError::InvalidRequest(_)));
+        let mut r = request("m", 1);
+        r.branch = "a..b".into();
+        assert!(invalid(writer.commit(r).await));
+        let mut r = request("m", 1);
+        r.push_branch = Some("-f".into());
+        assert!(invalid(writer.commit(r).await));
+        assert!(invalid(writer.commit(request(" ", 1)).await));
+        assert!(invalid(writer.commit(request("m", 0)).await));
+        assert!(invalid(writer.commit_batch(vec![]).await));
+        let mut other = request("m", 1);
+        other.repo_url = "https://git.example/other.git".into();
+        assert!(invalid(writer.commit_batch(vec![request("m", 1), other]).await));
+        let mut r = request("m", 1);
+        r.repo_url = "https://user:pw@git.example/r.git".into();
+        assert!(matches!(writer.commit(r).await, Err(WriteError::Git(_))));
+        let bad_author = GitWriter::new(WriterConfig::new("Bot\nInjected", "bot@example.invalid"));
+        assert!(invalid(bad_author.commit(request("m", 1)).await));
+    }
 
     #[test]
     fn branch_names() {
