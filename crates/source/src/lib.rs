@@ -28,7 +28,7 @@ pub use cache::{CacheStats, RepoCache, Resolved};
 pub use chart::{ChartCache, ChartDir, ChartError, ChartLimits, ChartRequest, ChartStats, ResolvedChart};
 pub use checkout::Checkout;
 pub use credentials::Credentials;
-pub use git::{check_url, redact};
+pub use git::{GitCommand, check_url, redact};
 pub use limits::{Limits, SizeLimit};
 
 /// What can go wrong reading a repository. Messages name the repository and never contain secrets.

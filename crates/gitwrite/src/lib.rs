@@ -1,0 +1,21 @@
+//! Writing to Git: the one component every commit Capstan makes (image updates, promotions) goes
+//! through.
+//!
+//! A [`GitWriter`] takes a [`WriteRequest`] — a repository, a branch, a message and [`Edit`]s that
+//! are plain data ([`Change::SetKey`] on a [`KeyPath`], [`Change::KustomizeImage`]) — clones the
+//! branch, applies the edits surgically ([`edit`]: only the value's bytes change), commits with the
+//! configured author and pushes without force. When the push is rejected because someone pushed
+//! meanwhile, it fetches the new head, applies the same edits to the new content and pushes again,
+//! a bounded number of times. Git runs through `capstan-source`'s [`capstan_source::GitCommand`]
+//! (isolated configuration, credentials in the environment, redacted errors, timeouts).
+
+pub mod edit;
+mod error;
+mod paths;
+mod request;
+mod scalar;
+mod writer;
+
+pub use error::WriteError;
+pub use request::{Change, Edit, KeyPath, Segment, WriteOutcome, WriteRequest};
+pub use writer::{BeforePush, GitWriter, WriterConfig};
