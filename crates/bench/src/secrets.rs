@@ -71,18 +71,25 @@ impl Bench {
             wait_value(&secrets, &value, Duration::from_secs(60)).await?;
             with_refresh.push(started.elapsed());
         }
-        // Rotated, nothing else: the controller's refresh interval.
-        let value = "value-polled";
-        let started = Instant::now();
-        bao.put_kv("secret/bench", &[("apiKey", value)])?;
-        wait_value(&secrets, value, Duration::from_secs(POLL_SECONDS * 3)).await?;
-        let polled = started.elapsed();
+        // Rotated, nothing else: applied at the Application's next periodic pass, somewhere within
+        // one refresh interval; three samples, each once the Application is quiet.
+        let mut polled = Vec::new();
+        for i in 1..=3 {
+            self.settle("secrets", Duration::from_secs(3), Duration::from_secs(60)).await?;
+            let value = format!("value-p{i}");
+            let started = Instant::now();
+            bao.put_kv("secret/bench", &[("apiKey", &value)])?;
+            wait_value(&secrets, &value, Duration::from_secs(POLL_SECONDS * 3)).await?;
+            polled.push(started.elapsed());
+        }
         with_refresh.sort();
+        polled.sort();
         println!(
-            "10. a Secret value from OpenBao rotated: in the cluster {} ms after the rotation with a refresh request (median of 5; max {} ms), {:.1} s with only the refresh interval ({POLL_SECONDS} s)",
+            "10. a Secret value from OpenBao rotated: in the cluster {} ms after the rotation with a refresh request (median of 5; max {} ms); with only the refresh interval ({POLL_SECONDS} s) {:.1}–{:.1} s (3 samples)",
             with_refresh[2].as_millis(),
             with_refresh[4].as_millis(),
-            polled.as_secs_f64(),
+            polled[0].as_secs_f64(),
+            polled[2].as_secs_f64(),
         );
         Ok(())
     }
