@@ -220,9 +220,9 @@ async fn send(client: &Https, method: Method, req: Get<'_>) -> Result<Answer, Ch
         };
         if method != Method::HEAD
             && let Some(length) = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|l| l.to_str().ok())
-            .and_then(|l| l.parse::<u64>().ok())
+                .get(header::CONTENT_LENGTH)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| l.parse::<u64>().ok())
             && length > limit
         {
             if status.is_success() {

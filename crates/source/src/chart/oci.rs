@@ -16,8 +16,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use hyper::{Method, StatusCode};
 use hyper::header::{self, HeaderValue};
+use hyper::{Method, StatusCode};
 use serde::Deserialize;
 
 use super::error::ChartError;
@@ -339,9 +339,7 @@ impl Registry<'_> {
         let (scheme, params) = parse_challenge(challenge);
         match scheme.to_ascii_lowercase().as_str() {
             "bearer" => self.token(&params).await,
-            _ => {
-                Auth::basic(self.creds).ok_or_else(|| self.error(NO_CREDENTIALS))
-            }
+            _ => Auth::basic(self.creds).ok_or_else(|| self.error(NO_CREDENTIALS)),
         }
     }
 

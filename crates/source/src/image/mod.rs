@@ -59,7 +59,8 @@ impl ImageClient {
         }
     }
 
-    /// Ask for tag lists in pages of `n` (the registry may send fewer; by default it chooses).
+    /// Ask for tag lists in pages of `n` (`?n=`; registries may send fewer or ignore it — Debian's
+    /// distribution 2.8 does — and by default choose).
     pub fn with_page_size(mut self, n: u32) -> ImageClient {
         self.page_size = Some(n.max(1));
         self

@@ -224,7 +224,10 @@ impl Policy {
         let mut best: Option<(Version, &String)> = None;
         for tag in tags {
             let Some(version) = exact(tag).filter(|_| !tag.trim().is_empty() && tag.trim() == tag) else {
-                skipped.push(skip(tag, "not a semantic version (major.minor.patch, optional leading v)"));
+                skipped.push(skip(
+                    tag,
+                    "not a semantic version (major.minor.patch, optional leading v)",
+                ));
                 continue;
             };
             versions.push((version.clone(), tag));
@@ -430,7 +433,16 @@ mod tests {
 
     #[test]
     fn semver_picks_the_highest_within_the_constraint() -> Result<(), PolicyError> {
-        let list = tags(&["1.0.0", "v1.4.2", "1.10.0", "2.0.0", "latest", "1.5.0-rc.1", "main-3", "1.2"]);
+        let list = tags(&[
+            "1.0.0",
+            "v1.4.2",
+            "1.10.0",
+            "2.0.0",
+            "latest",
+            "1.5.0-rc.1",
+            "main-3",
+            "1.2",
+        ]);
         let choice = semver("^1.0", false).choose(&list)?;
         assert_eq!(choice.tag, "1.10.0");
         let reasons: Vec<(&str, &str)> = choice
@@ -438,14 +450,30 @@ mod tests {
             .iter()
             .map(|s| (s.tag.as_str(), s.reason.as_str()))
             .collect();
-        assert!(reasons.iter().any(|(t, r)| *t == "latest" && r.starts_with("not a semantic version")));
-        assert!(reasons.iter().any(|(t, r)| *t == "1.2" && r.starts_with("not a semantic version")));
+        assert!(
+            reasons
+                .iter()
+                .any(|(t, r)| *t == "latest" && r.starts_with("not a semantic version"))
+        );
+        assert!(
+            reasons
+                .iter()
+                .any(|(t, r)| *t == "1.2" && r.starts_with("not a semantic version"))
+        );
         assert!(reasons.iter().any(|(t, r)| *t == "2.0.0" && r.starts_with("outside")));
-        assert!(reasons.iter().any(|(t, r)| *t == "1.5.0-rc.1" && r.contains("pre-release")));
+        assert!(
+            reasons
+                .iter()
+                .any(|(t, r)| *t == "1.5.0-rc.1" && r.contains("pre-release"))
+        );
         assert!(!reasons.iter().any(|(t, _)| *t == "1.0.0"), "losers are not skipped");
         assert_eq!(semver("", false).choose(&list)?.tag, "2.0.0");
         assert_eq!(semver("*", false).choose(&list)?.tag, "2.0.0");
-        assert_eq!(semver("~1.4", false).choose(&list)?.tag, "v1.4.2", "a leading v is accepted");
+        assert_eq!(
+            semver("~1.4", false).choose(&list)?.tag,
+            "v1.4.2",
+            "a leading v is accepted"
+        );
         assert_eq!(semver(">=1.0 <1.5", false).choose(&list)?.tag, "v1.4.2");
         Ok(())
     }
@@ -457,7 +485,11 @@ mod tests {
         assert_eq!(semver("^1.0", true).choose(&list)?.tag, "1.5.0-rc.2");
         assert_eq!(semver("*", true).choose(&list)?.tag, "2.0.0-rc.1");
         let list = tags(&["1.5.0-rc.2", "1.5.0"]);
-        assert_eq!(semver("^1.0", true).choose(&list)?.tag, "1.5.0", "a release beats its pre-releases");
+        assert_eq!(
+            semver("^1.0", true).choose(&list)?.tag,
+            "1.5.0",
+            "a release beats its pre-releases"
+        );
         Ok(())
     }
 
@@ -476,7 +508,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let err = semver("^1", false).choose(&[]).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = semver("^1", false)
+            .choose(&[])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("no tags"), "{err}");
         assert!(matches!(
             semver(">=>=", false).choose(&list),
@@ -527,7 +563,12 @@ mod tests {
             pattern(r"\w{1000}\w{1000}\w{1000}", None, Order::Alphabetical).validate(),
             Err(PolicyError::InvalidRegex { .. })
         ));
-        for (regex, extract) in [("^a-(\\d+)$", "$ts"), ("^a-(\\d+)$", "$2"), ("^a-(\\d+)$", "ts"), ("", "$1")] {
+        for (regex, extract) in [
+            ("^a-(\\d+)$", "$ts"),
+            ("^a-(\\d+)$", "$2"),
+            ("^a-(\\d+)$", "ts"),
+            ("", "$1"),
+        ] {
             assert!(
                 matches!(
                     pattern(regex, Some(extract), Order::Numerical).validate(),
@@ -536,7 +577,11 @@ mod tests {
                 "{regex} {extract}"
             );
         }
-        assert!(pattern(&"a".repeat(2000), None, Order::Alphabetical).validate().is_err());
+        assert!(
+            pattern(&"a".repeat(2000), None, Order::Alphabetical)
+                .validate()
+                .is_err()
+        );
     }
 
     #[test]

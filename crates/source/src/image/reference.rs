@@ -52,7 +52,9 @@ impl ImageRepository {
             return Err(refuse("longer than 255 characters"));
         }
         if reference.contains("://") {
-            return Err(refuse("write host[:port]/path without a scheme (plainHTTP selects http)"));
+            return Err(refuse(
+                "write host[:port]/path without a scheme (plainHTTP selects http)",
+            ));
         }
         if reference.contains('@') {
             return Err(refuse("a repository has no digest (@sha256:…) and no credentials"));
@@ -67,7 +69,9 @@ impl ImageRepository {
             ));
         }
         if !HOST.as_ref().is_some_and(|r| r.is_match(host)) {
-            return Err(refuse("the registry host must be a host name or IPv4 address with an optional :port"));
+            return Err(refuse(
+                "the registry host must be a host name or IPv4 address with an optional :port",
+            ));
         }
         if path.rsplit('/').next().is_some_and(|last| last.contains(':')) {
             return Err(refuse("a repository has no tag (:tag): the policy chooses the tag"));
@@ -132,7 +136,12 @@ mod tests {
         assert_eq!(r.to_string(), "registry.example:5000/team/payments");
         let r = r.with_plain_http(true);
         assert_eq!(r.oci.base, "http://registry.example:5000");
-        for ok in ["localhost/app", "127.0.0.1:5000/a/b-c/d__e/f.g", "ghcr.io/o/x--y", "docker.io/library/nginx"] {
+        for ok in [
+            "localhost/app",
+            "127.0.0.1:5000/a/b-c/d__e/f.g",
+            "ghcr.io/o/x--y",
+            "docker.io/library/nginx",
+        ] {
             assert!(ImageRepository::parse(ok).is_ok(), "{ok}");
         }
     }
@@ -156,7 +165,10 @@ mod tests {
             "reg example/x",
             "reg.example:port/x",
         ] {
-            let err = ImageRepository::parse(bad).err().map(|e| e.to_string()).unwrap_or_default();
+            let err = ImageRepository::parse(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(!err.is_empty() && !err.contains("pw@"), "{bad}: {err}");
         }
         let long = format!("reg.example/{}", "a".repeat(300));
