@@ -1,7 +1,8 @@
 //! The `source` stage: Git repositories and Helm charts as Capstan reads them.
 //!
-//! Charts from Helm repositories and OCI registries are the [`chart`] module's ([`ChartCache`]); the
-//! rest of this crate is Git.
+//! Charts from Helm repositories and OCI registries are the [`chart`] module's ([`ChartCache`]);
+//! image repositories in OCI registries (their tags, digests and the policy choosing the newest) are
+//! the [`image`] module's ([`ImageClient`]); the rest of this crate is Git.
 //!
 //! This crate owns repository credentials ([`Credentials`]), resolving a `targetRevision` (branch,
 //! tag, full or short SHA, `HEAD`) to a commit, one bare cache per repository URL shared by every
@@ -22,6 +23,7 @@ pub mod chart;
 mod checkout;
 mod credentials;
 mod git;
+pub mod image;
 mod limits;
 
 pub use cache::{CacheStats, RepoCache, Resolved};
@@ -29,6 +31,7 @@ pub use chart::{ChartCache, ChartDir, ChartError, ChartLimits, ChartRequest, Cha
 pub use checkout::Checkout;
 pub use credentials::Credentials;
 pub use git::{GitCommand, check_url, redact};
+pub use image::{ImageClient, ImageError, ImageRepository};
 pub use limits::{Limits, SizeLimit};
 
 /// What can go wrong reading a repository. Messages name the repository and never contain secrets.

@@ -210,3 +210,46 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
     let hex: String = sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
+
+/// Push a small image to `repository:tag` of an open plain-HTTP `registry` with the registry API
+/// itself (monolithic blob uploads, then an OCI image manifest) and return the manifest's digest.
+/// Each push makes a new image (the config holds a fresh nonce), so re-pushing a tag moves it.
+pub fn push_image(registry: &Registry, repository: &str, tag: &str) -> anyhow::Result<String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PUSHES: AtomicU64 = AtomicU64::new(0);
+    let nonce = format!(
+        "{}-{}-{:?}",
+        std::process::id(),
+        PUSHES.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+    );
+    let layer = format!("capstan test layer of {repository}:{tag}\n").into_bytes();
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Labels": { "dev.capstan.test.nonce": nonce } },
+        "rootfs": { "type": "layers", "diff_ids": [sha256_digest(&layer)] },
+    }))?;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": sha256_digest(&config),
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": sha256_digest(&layer),
+            "size": layer.len(),
+        }],
+    }))?;
+    registry.put_raw(
+        repository,
+        tag,
+        &[&config, &layer],
+        &manifest,
+        "application/vnd.oci.image.manifest.v1+json",
+    )?;
+    Ok(sha256_digest(&manifest))
+}

@@ -14,7 +14,7 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{StatusCode, Uri};
+use hyper::{Method, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
@@ -147,21 +147,32 @@ impl Http {
     /// GET with redirects (at most [`MAX_REDIRECTS`], http/https only; credentials only to their
     /// origin), the whole exchange within the timeout.
     pub(crate) async fn get(&self, creds: &Credentials, repo: &str, req: Get<'_>) -> Result<Answer, ChartError> {
+        self.send(Method::GET, creds, repo, req).await
+    }
+
+    /// [`Http::get`] with another method (`HEAD` for an OCI manifest's digest).
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        creds: &Credentials,
+        repo: &str,
+        req: Get<'_>,
+    ) -> Result<Answer, ChartError> {
         let client = self.client(creds, repo)?;
         let seconds = self.timeout.as_secs();
         let url = req.url.to_string();
-        match tokio::time::timeout(self.timeout, get(&client, req)).await {
+        match tokio::time::timeout(self.timeout, send(&client, method, req)).await {
             Ok(answer) => answer,
             Err(_) => Err(ChartError::Timeout { url, seconds }),
         }
     }
 }
 
-async fn get(client: &Https, req: Get<'_>) -> Result<Answer, ChartError> {
+async fn send(client: &Https, method: Method, req: Get<'_>) -> Result<Answer, ChartError> {
     let mut uri = check_url(req.url)?;
     for _ in 0..=MAX_REDIRECTS {
         let shown = uri.to_string();
-        let mut builder = hyper::Request::get(uri.clone());
+        let mut builder = hyper::Request::builder().method(method.clone()).uri(uri.clone());
         for (name, value) in &req.headers {
             builder = builder.header(name, value);
         }
@@ -207,10 +218,11 @@ async fn get(client: &Https, req: Get<'_>) -> Result<Answer, ChartError> {
             url: shown.clone(),
             limit,
         };
-        if let Some(length) = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|l| l.to_str().ok())
-            .and_then(|l| l.parse::<u64>().ok())
+        if method != Method::HEAD
+            && let Some(length) = headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|l| l.to_str().ok())
+                .and_then(|l| l.parse::<u64>().ok())
             && length > limit
         {
             if status.is_success() {

@@ -8,13 +8,13 @@
 //! downloaded, verified and extracted only the first time a digest is asked for. See
 //! `docs/charts.md`.
 
-mod archive;
+pub(crate) mod archive;
 mod error;
-mod http;
+pub(crate) mod http;
 mod index;
-mod oci;
+pub(crate) mod oci;
 mod repository;
-mod version;
+pub(crate) mod version;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

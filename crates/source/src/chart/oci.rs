@@ -16,8 +16,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use hyper::StatusCode;
 use hyper::header::{self, HeaderValue};
+use hyper::{Method, StatusCode};
 use serde::Deserialize;
 
 use super::error::ChartError;
@@ -34,8 +34,10 @@ pub(crate) const HELM_LAYERS: [&str; 2] = [
     "application/tar+gzip",
 ];
 
-const JSON_LIMIT: u64 = 4 << 20;
+pub(crate) const JSON_LIMIT: u64 = 4 << 20;
 const MAX_TAG_PAGES: usize = 50;
+/// The detail of the error when a registry asks for credentials and none are set.
+pub(crate) const NO_CREDENTIALS: &str = "the registry requires credentials and none are set";
 
 /// A chart's repository in a registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,14 +89,21 @@ pub(crate) fn parse(repo_url: &str, chart: &str, plain_http: bool) -> Result<Oci
     } else {
         format!("{path}/{chart}")
     };
-    let scheme = if plain_http { "http" } else { "https" };
-    let base = format!("{scheme}://{host}");
-    check_url(&format!("{base}/v2/"))?;
-    Ok(OciRepo {
-        shown: format!("{host}/{repository}"),
-        base,
-        repository,
-    })
+    OciRepo::new(host, repository, plain_http)
+}
+
+impl OciRepo {
+    /// `repository` (already checked) on registry `host[:port]`, over HTTPS or plain HTTP.
+    pub(crate) fn new(host: &str, repository: String, plain_http: bool) -> Result<OciRepo, ChartError> {
+        let scheme = if plain_http { "http" } else { "https" };
+        let base = format!("{scheme}://{host}");
+        check_url(&format!("{base}/v2/"))?;
+        Ok(OciRepo {
+            shown: format!("{host}/{repository}"),
+            base,
+            repository,
+        })
+    }
 }
 
 /// A manifest's chart layer.
@@ -168,15 +177,34 @@ impl Registry<'_> {
 
     /// Every tag of the repository (following `Link: <…>; rel="next"` pages).
     pub(crate) async fn tags(&self) -> Result<Vec<String>, ChartError> {
+        self.tags_paged(None, usize::MAX).await
+    }
+
+    /// Every tag of the repository, asking for pages of `page_size` (`n=`) when set, and refusing
+    /// more than `max_tags` tags or [`MAX_TAG_PAGES`] pages. A `next` page must be on the registry's
+    /// own origin (credentials go nowhere else).
+    pub(crate) async fn tags_paged(&self, page_size: Option<u32>, max_tags: usize) -> Result<Vec<String>, ChartError> {
         let mut url = format!("{}/v2/{}/tags/list", self.repo.base, self.repo.repository);
+        if let Some(n) = page_size {
+            url.push_str(&format!("?n={n}"));
+        }
+        let home = Origin::of(&check_url(&url)?);
         let mut tags = Vec::new();
         for _ in 0..MAX_TAG_PAGES {
             let answer = self.get(&url, None, JSON_LIMIT, "tag list").await?;
             let list: TagList =
                 serde_json::from_slice(&answer.body).map_err(|e| self.error(format!("invalid tag list: {e}")))?;
             tags.extend(list.tags.unwrap_or_default());
+            if tags.len() > max_tags {
+                return Err(self.error(format!("more than {max_tags} tags")));
+            }
             match next_link(&answer) {
-                Some(next) => url = super::http::join(&url, &next),
+                Some(next) => {
+                    url = super::http::join(&url, &next);
+                    if Origin::of(&check_url(&url)?) != home {
+                        return Err(self.error(format!("the next page of tags is on another server: {url}")));
+                    }
+                }
                 None => return Ok(tags),
             }
         }
@@ -187,11 +215,7 @@ impl Registry<'_> {
     pub(crate) async fn chart_layer(&self, tag: &str) -> Result<ChartLayer, ChartError> {
         let url = format!("{}/v2/{}/manifests/{tag}", self.repo.base, self.repo.repository);
         let answer = self.get(&url, Some(MANIFEST), JSON_LIMIT, "OCI manifest").await?;
-        let content_type = answer
-            .headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
+        let content_type = media_type(&answer);
         let at = format!("{}:{tag}", self.repo.shown);
         let wrong = |what: &str, found: &str, expected: &str| ChartError::Oci {
             reference: at.clone(),
@@ -256,6 +280,18 @@ impl Registry<'_> {
         limit: u64,
         what: &'static str,
     ) -> Result<Answer, ChartError> {
+        self.send(Method::GET, url, accept, limit, what).await
+    }
+
+    /// [`Registry::get`] with another method (`HEAD`).
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        accept: Option<&str>,
+        limit: u64,
+        what: &'static str,
+    ) -> Result<Answer, ChartError> {
         let origin = Origin::of(&check_url(url)?);
         let key = format!("{}/{}", self.repo.base, self.repo.repository);
         let mut auth = self.auth.get(&key);
@@ -266,7 +302,8 @@ impl Registry<'_> {
                 .unwrap_or_default();
             let answer = self
                 .http
-                .get(
+                .send(
+                    method.clone(),
                     self.creds,
                     &self.repo.base,
                     Get {
@@ -302,9 +339,7 @@ impl Registry<'_> {
         let (scheme, params) = parse_challenge(challenge);
         match scheme.to_ascii_lowercase().as_str() {
             "bearer" => self.token(&params).await,
-            _ => {
-                Auth::basic(self.creds).ok_or_else(|| self.error("the registry requires credentials and none are set"))
-            }
+            _ => Auth::basic(self.creds).ok_or_else(|| self.error(NO_CREDENTIALS)),
         }
     }
 
@@ -401,6 +436,15 @@ fn encode(value: &str) -> String {
             }
         })
         .collect()
+}
+
+/// An answer's `Content-Type` without parameters.
+pub(crate) fn media_type(answer: &Answer) -> Option<String> {
+    answer
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or(v).trim().to_string())
 }
 
 /// The `rel="next"` target of a `Link` header.
