@@ -10,12 +10,14 @@ pub mod application;
 pub mod applicationset;
 pub mod cluster;
 pub mod crd;
+pub mod image_updater;
 pub mod labels;
 pub mod operation;
 pub mod project;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use applicationset::{ApplicationSet, ApplicationSetSpec, ApplicationSetStatus};
+pub use image_updater::{ImageUpdater, ImageUpdaterSpec, ImageUpdaterStatus};
 pub use project::{AppProject, AppProjectSpec};
 
 /// The API group of every Capstan custom resource.

@@ -75,7 +75,8 @@ impl Bench {
         // one refresh interval; three samples, each once the Application is quiet.
         let mut polled = Vec::new();
         for i in 1..=3 {
-            self.settle("secrets", Duration::from_secs(3), Duration::from_secs(60)).await?;
+            self.settle("secrets", Duration::from_secs(3), Duration::from_secs(60))
+                .await?;
             let value = format!("value-p{i}");
             let started = Instant::now();
             bao.put_kv("secret/bench", &[("apiKey", &value)])?;

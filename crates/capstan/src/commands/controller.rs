@@ -41,6 +41,12 @@ pub struct ControllerArgs {
     /// Also serve the HTTP API, web UI, webhooks and metrics on this address (e.g. 127.0.0.1:8080).
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
+    /// Author name of the commits image updates make.
+    #[arg(long, default_value = "Capstan")]
+    git_author_name: String,
+    /// Author email of the commits image updates make.
+    #[arg(long, default_value = "capstan@localhost")]
+    git_author_email: String,
     #[command(flatten)]
     serve: crate::commands::server::ServeArgs,
 }
@@ -72,6 +78,15 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         allow_local_repositories: config.allow_local_repositories,
         ..Default::default()
     };
+    let images = capstan_imageupdate::Config {
+        namespace: config.namespace.clone(),
+        cache_dir: config.cache_dir.clone(),
+        author_name: args.git_author_name.clone(),
+        author_email: args.git_author_email.clone(),
+        default_interval: config.poll_interval.min(Duration::from_secs(60)),
+        allow_local_repositories: config.allow_local_repositories,
+        ..Default::default()
+    };
     eprintln!(
         "capstan controller serving namespace {} (Ctrl-C to stop)",
         config.namespace
@@ -99,6 +114,11 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let _ = stop_tx.send(true);
         result.context("ApplicationSet controller")
     };
+    let image_updates = async {
+        let result = capstan_imageupdate::run(client.clone(), images, stopped(stop_rx.clone())).await;
+        let _ = stop_tx.send(true);
+        result.context("image update controller")
+    };
     let server = async {
         let Some(listen) = args.listen else {
             return Ok(());
@@ -114,10 +134,12 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let _ = stop_tx.send(true);
         result.context("HTTP server")
     };
-    let (applications, applicationsets, server) = tokio::join!(applications, applicationsets, server);
+    let (applications, applicationsets, image_updates, server) =
+        tokio::join!(applications, applicationsets, image_updates, server);
     signal.abort();
     applications?;
     applicationsets?;
+    image_updates?;
     server?;
     Ok(ExitCode::SUCCESS)
 }

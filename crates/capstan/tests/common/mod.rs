@@ -119,17 +119,15 @@ pub fn controller_with_server(
     Ok((controller, base, metrics))
 }
 
+/// A controller's stderr, kept line by line.
+pub type KeptLog = std::sync::Arc<std::sync::Mutex<String>>;
+
 /// [`controller_with_server`], also keeping everything the controller writes to stderr (its log).
 pub fn controller_with_server_log(
     kubeconfig: &str,
     cache: &std::path::Path,
     extra: &[&str],
-) -> anyhow::Result<(
-    Controller,
-    String,
-    Option<String>,
-    std::sync::Arc<std::sync::Mutex<String>>,
-)> {
+) -> anyhow::Result<(Controller, String, Option<String>, KeptLog)> {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args([

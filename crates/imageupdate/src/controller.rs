@@ -1,0 +1,283 @@
+//! The image update loop. Every tick it lists the `ImageUpdater`s of Capstan's namespace and checks
+//! those that are due: their interval has passed since this process last checked them, or their
+//! `capstan.dev/check` annotation (set by a registry notification) changed. For each, the registry's
+//! newest tag by policy is compared with the value the file holds at the branch head; the changes of
+//! one round are committed together, one commit per repository and branch, through the Git writer
+//! (credentials from the repository Secret, bounded retries, never a force-push). Status says what was
+//! chosen, skipped, committed, or why not.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use capstan_api::image_updater::{CHECK_ANNOTATION, ImageUpdater, ImageUpdaterStatus};
+use capstan_gitwrite::{Change, Edit, GitWriter, KeyPath, WriteOutcome, WriteRequest, WriterConfig};
+use capstan_source::{ImageClient, RepoCache};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::UpdateError;
+use crate::check::{self, Checked};
+use crate::current::{self, Target};
+
+/// How the loop runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Capstan's namespace: updaters, repository Secrets and AppProjects.
+    pub namespace: String,
+    /// Where the Git cache of the loop lives.
+    pub cache_dir: PathBuf,
+    /// The commits' author.
+    pub author_name: String,
+    /// The commits' author's email.
+    pub author_email: String,
+    /// How often the list of updaters is looked at (due ones are checked).
+    pub tick: Duration,
+    /// The interval of an updater that sets none.
+    pub default_interval: Duration,
+    /// Whether `file://` repositories may be written (tests and local playgrounds only).
+    pub allow_local_repositories: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            namespace: capstan_api::NAMESPACE.to_string(),
+            cache_dir: std::env::temp_dir().join("capstan-imageupdate"),
+            author_name: "Capstan".into(),
+            author_email: "capstan@localhost".into(),
+            tick: Duration::from_secs(1),
+            default_interval: Duration::from_secs(60),
+            allow_local_repositories: false,
+        }
+    }
+}
+
+/// One updater's planned write.
+struct Planned {
+    name: String,
+    checked: Checked,
+    request: Option<WriteRequest>,
+}
+
+/// Run the loop until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), UpdateError> {
+    let api: Api<ImageUpdater> = Api::namespaced(client.clone(), &config.namespace);
+    let repos = RepoCache::new(
+        config.cache_dir.join("imageupdate"),
+        Duration::from_secs(120),
+        Duration::ZERO,
+    )
+    .with_local_repositories(config.allow_local_repositories);
+    let mut writer_config = WriterConfig::new(config.author_name.clone(), config.author_email.clone());
+    writer_config.allow_local = config.allow_local_repositories;
+    let writer = GitWriter::new(writer_config);
+    let images = check::client();
+    let mut last_checked: HashMap<String, Instant> = HashMap::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = tokio::time::sleep(config.tick) => {}
+        }
+        let list = match api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing ImageUpdaters");
+                continue;
+            }
+        };
+        let due: Vec<ImageUpdater> = list
+            .into_iter()
+            .filter(|u| is_due(u, last_checked.get(&u.name_any()), config.default_interval))
+            .collect();
+        if due.is_empty() {
+            continue;
+        }
+        for u in &due {
+            last_checked.insert(u.name_any(), Instant::now());
+        }
+        round(&client, &config, &api, &repos, &writer, &images, due).await;
+    }
+}
+
+fn is_due(u: &ImageUpdater, last: Option<&Instant>, default_interval: Duration) -> bool {
+    let check = u.annotations().get(CHECK_ANNOTATION).cloned().unwrap_or_default();
+    let observed = u.status.as_ref().map(|s| s.observed_check.clone()).unwrap_or_default();
+    if !check.is_empty() && check != observed {
+        return true;
+    }
+    let interval = u
+        .spec
+        .interval_seconds
+        .map(|s| Duration::from_secs(s.max(5)))
+        .unwrap_or(default_interval);
+    last.is_none_or(|t| t.elapsed() >= interval)
+}
+
+/// Check every due updater, commit the changes per repository and branch, record status.
+async fn round(
+    client: &Client,
+    config: &Config,
+    api: &Api<ImageUpdater>,
+    repos: &RepoCache,
+    writer: &GitWriter,
+    images: &ImageClient,
+    due: Vec<ImageUpdater>,
+) {
+    let mut statuses: BTreeMap<String, ImageUpdaterStatus> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String, String), Vec<Planned>> = BTreeMap::new();
+    for u in &due {
+        let name = u.name_any();
+        let mut status = u.status.clone().unwrap_or_default();
+        status.last_checked = k8s_openapi::jiff::Timestamp::now().to_string();
+        status.observed_check = u.annotations().get(CHECK_ANNOTATION).cloned().unwrap_or_default();
+        match plan(client, config, repos, images, u).await {
+            Ok(planned) => {
+                status.latest_tag = planned.checked.tag.clone();
+                status.skipped = planned.checked.skipped.clone();
+                status.error.clear();
+                if let Some(request) = &planned.request {
+                    let key = (
+                        request.repo_url.clone(),
+                        request.branch.clone(),
+                        request.push_branch.clone().unwrap_or_default(),
+                    );
+                    groups.entry(key).or_default().push(planned);
+                }
+            }
+            Err(e) => {
+                tracing::info!(updater = %name, error = %e, "image update check failed");
+                status.error = e.to_string();
+            }
+        }
+        statuses.insert(name, status);
+    }
+    for ((repo, branch, _), planned) in groups {
+        let requests: Vec<WriteRequest> = planned.iter().filter_map(|p| p.request.clone()).collect();
+        let mut requests = requests;
+        let outcome = match (requests.pop(), requests.is_empty()) {
+            (Some(only), true) => writer.commit(only).await,
+            (Some(last), false) => {
+                requests.push(last);
+                writer.commit_batch(requests).await
+            }
+            (None, _) => continue,
+        };
+        for p in &planned {
+            let Some(status) = statuses.get_mut(&p.name) else {
+                continue;
+            };
+            match &outcome {
+                Ok(WriteOutcome::Committed { sha, .. }) => {
+                    tracing::info!(updater = %p.name, %repo, %branch, commit = %sha, value = %p.checked.value, "image update committed");
+                    status.last_commit = sha.clone();
+                }
+                Ok(WriteOutcome::Unchanged) => {}
+                Err(e) => status.error = format!("writing to Git: {e}"),
+            }
+        }
+    }
+    for (name, status) in statuses {
+        let patch = json!({"status": status});
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(updater = %name, error = %e, "recording ImageUpdater status");
+        }
+    }
+}
+
+/// Check one updater and, if the file holds another value, the write that would change it.
+async fn plan(
+    client: &Client,
+    config: &Config,
+    repos: &RepoCache,
+    images: &ImageClient,
+    u: &ImageUpdater,
+) -> Result<Planned, UpdateError> {
+    let spec = &u.spec;
+    let write = &spec.write;
+    let target = match (write.key.is_empty(), write.kustomize_image.is_empty()) {
+        (false, true) => {
+            let key: KeyPath = write
+                .key
+                .parse()
+                .map_err(|e: capstan_gitwrite::WriteError| UpdateError::Spec(format!("spec.write.key: {e}")))?;
+            Target::Key(key)
+        }
+        (true, false) => Target::KustomizeImage(write.kustomize_image.clone()),
+        _ => {
+            return Err(UpdateError::Spec(
+                "spec.write must set exactly one of key and kustomizeImage".into(),
+            ));
+        }
+    };
+    let project_name = if spec.project.is_empty() {
+        "default"
+    } else {
+        &spec.project
+    };
+    let project = project_spec(client, &config.namespace, project_name).await?;
+    capstan_project::check_source(project_name, &project, &write.repo_url)?;
+    let checked = check::check(client, &config.namespace, images, spec).await?;
+    let creds = capstan_cluster::repository::for_repo(client, &config.namespace, &write.repo_url)
+        .await
+        .unwrap_or_default();
+    let branch = if write.branch.is_empty() { "main" } else { &write.branch };
+    let now = current::value(repos, &write.repo_url, branch, &creds, &write.path, &target).await?;
+    let request = (now.as_deref() != Some(checked.value.as_str())).then(|| {
+        let change = match &target {
+            Target::Key(key) => Change::SetKey {
+                key: key.clone(),
+                value: checked.value.clone(),
+            },
+            Target::KustomizeImage(name) => Change::KustomizeImage {
+                name: name.clone(),
+                new_tag: checked.value.clone(),
+            },
+        };
+        WriteRequest {
+            repo_url: write.repo_url.clone(),
+            credentials: creds.clone(),
+            branch: branch.to_string(),
+            push_branch: (!write.push_branch.is_empty()).then(|| write.push_branch.clone()),
+            message: format!(
+                "Update image {}: {} → {}",
+                spec.image,
+                now.as_deref().unwrap_or("(none)"),
+                checked.value
+            ),
+            edits: vec![Edit {
+                path: write.path.clone(),
+                change,
+            }],
+        }
+    });
+    Ok(Planned {
+        name: u.name_any(),
+        checked,
+        request,
+    })
+}
+
+/// The AppProject `name`, or the implicit default project when none named `default` exists.
+async fn project_spec(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<capstan_api::AppProjectSpec, UpdateError> {
+    let api: Api<capstan_api::AppProject> = Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await {
+        Ok(Some(p)) => Ok(p.spec),
+        Ok(None) if name == "default" => Ok(capstan_project::allow_all()),
+        Ok(None) => Err(UpdateError::Spec(format!("AppProject {name:?} not found"))),
+        Err(e) => Err(UpdateError::Spec(format!("reading AppProject {name:?}: {e}"))),
+    }
+}

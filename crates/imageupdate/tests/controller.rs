@@ -1,0 +1,265 @@
+//! End to end: a new image pushed to a real registry (Debian's docker-registry with htpasswd and TLS)
+//! becomes a commit to seed 004's staging file in a real Git server (push over http with basic auth),
+//! and the staging Application (the Application controller, in-process) deploys it. Tags that are not
+//! semver are skipped with their reason; a policy nothing matches and an unreachable registry are
+//! recorded in status, with no commit.
+
+use std::time::Duration;
+
+use capstan_api::Application;
+use capstan_api::image_updater::ImageUpdater;
+use capstan_testkit::capstan::{eventually, install, synced_healthy};
+use capstan_testkit::git::{PASSWORD, USER};
+use capstan_testkit::registry::{Registry, RegistryOptions, push_image};
+use capstan_testkit::{GitServer, TestCluster, run_git};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const NS: &str = "capstan";
+const REG_USER: &str = "pusher";
+const REG_PASSWORD: &str = "registry-s3cret";
+
+const STAGING: &str = "# Seed 004: one file per service and environment.\ncluster: in-cluster\nservice: payments\nimageTag: 1.0.0   # written by the image updater\ntargetRevision: main\n";
+
+fn chart() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (
+            "charts/service/Chart.yaml",
+            "apiVersion: v2\nname: service\nversion: 0.1.0\n",
+        ),
+        (
+            "charts/service/values.yaml",
+            "image: {repository: REGISTRY/services/payments}\nimageTag: \"\"\n",
+        ),
+        (
+            "charts/service/templates/deployment.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: {{ .Release.Name }}}\nspec:\n  selector: {matchLabels: {app: payments}}\n  template:\n    metadata: {labels: {app: payments}}\n    spec: {containers: [{name: app, image: \"{{ .Values.image.repository }}:{{ .Values.imageTag }}\"}]}\n",
+        ),
+    ]
+}
+
+async fn secret(client: &kube::Client, name: &str, data: Value) -> anyhow::Result<()> {
+    let s: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": NS, "labels": {"capstan.dev/secret-type": "repository"}},
+        "stringData": data,
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &s)
+        .await?;
+    Ok(())
+}
+
+fn updater(name: &str, image: &str, repo: &str, policy: Value) -> Value {
+    json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "ImageUpdater",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "image": image, "policy": policy, "intervalSeconds": 5,
+            "write": {"repoURL": repo, "branch": "main", "path": "services-root/services/payments/staging.yaml", "key": "imageTag"},
+        }
+    })
+}
+
+async fn status(api: &Api<ImageUpdater>, name: &str) -> anyhow::Result<Value> {
+    Ok(serde_json::to_value(api.get(name).await?.status)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyhow::Result<()> {
+    capstan_testkit::init_logging();
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    install(&client).await?;
+    let git = GitServer::start().await?;
+    // Images are pushed to an open instance; Capstan reads them through a second one on the same
+    // storage with htpasswd and TLS.
+    let open = Registry::start(RegistryOptions::default()).await?;
+    let registry = open
+        .sharing(RegistryOptions {
+            basic_auth: Some((REG_USER.into(), REG_PASSWORD.into())),
+            tls: true,
+        })
+        .await?;
+    let image = format!("{}/services/payments", registry.host());
+    push_image(&open, "services/payments", "1.0.0")?;
+    push_image(&open, "services/payments", "latest")?;
+
+    // The services-root repository: seed 004's staging file and the chart it deploys.
+    git.create_repo("services-root")?;
+    let values = chart()[1].1.replace("REGISTRY", &registry.host());
+    let mut files: Vec<(&str, Option<&str>)> = chart().into_iter().map(|(p, t)| (p, Some(t))).collect();
+    files[1] = ("charts/service/values.yaml", Some(&values));
+    files.push(("services-root/services/payments/staging.yaml", Some(STAGING)));
+    git.commit("services-root", "main", &files, "services-root")?;
+    let repo = git.http_url("services-root");
+    secret(
+        &client,
+        "services-root",
+        json!({"url": repo, "username": USER, "password": PASSWORD}),
+    )
+    .await?;
+    secret(
+        &client,
+        "registry",
+        json!({"url": format!("oci://{}", registry.host()), "username": REG_USER, "password": REG_PASSWORD,
+               "ca.crt": registry.ca_pem().unwrap_or_default()}),
+    )
+    .await?;
+
+    // The staging Application: the chart with image.tag from the file (as the services
+    // ApplicationSet passes it); here the tag is read through a multi-source $ref value file.
+    let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+    let app: Application = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": "payments-staging", "namespace": NS},
+        "spec": {
+            "sources": [
+                {"repoURL": repo, "targetRevision": "main", "path": "charts/service",
+                 "helm": {"valueFiles": ["$root/services-root/services/payments/staging.yaml"],
+                          "parameters": []}},
+                {"repoURL": repo, "targetRevision": "main", "ref": "root"},
+            ],
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": "payments"},
+            "syncPolicy": {"automated": {"prune": true, "selfHeal": true}, "syncOptions": ["CreateNamespace=true"]},
+        }
+    }))?;
+    apps.create(&PostParams::default(), &app).await?;
+
+    let cache = tempfile::tempdir()?;
+    let (c1, c2) = (client.clone(), client.clone());
+    let apps_config = capstan_controller::Config {
+        cache_dir: cache.path().join("apps"),
+        poll_interval: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let images_config = capstan_imageupdate::Config {
+        cache_dir: cache.path().join("images"),
+        author_name: "Image Bot".into(),
+        author_email: "images@capstan.test".into(),
+        ..Default::default()
+    };
+    let _tasks = Tasks(vec![
+        tokio::spawn(async move {
+            let _ = capstan_controller::run(c1, apps_config, std::future::pending()).await;
+        }),
+        tokio::spawn(async move {
+            let _ = capstan_imageupdate::run(c2, images_config, std::future::pending()).await;
+        }),
+    ]);
+
+    let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), NS);
+    let pp = PatchParams::apply("test").force();
+    updaters
+        .patch(
+            "payments-staging",
+            &pp,
+            &Patch::Apply(updater(
+                "payments-staging",
+                &image,
+                &repo,
+                json!({"semver": {"range": "^1.0"}}),
+            )),
+        )
+        .await?;
+    // 1.0.0 is what the file says: the updater looked (status) and committed nothing.
+    eventually("the updater checked", Duration::from_secs(60), || async {
+        Ok(status(&updaters, "payments-staging").await?["latestTag"] == "1.0.0")
+    })
+    .await?;
+    let st = status(&updaters, "payments-staging").await?;
+    assert!(
+        st["skipped"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|t| t.as_str().is_some_and(|t| t.starts_with("latest:")))),
+        "a non-semver tag is skipped with its reason: {st}"
+    );
+    assert!(st["lastCommit"].is_null(), "nothing to write: {st}");
+    let head_before = run_git(&git.repo_path("services-root"), &["rev-parse", "main"])?;
+
+    // A new version is pushed: a commit to the staging file, then staging deploys it.
+    push_image(&open, "services/payments", "1.1.0")?;
+    push_image(&open, "services/payments", "2.0.0")?;
+    eventually("the commit", Duration::from_secs(60), || async {
+        Ok(status(&updaters, "payments-staging").await?["lastCommit"].is_string())
+    })
+    .await?;
+    let bare = git.repo_path("services-root");
+    let file = run_git(&bare, &["show", "main:services-root/services/payments/staging.yaml"])?;
+    assert_eq!(
+        file.trim_end(),
+        STAGING.replace("imageTag: 1.0.0 ", "imageTag: 1.1.0 ").trim_end(),
+        "only the value changed; the comments stay"
+    );
+    let log = run_git(&bare, &["log", "-1", "--format=%an <%ae>%n%s", "main"])?;
+    assert!(log.contains("Image Bot <images@capstan.test>"), "{log}");
+    assert!(log.contains(&format!("{image}: 1.0.0 → 1.1.0")), "{log}");
+    let parent = run_git(&bare, &["rev-parse", "main~1"])?;
+    assert_eq!(parent.trim(), head_before.trim(), "one commit");
+    eventually("staging runs 1.1.0", Duration::from_secs(90), || async {
+        let app = apps.get("payments-staging").await?;
+        let deployed = Api::<Deployment>::namespaced(client.clone(), "payments")
+            .get_opt("payments-staging")
+            .await?
+            .and_then(|d| d.spec.template.spec)
+            .map(|s| s.containers[0].image.clone().unwrap_or_default());
+        Ok(synced_healthy(&app) && deployed == Some(format!("{image}:1.1.0")))
+    })
+    .await?;
+
+    // A range nothing matches: recorded, no commit.
+    let head = run_git(&bare, &["rev-parse", "main"])?;
+    updaters
+        .patch(
+            "payments-staging",
+            &pp,
+            &Patch::Apply(updater(
+                "payments-staging",
+                &image,
+                &repo,
+                json!({"semver": {"range": "^7"}}),
+            )),
+        )
+        .await?;
+    eventually("no match recorded", Duration::from_secs(60), || async {
+        Ok(status(&updaters, "payments-staging").await?["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no tag qualifies") && e.contains("2.0.0")))
+    })
+    .await?;
+    // An unreachable registry: recorded, no commit.
+    updaters
+        .patch(
+            "payments-staging",
+            &pp,
+            &Patch::Apply(updater(
+                "payments-staging",
+                "127.0.0.1:9/services/payments",
+                &repo,
+                json!({"semver": {"range": "^1"}}),
+            )),
+        )
+        .await?;
+    eventually("unreachable recorded", Duration::from_secs(60), || async {
+        Ok(status(&updaters, "payments-staging").await?["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("127.0.0.1:9")))
+    })
+    .await?;
+    assert_eq!(
+        run_git(&bare, &["rev-parse", "main"])?,
+        head,
+        "no commit after the failures"
+    );
+    Ok(())
+}
+
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|t| t.abort());
+    }
+}
