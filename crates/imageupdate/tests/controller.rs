@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 const NS: &str = "capstan";
 const REG_USER: &str = "pusher";
 const REG_PASSWORD: &str = "registry-s3cret";
+const WEBHOOK_SECRET: &str = "registry-webhook-s3cret";
 
 const STAGING: &str = "# Seed 004: one file per service and environment.\ncluster: in-cluster\nservice: payments\nimageTag: 1.0.0   # written by the image updater\ntargetRevision: main\n";
 
@@ -53,12 +54,12 @@ async fn secret(client: &kube::Client, name: &str, data: Value) -> anyhow::Resul
     Ok(())
 }
 
-fn updater(name: &str, image: &str, repo: &str, policy: Value) -> Value {
+fn updater(name: &str, image: &str, repo: &str, policy: Value, interval: u64) -> Value {
     json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ImageUpdater",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "image": image, "policy": policy, "intervalSeconds": 5,
+            "image": image, "policy": policy, "intervalSeconds": interval,
             "write": {"repoURL": repo, "branch": "main", "path": "services-root/services/payments/staging.yaml", "key": "imageTag"},
         }
     })
@@ -151,6 +152,38 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
         }),
     ]);
 
+    // The HTTP server, for registry notifications, with the registry webhook secret.
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": capstan_server::state::SECRET, "namespace": NS},
+        "stringData": {"webhook.registry.secret": WEBHOOK_SECRET},
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let state = capstan_server::State::start(
+        client.clone(),
+        capstan_server::ServerConfig {
+            namespace: NS.into(),
+            secure_cookies: true,
+            cache_dir: cache.path().join("server"),
+            cache_root: cache.path().to_path_buf(),
+            metrics_addr: None,
+            webhook_allow_unsigned: false,
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = format!("http://{}", listener.local_addr()?);
+    let router = capstan_server::router(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let _server = Tasks(vec![tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    })]);
+    eventually("the server ready", Duration::from_secs(60), || {
+        let state = state.clone();
+        async move { Ok(state.is_ready()) }
+    })
+    .await?;
+
     let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), NS);
     let pp = PatchParams::apply("test").force();
     updaters
@@ -162,6 +195,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
                 &image,
                 &repo,
                 json!({"semver": {"range": "^1.0"}}),
+                600,
             )),
         )
         .await?;
@@ -180,9 +214,32 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     assert!(st["lastCommit"].is_null(), "nothing to write: {st}");
     let head_before = run_git(&git.repo_path("services-root"), &["rev-parse", "main"])?;
 
-    // A new version is pushed: a commit to the staging file, then staging deploys it.
+    // A new version is pushed and the registry notifies Capstan (the updater's own interval is 10
+    // minutes): a commit to the staging file, then staging deploys it.
     push_image(&open, "services/payments", "1.1.0")?;
     push_image(&open, "services/payments", "2.0.0")?;
+    let notification = json!({"events": [{"id": "push-1", "action": "push",
+        "target": {"repository": "services/payments", "tag": "1.1.0"}, "request": {"host": registry.host()}}]})
+    .to_string();
+    let post = |token: &str| -> anyhow::Result<u16> {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let answer = agent
+            .post(format!("{server}/api/webhook/registry"))
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", "application/json")
+            .send(notification.as_str())?;
+        Ok(answer.status().as_u16())
+    };
+    assert_eq!(
+        post("wrong-token")?,
+        401,
+        "a notification without the secret is refused"
+    );
+    let notified = std::time::Instant::now();
+    assert_eq!(post(WEBHOOK_SECRET)?, 200);
     eventually("the commit", Duration::from_secs(60), || async {
         Ok(status(&updaters, "payments-staging").await?["lastCommit"].is_string())
     })
@@ -194,6 +251,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
         STAGING.replace("imageTag: 1.0.0 ", "imageTag: 1.1.0 ").trim_end(),
         "only the value changed; the comments stay"
     );
+    eprintln!("registry notification → commit in Git: {:?}", notified.elapsed());
     let log = run_git(&bare, &["log", "-1", "--format=%an <%ae>%n%s", "main"])?;
     assert!(log.contains("Image Bot <images@capstan.test>"), "{log}");
     assert!(log.contains(&format!("{image}: 1.0.0 → 1.1.0")), "{log}");
@@ -221,6 +279,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
                 &image,
                 &repo,
                 json!({"semver": {"range": "^7"}}),
+                5,
             )),
         )
         .await?;
@@ -240,6 +299,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
                 "127.0.0.1:9/services/payments",
                 &repo,
                 json!({"semver": {"range": "^1"}}),
+                5,
             )),
         )
         .await?;
@@ -247,6 +307,16 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
         Ok(status(&updaters, "payments-staging").await?["error"]
             .as_str()
             .is_some_and(|e| e.contains("127.0.0.1:9")))
+    })
+    .await?;
+    // A key the file does not have: named with the file, no commit.
+    let mut missing = updater("payments-staging", &image, &repo, json!({"semver": {"range": "^1"}}), 5);
+    missing["spec"]["write"]["key"] = json!("image.tag");
+    updaters.patch("payments-staging", &pp, &Patch::Apply(missing)).await?;
+    eventually("missing key recorded", Duration::from_secs(60), || async {
+        Ok(status(&updaters, "payments-staging").await?["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("services-root/services/payments/staging.yaml") && e.contains("image.tag")))
     })
     .await?;
     assert_eq!(

@@ -18,6 +18,7 @@ pub mod error;
 pub mod metrics;
 pub mod openapi;
 pub mod redact;
+pub mod registry_webhook;
 pub mod state;
 pub mod stream;
 pub mod ui;
@@ -205,6 +206,13 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             "/api/webhook",
             post_with(webhook::receive, |op| {
                 op.summary("Git push events (GitHub, GitLab, Gitea, Bitbucket); signed with the webhook secret")
+                    .tag("webhooks")
+            }),
+        )
+        .api_route(
+            "/api/webhook/registry",
+            post_with(registry_webhook::receive, |op| {
+                op.summary("Registry push notifications (distribution); Authorization: Bearer webhook.registry.secret")
                     .tag("webhooks")
             }),
         )
