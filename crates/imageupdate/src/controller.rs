@@ -79,16 +79,29 @@ pub async fn run(
     let writer = GitWriter::new(writer_config);
     let images = check::client();
     let mut last_checked: HashMap<String, Instant> = HashMap::new();
+    // After a failed list (the CRD not installed yet, the API server away) the loop waits longer,
+    // and says so once, not every tick.
+    let mut failing = false;
     tokio::pin!(shutdown);
     loop {
+        let pause = if failing { config.tick * 30 } else { config.tick };
         tokio::select! {
             _ = &mut shutdown => return Ok(()),
-            _ = tokio::time::sleep(config.tick) => {}
+            _ = tokio::time::sleep(pause) => {}
         }
         let list = match api.list(&ListParams::default()).await {
-            Ok(list) => list.items,
+            Ok(list) => {
+                if failing {
+                    tracing::info!("listing ImageUpdaters works again");
+                }
+                failing = false;
+                list.items
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "listing ImageUpdaters");
+                if !failing {
+                    tracing::warn!(error = %e, "cannot list ImageUpdaters (is the CRD installed? run `capstan install`)");
+                }
+                failing = true;
                 continue;
             }
         };
