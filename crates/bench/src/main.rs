@@ -6,7 +6,7 @@
 //!
 //! [`setup`] holds what the controller benchmarks share; each benchmark is a module of its own
 //! ([`first_sync`] 1–2, [`fleet`] 3, [`self_heal`] 4, [`untracked`] 5, [`appset`] 6, [`webhook`] 7,
-//! [`ui`] 8, [`charts`] 9, [`secrets`] 10).
+//! [`ui`] 8, [`charts`] 9, [`secrets`] 10, [`images`] 11).
 
 use std::path::PathBuf;
 
@@ -16,6 +16,7 @@ mod appset;
 mod charts;
 mod first_sync;
 mod fleet;
+mod images;
 mod secrets;
 mod self_heal;
 mod setup;
@@ -30,10 +31,10 @@ struct Args {
     /// The capstan binary to benchmark.
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
-    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets.
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images.
     #[arg(
         long,
-        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets"
+        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images"
     )]
     only: String,
     /// ConfigMaps in the first-sync benchmark.
@@ -54,6 +55,9 @@ struct Args {
     /// Applications in the Helm repository benchmark.
     #[arg(long, default_value_t = 200)]
     chart_apps: usize,
+    /// Services in the image update benchmark.
+    #[arg(long, default_value_t = 100)]
+    image_services: usize,
     /// Applications in the web UI list benchmark.
     #[arg(long, default_value_t = 1000)]
     ui_apps: usize,
@@ -84,7 +88,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Benchmarks 1–7, 9 and 10, against one control plane and one controller.
+/// Benchmarks 1–7 and 9–11, against one control plane and one controller.
 async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> anyhow::Result<()> {
     let bench = Bench::start(capstan).await?;
     if only.contains(&"sync") || only.contains(&"resync") {
@@ -110,6 +114,9 @@ async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> 
     }
     if only.contains(&"secrets") {
         bench.secrets().await?;
+    }
+    if only.contains(&"images") {
+        bench.images(args.image_services.max(2)).await?;
     }
     Ok(())
 }
