@@ -134,7 +134,9 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     let (c1, c2) = (client.clone(), client.clone());
     let apps_config = capstan_controller::Config {
         cache_dir: cache.path().join("apps"),
-        poll_interval: Duration::from_secs(3),
+        // Longer than the test: the new commit reaches the Application through the refresh the
+        // image update controller requests after committing.
+        poll_interval: Duration::from_secs(600),
         ..Default::default()
     };
     let images_config = capstan_imageupdate::Config {
