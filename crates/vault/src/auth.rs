@@ -112,7 +112,7 @@ async fn login_kubernetes(http: &Http, mount: &str, role: &str, jwt: &SecretStri
             Some(body.into_bytes()),
         )
         .await?;
-    if answer.status.as_u16() == 503 && crate::client::sealed(http, &answer).await {
+    if answer.status.as_u16() == 503 && crate::http::sealed(http, &answer).await {
         return Err(VaultError::Sealed {
             address: http.address().to_string(),
         });

@@ -64,7 +64,7 @@ impl VaultClient {
                 }
                 403 => return Err(VaultError::PermissionDenied { path: location }),
                 404 => return Err(VaultError::NotFound { path: location }),
-                503 if sealed(&self.http, &answer).await => {
+                503 if crate::http::sealed(&self.http, &answer).await => {
                     return Err(VaultError::Sealed {
                         address: self.address().to_string(),
                     });
@@ -113,21 +113,6 @@ fn kv_secret(location: String, answer: &Answer) -> Result<KvSecret, VaultError> 
         })
         .collect();
     Ok(KvSecret::new(location, data, version))
-}
-
-/// Whether a 503 answer means the store is sealed: its `errors` say so, or `sys/health` does.
-pub(crate) async fn sealed(http: &Http, answer: &Answer) -> bool {
-    if answer.errors().to_ascii_lowercase().contains("sealed") {
-        return true;
-    }
-    match http.send(Method::GET, "/v1/sys/health", None, None).await {
-        Ok(health) => health
-            .json("sys/health")
-            .ok()
-            .and_then(|h| h.get("sealed").and_then(|s| s.as_bool()))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]

@@ -260,6 +260,21 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// Whether a 503 answer means the store is sealed: its `errors` say so, or `sys/health` does.
+pub(crate) async fn sealed(http: &Http, answer: &Answer) -> bool {
+    if answer.errors().to_ascii_lowercase().contains("sealed") {
+        return true;
+    }
+    match http.send(hyper::Method::GET, "/v1/sys/health", None, None).await {
+        Ok(health) => health
+            .json("sys/health")
+            .ok()
+            .and_then(|h| h.get("sealed").and_then(|s| s.as_bool()))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
