@@ -28,6 +28,9 @@ pub enum Role {
     ReadOnly,
     /// Also sync, refresh, roll back and terminate.
     Sync,
+    /// Also promote: change a later environment's file to an earlier one's values
+    /// (`POST /api/promotions`, checked against the target environment's Application).
+    Promote,
     /// Also delete.
     Admin,
 }
