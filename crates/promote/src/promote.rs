@@ -46,7 +46,7 @@ pub enum Outcome {
         /// The pipeline used.
         pipeline: String,
         /// The history entry recorded.
-        record: PromotionRecord,
+        record: Box<PromotionRecord>,
     },
 }
 
@@ -170,7 +170,10 @@ impl Promoter {
             reason: if forced { reason.to_string() } else { String::new() },
         };
         history::append(&self.client, &self.namespace, &name, record.clone()).await?;
-        Ok(Outcome::Promoted { pipeline: name, record })
+        Ok(Outcome::Promoted {
+            pipeline: name,
+            record: Box::new(record),
+        })
     }
 }
 

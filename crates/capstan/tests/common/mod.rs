@@ -120,6 +120,7 @@ pub fn controller_with_server(
 }
 
 /// [`controller_with_server`], also keeping everything the controller writes to stderr (its log).
+#[allow(clippy::type_complexity)]
 pub fn controller_with_server_log(
     kubeconfig: &str,
     cache: &std::path::Path,

@@ -109,7 +109,7 @@ pub async fn promote(
         Outcome::Promoted { pipeline, record } => PromoteAnswer {
             result: "promoted".into(),
             pipeline,
-            promotion: Some(record),
+            promotion: Some(*record),
         },
     };
     Ok(Json(answer))
