@@ -114,6 +114,8 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
         "imageTag: \"1.0.0\"\ntargetRevision: main\n".into(),
     ));
     files.push(("lab-app/all.yaml".into(), NEVER_READY.into()));
+    // `moved` has staging's file only.
+    files.push(("moved/lab/staging.yaml".into(), "imageTag: \"3.0.0\"\n".into()));
     let bare = git.create_repo("examples")?;
     let commit: Vec<(&str, Option<&str>)> = files.iter().map(|(p, t)| (p.as_str(), Some(t.as_str()))).collect();
     git.commit("examples", "main", &commit, "services-root")?;
@@ -144,6 +146,12 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
         work.path(),
         "p3.yaml",
         &pipeline("lab", &repo, "lab/{service}/{env}.yaml", ""),
+    );
+    apply(
+        &kc,
+        work.path(),
+        "p4.yaml",
+        &pipeline("moved", &repo, "moved/{service}/{env}.yaml", "  fields: [imageTag]\n"),
     );
 
     let cache = work.path().join("cache");
@@ -204,6 +212,28 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
         "{}",
         missing.body
     );
+    // A missing target file: refused naming the file, nothing committed.
+    let gone = admin.post(
+        "/api/promotions",
+        json!({"pipeline": "moved", "service": "lab", "from": "staging", "to": "production", "force": true, "reason": "r"}),
+    );
+    assert_eq!(gone.status, 422, "{}", gone.body);
+    assert!(
+        gone.body.contains("moved/lab/production.yaml: no such file"),
+        "{}",
+        gone.body
+    );
+    // Backwards needs force.
+    let mut backwards = promote.clone();
+    backwards["from"] = json!("production");
+    backwards["to"] = json!("staging");
+    let refused = ops.post("/api/promotions", backwards);
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(
+        refused.body.contains("production comes after staging"),
+        "{}",
+        refused.body
+    );
     assert_eq!(head(&bare), before, "nothing committed");
 
     // The promotion: one commit changing production's imageTag only, comments kept.
@@ -243,6 +273,24 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
         again.body
     );
     assert_eq!(head(&bare), promoted);
+    let out = capstan(
+        &kc,
+        &[
+            "promote",
+            "payments",
+            "--from",
+            "staging",
+            "--to",
+            "production",
+            "--pipeline",
+            "services",
+        ],
+    );
+    assert!(
+        out.status.success() && text(&out).contains("nothing to commit"),
+        "{}",
+        text(&out)
+    );
 
     // Production follows: Synced at the promotion's commit, running the promoted tag.
     wait_for(

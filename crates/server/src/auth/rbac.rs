@@ -211,6 +211,15 @@ grants:
     }
 
     #[test]
+    fn promote_includes_sync_and_admin_includes_promote() {
+        let p = Policy::parse("grants:\n  - {role: promote, projects: ['*'], users: [ops]}\n").unwrap();
+        let ops = p.role(&who("ops", &[]), "services");
+        assert_eq!(ops, Role::Promote);
+        assert!(ops >= Role::Sync && ops < Role::Admin);
+        assert!(p.role(&who("admin", &[]), "services") >= Role::Promote);
+    }
+
+    #[test]
     fn without_a_policy_only_admin_may_do_anything() {
         let p = Policy::parse("").unwrap();
         assert_eq!(p.role(&who("dev", &[]), "default"), Role::None);
