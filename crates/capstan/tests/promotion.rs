@@ -103,7 +103,7 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
     ));
     files.push((
         PRODUCTION.into(),
-        "# Production is promoted on purpose.\ncluster: in-cluster\nservice: payments\n# The last promoted tag.\nimageTag: \"1.4.2\"\ntargetRevision: main # the chart's revision\n".into(),
+        "# Production is promoted on purpose.\ncluster: in-cluster\nservice: payments\n# The last promoted tag.\nimageTag: \"1.4.2\" # promoted from staging\ntargetRevision: main # the chart's revision\n".into(),
     ));
     files.push((
         "lab/lab/staging.yaml".into(),
@@ -257,7 +257,7 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
     let production = run_git(&bare, &["show", &format!("{promoted}:{PRODUCTION}")])?;
     assert_eq!(
         production.trim_end(),
-        "# Production is promoted on purpose.\ncluster: in-cluster\nservice: payments\n# The last promoted tag.\nimageTag: \"1.5.0\"\ntargetRevision: main # the chart's revision"
+        "# Production is promoted on purpose.\ncluster: in-cluster\nservice: payments\n# The last promoted tag.\nimageTag: \"1.5.0\" # promoted from staging\ntargetRevision: main # the chart's revision"
     );
     let log = run_git(&bare, &["log", "-1", "--format=%an <%ae>%n%B", &promoted])?;
     assert!(
