@@ -19,7 +19,6 @@ pub const HISTORY_LIMIT: usize = 50;
     version = "v1alpha1",
     kind = "PromotionPipeline",
     plural = "promotionpipelines",
-    shortname = "pipeline",
     status = "PromotionPipelineStatus",
     namespaced
 )]
