@@ -114,7 +114,16 @@ impl Promoter {
         };
         let (source_path, target_path) = (spec.file(service, from), spec.file(service, to));
         let source_revision = revision.as_deref().unwrap_or(spec.branch());
-        let source_file = reader.read(&source_path, source_revision, spec.branch()).await?;
+        let source_file = reader
+            .read(&source_path, source_revision, spec.branch())
+            .await
+            .map_err(|err| match err {
+                PromoteError::NotFound(_) => PromoteError::NotFound(format!(
+                    "{source_app}'s synced revision {source_revision} in {} (does it deploy from another repository?)",
+                    spec.repo_url
+                )),
+                err => err,
+            })?;
         let target_file = reader.read(&target_path, spec.branch(), spec.branch()).await?;
         let mut changes = Vec::new();
         let mut edits = Vec::new();
