@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{AppProject, Application, ApplicationSet, ImageUpdater};
+use crate::{AppProject, Application, ApplicationSet, ImageUpdater, PromotionPipeline};
 
 /// Every CRD Capstan installs, paired with the file name it has under `deploy/crds/`.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
@@ -15,6 +15,10 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ),
         ("appprojects.capstan.dev.yaml", without_defaults(AppProject::crd())),
         ("imageupdaters.capstan.dev.yaml", without_defaults(ImageUpdater::crd())),
+        (
+            "promotionpipelines.capstan.dev.yaml",
+            without_defaults(PromotionPipeline::crd()),
+        ),
     ]
 }
 

@@ -1,8 +1,8 @@
 //! Capstan's custom resource types, API group `capstan.dev`, version `v1alpha1`.
 //!
-//! This crate owns the shape of the objects users write (Applications, ApplicationSets, AppProjects
-//! and the cluster Secret layout) and the well-known labels and annotations. Field names follow Argo CD's
-//! `argoproj.io/v1alpha1` schema wherever the concept is the same, so existing manifests carry over by
+//! This crate owns the shape of the objects users write (Applications, ApplicationSets, AppProjects,
+//! PromotionPipelines and the cluster Secret layout) and the well-known labels and annotations. Field names
+//! follow Argo CD's `argoproj.io/v1alpha1` schema wherever the concept is the same, so existing manifests carry over by
 //! changing `apiVersion`. It has no behaviour beyond (de)serialisation and CRD generation; every other
 //! crate depends on it, and it depends on none of them.
 
@@ -14,11 +14,13 @@ pub mod image_updater;
 pub mod labels;
 pub mod operation;
 pub mod project;
+pub mod promotion;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use applicationset::{ApplicationSet, ApplicationSetSpec, ApplicationSetStatus};
 pub use image_updater::{ImageUpdater, ImageUpdaterSpec, ImageUpdaterStatus};
 pub use project::{AppProject, AppProjectSpec};
+pub use promotion::{PromotionPipeline, PromotionPipelineSpec};
 
 /// The API group of every Capstan custom resource.
 pub const GROUP: &str = "capstan.dev";

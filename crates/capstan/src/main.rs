@@ -46,6 +46,8 @@ enum Command {
     Appset(commands::appset::AppsetArgs),
     /// Register destination clusters and inspect them.
     Cluster(commands::cluster::ClusterArgs),
+    /// Promote a service from one environment to a later one (one Git commit), or show the history.
+    Promote(commands::promote::PromoteArgs),
     /// Write the CustomResourceDefinitions generated from the Rust types.
     #[command(hide = true)]
     Crds(commands::crds::CrdsArgs),
@@ -79,6 +81,7 @@ fn main() -> ExitCode {
             Command::App(args) => commands::app::run(args).await,
             Command::Appset(args) => commands::appset::run(args).await,
             Command::Cluster(args) => commands::cluster::run(args).await,
+            Command::Promote(args) => commands::promote::run(args).await,
             Command::Crds(args) => commands::crds::run(args),
         }
     });

@@ -167,6 +167,12 @@ impl Builder<'_, '_> {
             }
             other => return cannot(format!("unexpected YAML event {other:?}")),
         };
+        // The parser's span of a quoted scalar followed by a comment (`tag: "1.0" # c`) runs on over
+        // the comment; the scalar ends at its closing quote.
+        let end = match (&kind, self.text.get(start..end)) {
+            (Kind::Scalar { style, .. }, Some(source)) => start + quoted_len(source, *style).unwrap_or(source.len()),
+            _ => end,
+        };
         Ok(Node {
             kind,
             start,
@@ -226,6 +232,37 @@ fn find<'a>(root: &'a Node, key: &KeyPath, json: bool) -> Result<&'a Node, Refus
         node = next.ok_or(Refusal::Missing(None))?;
     }
     Ok(node)
+}
+
+/// The length of the quoted scalar `source` starts with, if `source` is one followed only by blanks
+/// and a comment (`"1.0" # c`).
+fn quoted_len(source: &str, style: ScalarStyle) -> Option<usize> {
+    let quote = match style {
+        ScalarStyle::DoubleQuoted => '"',
+        ScalarStyle::SingleQuoted => '\'',
+        _ => return None,
+    };
+    let mut chars = source.char_indices().peekable();
+    if chars.next()?.1 != quote {
+        return None;
+    }
+    let mut len = None;
+    while let Some((i, c)) = chars.next() {
+        if quote == '"' && c == '\\' {
+            chars.next();
+        } else if c == quote {
+            if quote == '\'' && chars.peek().is_some_and(|(_, n)| *n == '\'') {
+                chars.next();
+                continue;
+            }
+            len = Some(i + 1);
+            break;
+        }
+    }
+    let len = len?;
+    let rest = &source[len..];
+    let comment = rest.starts_with([' ', '\t']) && rest.trim_start_matches([' ', '\t']).starts_with('#');
+    comment.then_some(len)
 }
 
 /// The replacement for the scalar `node` (None if it already holds `new`).
@@ -443,6 +480,23 @@ mod tests {
         assert_eq!(out, "tag: \"1.10\"\n");
         let out = set("v.yaml", "tag: '1.9'\n", "tag", "1.10").unwrap().unwrap();
         assert_eq!(out, "tag: '1.10'\n");
+        // Quoted values followed by a comment.
+        let out = set("v.yaml", "tag: \"1.4.2\" # promoted\nx: 1\n", "tag", "1.5.0")
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, "tag: \"1.5.0\" # promoted\nx: 1\n");
+        let out = set("v.yaml", "tag: '1.4.2'\t# promoted\n", "tag", "1.5.0")
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, "tag: '1.5.0'\t# promoted\n");
+        let out = set("v.yaml", "a: \"x\\\"y\" # \"q\"\nb: 'it''s' # 'q'\n", "a", "z")
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, "a: \"z\" # \"q\"\nb: 'it''s' # 'q'\n");
+        let out = set("v.yaml", "a: \"x\\\"y\" # \"q\"\nb: 'it''s' # 'q'\n", "b", "no")
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, "a: \"x\\\"y\" # \"q\"\nb: 'no' # 'q'\n");
     }
 
     #[test]

@@ -42,7 +42,7 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{apps, fleet, model, tree};
+    use api::{apps, fleet, model, promotions, tree};
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -170,6 +170,19 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
         .api_route(
             "/api/applications/{name}/operation",
             delete_with(apps::terminate, |op| op.summary("Terminate the running operation").tag("operations")),
+        )
+        .api_route(
+            "/api/promotions",
+            post_with(promotions::promote, |op| {
+                op.summary("Promote a service from one environment to a later one (one Git commit)")
+                    .tag("promotions")
+            }),
+        )
+        .api_route(
+            "/api/promotions/{pipeline}/history",
+            get_with(promotions::history, |op| {
+                op.summary("Promotions made in a pipeline, newest first").tag("promotions")
+            }),
         )
         .api_route(
             "/api/stream/applications",

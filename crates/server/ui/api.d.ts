@@ -1150,6 +1150,149 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/promotions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Promote a service from one environment to a later one (one Git commit) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Body of `POST /api/promotions`. */
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["PromoteBody"];
+                };
+            };
+            responses: {
+                /** @description What a promotion did. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PromoteAnswer"];
+                    };
+                };
+                /** @description Failed to parse the request body as JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Expected request with `Content-Type: application/json` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Failed to deserialize the JSON body into the target type */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/promotions/{pipeline}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Promotions made in a pipeline, newest first */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Only this service's promotions. */
+                    service?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A list answer. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PromotionRecordList"];
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/stream/applications": {
         parameters: {
             query?: never;
@@ -1991,6 +2134,15 @@ export interface components {
             /** @description The items. */
             items: components["schemas"]["EventItem"][];
         };
+        /** @description One field a promotion changed. */
+        FieldChange: {
+            /** @description The key. */
+            field: string;
+            /** @description The value promoted. */
+            new: string;
+            /** @description The target's value before. */
+            old: string;
+        };
         /** @description A directory glob of a git generator. */
         GitDirectoryItem: {
             /**
@@ -2051,6 +2203,14 @@ export interface components {
              * @default
              */
             value: string;
+        };
+        /** @description Query of the history. */
+        HistoryQuery: {
+            /**
+             * @description Only this service's promotions.
+             * @default null
+             */
+            service: string | null;
         };
         /** @description One Jsonnet top-level argument or external variable. */
         JsonnetVar: {
@@ -2212,6 +2372,73 @@ export interface components {
             admin: boolean;
             /** @description Sync, refresh, roll back, terminate. */
             sync: boolean;
+        };
+        /** @description What a promotion did. */
+        PromoteAnswer: {
+            /** @description The pipeline used. */
+            pipeline: string;
+            /** @description The history entry recorded (promoted only). */
+            promotion?: components["schemas"]["PromotionRecord"] | null;
+            /** @description `promoted` (one commit pushed) or `unchanged` (the target had the values already). */
+            result: string;
+        };
+        /** @description Body of `POST /api/promotions`. */
+        PromoteBody: {
+            /**
+             * @description Override a failing check (the source not Synced and Healthy, a backwards promotion).
+             * @default false
+             */
+            force: boolean;
+            /** @description The source environment. */
+            from: string;
+            /**
+             * @description The PromotionPipeline (optional when exactly one exists).
+             * @default null
+             */
+            pipeline: string | null;
+            /**
+             * @description Why the checks are overridden (required with `force`, recorded in the commit message).
+             * @default
+             */
+            reason: string;
+            /** @description The service to promote. */
+            service: string;
+            /** @description The target environment. */
+            to: string;
+        };
+        /** @description One promotion made. */
+        PromotionRecord: {
+            /**
+             * @description The fields changed in the target's file.
+             * @default []
+             */
+            changes: components["schemas"]["FieldChange"][];
+            /** @description The commit made. */
+            commit: string;
+            /**
+             * @description Whether a failing check was overridden.
+             * @default false
+             */
+            forced: boolean;
+            /** @description The source environment. */
+            from: string;
+            /** @description Why it was forced. */
+            reason?: string;
+            /** @description The service promoted. */
+            service: string;
+            /** @description The source Application's synced revision the values were read at. */
+            sourceRevision?: string;
+            /** @description When (RFC 3339). */
+            time: string;
+            /** @description The target environment. */
+            to: string;
+            /** @description Who promoted. */
+            user: string;
+        };
+        /** @description A list answer. */
+        PromotionRecordList: {
+            /** @description The items. */
+            items: components["schemas"]["PromotionRecord"][];
         };
         /** @description Body of `POST /api/applications/{name}/refresh` (optional). */
         RefreshBody: {

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod crds;
 pub mod install;
 pub mod local;
+pub mod promote;
 pub mod server;
 
 /// Parse a flag given in seconds: a plain number (`300`, as Argo CD's CLI takes it) or a number

@@ -1,11 +1,12 @@
 //! The JSON API: Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
-//! clusters ([`fleet`]), and the bodies they answer ([`model`]); [`access`] decides who sees
-//! which Application.
+//! clusters ([`fleet`]), promotions between environments ([`promotions`]), and the bodies they answer
+//! ([`model`]); [`access`] decides who sees which Application.
 
 pub mod access;
 pub mod apps;
 pub mod fleet;
 pub mod model;
+pub mod promotions;
 pub mod tree;
 
 use crate::error::ApiError;

@@ -83,6 +83,7 @@ impl Auth {
                     self.principal.name,
                     match needed {
                         Role::Admin => "administer Applications",
+                        Role::Promote => "promote to Applications",
                         Role::Sync => "sync Applications",
                         _ => "read Applications",
                     }

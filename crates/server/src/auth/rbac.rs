@@ -28,6 +28,9 @@ pub enum Role {
     ReadOnly,
     /// Also sync, refresh, roll back and terminate.
     Sync,
+    /// Also promote: change a later environment's file to an earlier one's values
+    /// (`POST /api/promotions`, checked against the target environment's Application).
+    Promote,
     /// Also delete.
     Admin,
 }
@@ -205,6 +208,15 @@ grants:
             Role::ReadOnly,
             "an SSO user named admin is not admin"
         );
+    }
+
+    #[test]
+    fn promote_includes_sync_and_admin_includes_promote() {
+        let p = Policy::parse("grants:\n  - {role: promote, projects: ['*'], users: [ops]}\n").unwrap();
+        let ops = p.role(&who("ops", &[]), "services");
+        assert_eq!(ops, Role::Promote);
+        assert!(ops >= Role::Sync && ops < Role::Admin);
+        assert!(p.role(&who("admin", &[]), "services") >= Role::Promote);
     }
 
     #[test]

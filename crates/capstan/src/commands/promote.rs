@@ -1,0 +1,124 @@
+//! `capstan promote SERVICE --from ENV --to ENV`: promotion between environments from the command
+//! line, through the Kubernetes API and Git with the caller's own credentials (as `capstan app`
+//! does); the rules and the commit are `capstan-promote`'s, the same the HTTP API applies.
+//! `capstan promote history SERVICE` prints a pipeline's promotions.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use capstan_promote::{Outcome, PromoteRequest, Promoter};
+
+use crate::commands::app::print_table;
+use crate::kube_client::KubeArgs;
+
+/// `capstan promote`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct PromoteArgs {
+    /// Path of the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, global = true, env = "KUBECONFIG")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// Context in the kubeconfig.
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Namespace of the pipelines and Applications.
+    #[arg(long = "app-namespace", short = 'N', global = true, default_value = capstan_api::NAMESPACE)]
+    namespace: String,
+    /// The PromotionPipeline (optional when exactly one exists).
+    #[arg(long, global = true)]
+    pipeline: Option<String>,
+    /// The service to promote.
+    #[arg(required = true)]
+    service: Option<String>,
+    /// The source environment.
+    #[arg(long, required = true)]
+    from: Option<String>,
+    /// The target environment.
+    #[arg(long, required = true)]
+    to: Option<String>,
+    /// Promote even though a check fails (the source not Synced and Healthy, a backwards promotion).
+    #[arg(long, requires = "reason")]
+    force: bool,
+    /// Why the checks are overridden (recorded in the commit message and the history).
+    #[arg(long)]
+    reason: Option<String>,
+    #[command(subcommand)]
+    command: Option<PromoteCommand>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum PromoteCommand {
+    /// The promotions made, newest first.
+    History {
+        /// Only this service's promotions.
+        service: Option<String>,
+    },
+}
+
+/// Run `capstan promote`.
+pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
+    let kube = KubeArgs {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let client = kube.client().await?;
+    if let Some(PromoteCommand::History { service }) = args.command {
+        let pipeline = capstan_promote::find_pipeline(&client, &args.namespace, args.pipeline.as_deref()).await?;
+        let mut rows = vec![
+            ["TIME", "SERVICE", "FROM", "TO", "CHANGES", "COMMIT", "USER", "FORCED"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for r in capstan_promote::history::of(&pipeline, service.as_deref()) {
+            let changes: Vec<String> = r
+                .changes
+                .iter()
+                .map(|c| format!("{} {} → {}", c.field, c.old, c.new))
+                .collect();
+            let forced = if r.forced {
+                format!("yes: {}", r.reason)
+            } else {
+                "no".into()
+            };
+            rows.push(vec![
+                r.time,
+                r.service,
+                r.from,
+                r.to,
+                changes.join(", "),
+                r.commit.chars().take(12).collect(),
+                r.user,
+                forced,
+            ]);
+        }
+        print_table(&rows);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let request = PromoteRequest {
+        pipeline: args.pipeline,
+        service: args.service.context("SERVICE is required")?,
+        from: args.from.context("--from is required")?,
+        to: args.to.context("--to is required")?,
+        force: args.force,
+        reason: args.reason.unwrap_or_default(),
+        user: format!("cli:{}", std::env::var("USER").unwrap_or_else(|_| "unknown".into())),
+    };
+    match Promoter::new(client, args.namespace).promote(&request).await? {
+        Outcome::Unchanged { pipeline } => {
+            println!(
+                "{} {} already has {}'s values (pipeline {pipeline}): nothing to commit",
+                request.service, request.to, request.from
+            );
+        }
+        Outcome::Promoted { pipeline, record } => {
+            println!(
+                "promoted {} {} → {} in commit {} (pipeline {pipeline})",
+                record.service, record.from, record.to, record.commit
+            );
+            for c in &record.changes {
+                println!("  {}: {} → {}", c.field, c.old, c.new);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,385 @@
+//! Promotion between environments end to end, with seed 004's flow: a services-root repository on a
+//! real git server (one file per service per environment), the `services` ApplicationSet turning
+//! each file into an Application, the real controller with its HTTP server, and `POST
+//! /api/promotions` / `capstan promote` copying a proven staging tag to production as one commit —
+//! or refusing, with the reason: no `promote` role, a missing key, a source not Synced and Healthy,
+//! `force` without a reason.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use capstan_api::Application;
+use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
+use capstan_testkit::{GitServer, TestCluster, run_git};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use serde_json::json;
+
+use common::http::Http;
+use common::{capstan, kubectl, text};
+
+const NS: &str = "capstan";
+const STAGING: &str = "services-root/services/payments/staging.yaml";
+const PRODUCTION: &str = "services-root/services/payments/production.yaml";
+
+fn examples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// A Deployment that never becomes ready: its Application syncs but is never Healthy.
+const NEVER_READY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}, annotations: {capstan.dev/simulate: never-ready}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
+
+fn lab_app(name: &str, repo: &str) -> String {
+    format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: lab-app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{automated: {{}}, syncOptions: [CreateNamespace=true]}}\n"
+    )
+}
+
+fn pipeline(name: &str, repo: &str, path: &str, fields: &str) -> String {
+    format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: PromotionPipeline\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  repoURL: '{repo}'\n  branch: main\n  path: '{path}'\n  application: '{{service}}-{{env}}'\n{fields}  environments:\n    - {{name: staging, promotion: auto}}\n    - {{name: production, promotion: manual}}\n"
+    )
+}
+
+fn apply(kc: &str, dir: &std::path::Path, name: &str, yaml: &str) {
+    let file = dir.join(name);
+    std::fs::write(&file, yaml).expect("write a manifest");
+    let out = kubectl(kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "kubectl apply {name}: {}", text(&out));
+}
+
+async fn wait_for(apps: &Api<Application>, what: &str, check: impl Fn(&Application) -> bool, names: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(150);
+    loop {
+        let mut all = true;
+        let mut states = Vec::new();
+        for name in names {
+            match apps.get_opt(name).await {
+                Ok(Some(app)) => {
+                    states.push(format!("{name}: {}/{}", sync_of(&app), health_of(&app)));
+                    all &= check(&app);
+                }
+                _ => {
+                    states.push(format!("{name}: missing"));
+                    all = false;
+                }
+            }
+        }
+        if all {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}: {states:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn head(repo: &std::path::Path) -> String {
+    run_git(repo, &["rev-parse", "refs/heads/main"])
+        .expect("rev-parse")
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result<()> {
+    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    let kc = cluster.kubeconfig().to_string_lossy().to_string();
+    let client = cluster.client().await?;
+    let out = capstan(&kc, &["install"]);
+    assert!(out.status.success(), "capstan install: {}", text(&out));
+    let password = common::admin_password(&out);
+
+    // The services-root layout of seed 004 and the shared chart; a `lab` service whose staging
+    // Application never becomes Healthy.
+    let chart = capstan_testkit::files_under(&examples().join("charts/service"))?;
+    let mut files: Vec<(String, String)> = chart
+        .into_iter()
+        .map(|(p, t)| (format!("charts/service/{p}"), t))
+        .collect();
+    files.push((
+        STAGING.into(),
+        "# Staging follows CI.\ncluster: in-cluster\nservice: payments\nimageTag: \"1.5.0\"\ntargetRevision: main\nowner: team-a\n".into(),
+    ));
+    files.push((
+        PRODUCTION.into(),
+        "# Production is promoted on purpose.\ncluster: in-cluster\nservice: payments\n# The last promoted tag.\nimageTag: \"1.4.2\" # promoted from staging\ntargetRevision: main # the chart's revision\n".into(),
+    ));
+    files.push((
+        "lab/lab/staging.yaml".into(),
+        "imageTag: \"2.0.0\"\ntargetRevision: main\n".into(),
+    ));
+    files.push((
+        "lab/lab/production.yaml".into(),
+        "imageTag: \"1.0.0\"\ntargetRevision: main\n".into(),
+    ));
+    files.push(("lab-app/all.yaml".into(), NEVER_READY.into()));
+    // `moved` has staging's file only.
+    files.push(("moved/lab/staging.yaml".into(), "imageTag: \"3.0.0\"\n".into()));
+    let bare = git.create_repo("examples")?;
+    let commit: Vec<(&str, Option<&str>)> = files.iter().map(|(p, t)| (p.as_str(), Some(t.as_str()))).collect();
+    git.commit("examples", "main", &commit, "services-root")?;
+    let repo = git.git_url("examples");
+
+    let work = tempfile::tempdir()?;
+    for set in ["services-project.yaml", "services.yaml"] {
+        let yaml = std::fs::read_to_string(examples().join("appsets").join(set))?;
+        apply(&kc, work.path(), set, &yaml.replace("REPO_URL", &repo));
+    }
+    apply(&kc, work.path(), "lab-staging.yaml", &lab_app("lab-staging", &repo));
+    apply(
+        &kc,
+        work.path(),
+        "lab-production.yaml",
+        &lab_app("lab-production", &repo),
+    );
+    let services = "services-root/services/{service}/{env}.yaml";
+    apply(&kc, work.path(), "p1.yaml", &pipeline("services", &repo, services, ""));
+    apply(
+        &kc,
+        work.path(),
+        "p2.yaml",
+        &pipeline("strict", &repo, services, "  fields: [imageTag, owner]\n"),
+    );
+    apply(
+        &kc,
+        work.path(),
+        "p3.yaml",
+        &pipeline("lab", &repo, "lab/{service}/{env}.yaml", ""),
+    );
+    apply(
+        &kc,
+        work.path(),
+        "p4.yaml",
+        &pipeline("moved", &repo, "moved/{service}/{env}.yaml", "  fields: [imageTag]\n"),
+    );
+
+    let cache = work.path().join("cache");
+    let (_controller, base, _) = common::controller_with_server(&kc, &cache, &["--poll-interval", "3"])?;
+    let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+    wait_for(
+        &apps,
+        "payments to be deployed",
+        synced_healthy,
+        &["payments-staging", "payments-production"],
+    )
+    .await;
+    wait_for(
+        &apps,
+        "lab-staging to sync",
+        |a| sync_of(a) == "Synced",
+        &["lab-staging", "lab-production"],
+    )
+    .await;
+
+    let mut admin = Http::new(&base);
+    assert_eq!(admin.login("admin", &password).status, 200);
+    // Accounts: `dev` may sync but not promote, `ops` may promote.
+    for (user, pw) in [("dev", "dev-password-1"), ("ops", "ops-password-1")] {
+        let out = capstan(&kc, &["account", "set-password", user, "--password", pw]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    common::create_policy(
+        &kc,
+        "default: none\ngrants:\n  - {role: sync, projects: ['*'], users: [dev]}\n  - {role: promote, projects: ['*'], users: [ops]}\n",
+    );
+    let mut dev = Http::new(&base);
+    assert_eq!(dev.login("dev", "dev-password-1").status, 200);
+    let mut ops = Http::new(&base);
+    assert_eq!(ops.login("ops", "ops-password-1").status, 200);
+    let promote = json!({"pipeline": "services", "service": "payments", "from": "staging", "to": "production"});
+    let before = head(&bare);
+
+    // No `promote` role: 403.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let refused = loop {
+        let answer = dev.post("/api/promotions", promote.clone());
+        if answer.status != 404 || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(refused.status, 403, "{}", refused.body);
+
+    // A field missing from the target's file: refused naming the file and key, nothing committed.
+    let missing = admin.post(
+        "/api/promotions",
+        json!({"pipeline": "strict", "service": "payments", "from": "staging", "to": "production"}),
+    );
+    assert_eq!(missing.status, 422, "{}", missing.body);
+    assert!(
+        missing.body.contains(&format!("{PRODUCTION}: key owner not found")),
+        "{}",
+        missing.body
+    );
+    // A missing target file: refused naming the file, nothing committed.
+    let gone = admin.post(
+        "/api/promotions",
+        json!({"pipeline": "moved", "service": "lab", "from": "staging", "to": "production", "force": true, "reason": "r"}),
+    );
+    assert_eq!(gone.status, 422, "{}", gone.body);
+    assert!(
+        gone.body.contains("moved/lab/production.yaml: no such file"),
+        "{}",
+        gone.body
+    );
+    // Backwards needs force.
+    let mut backwards = promote.clone();
+    backwards["from"] = json!("production");
+    backwards["to"] = json!("staging");
+    let refused = ops.post("/api/promotions", backwards);
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(
+        refused.body.contains("production comes after staging"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(head(&bare), before, "nothing committed");
+
+    // The promotion: one commit changing production's imageTag only, comments kept.
+    let done = ops.post("/api/promotions", promote.clone());
+    assert_eq!(done.status, 200, "{}", done.body);
+    let answer = done.json();
+    assert_eq!(answer["result"], "promoted");
+    assert_eq!(
+        answer["promotion"]["changes"],
+        json!([{"field": "imageTag", "old": "1.4.2", "new": "1.5.0"}])
+    );
+    let promoted = head(&bare);
+    assert_eq!(answer["promotion"]["commit"], promoted);
+    assert_eq!(
+        run_git(&bare, &["rev-parse", &format!("{promoted}~1")])?.trim(),
+        before,
+        "one commit"
+    );
+    let changed = run_git(&bare, &["diff", "--name-only", &before, &promoted])?;
+    assert_eq!(changed.trim(), PRODUCTION);
+    let production = run_git(&bare, &["show", &format!("{promoted}:{PRODUCTION}")])?;
+    assert_eq!(
+        production.trim_end(),
+        "# Production is promoted on purpose.\ncluster: in-cluster\nservice: payments\n# The last promoted tag.\nimageTag: \"1.5.0\" # promoted from staging\ntargetRevision: main # the chart's revision"
+    );
+    let log = run_git(&bare, &["log", "-1", "--format=%an <%ae>%n%B", &promoted])?;
+    assert!(
+        log.starts_with("ops <ops@capstan.invalid>\nPromote payments staging → production: imageTag 1.4.2 → 1.5.0"),
+        "{log}"
+    );
+    // Again: nothing to change.
+    let again = ops.post("/api/promotions", promote.clone());
+    assert_eq!(
+        (again.status, again.json()["result"].clone()),
+        (200, json!("unchanged")),
+        "{}",
+        again.body
+    );
+    assert_eq!(head(&bare), promoted);
+    let out = capstan(
+        &kc,
+        &[
+            "promote",
+            "payments",
+            "--from",
+            "staging",
+            "--to",
+            "production",
+            "--pipeline",
+            "services",
+        ],
+    );
+    assert!(
+        out.status.success() && text(&out).contains("nothing to commit"),
+        "{}",
+        text(&out)
+    );
+
+    // Production follows: Synced at the promotion's commit, running the promoted tag.
+    wait_for(
+        &apps,
+        "production at the promoted commit",
+        |a| {
+            let tag =
+                serde_json::to_value(&a.spec).is_ok_and(|s| s["source"]["helm"]["parameters"][0]["value"] == "1.5.0");
+            let revision = a
+                .status
+                .as_ref()
+                .and_then(|s| s.sync.as_ref())
+                .is_some_and(|s| s.revision == promoted);
+            tag && revision && synced_healthy(a)
+        },
+        &["payments-production"],
+    )
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "payments");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let image = deployments
+            .get("payments-production")
+            .await?
+            .spec
+            .template
+            .spec
+            .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default();
+        if image.ends_with(":1.5.0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "production runs {image}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // History: who and what.
+    let history = ops.get("/api/promotions/services/history?service=payments");
+    assert_eq!(history.status, 200, "{}", history.body);
+    let items = history.json()["items"].clone();
+    assert_eq!(items[0]["user"], "ops", "{items}");
+    assert_eq!(items[0]["commit"], promoted);
+    assert_eq!(items[0]["forced"], false);
+    let table = text(&capstan(
+        &kc,
+        &["promote", "history", "payments", "--pipeline", "services"],
+    ));
+    assert!(
+        table.contains("imageTag 1.4.2 → 1.5.0") && table.contains("ops"),
+        "{table}"
+    );
+
+    // A source that is not Synced and Healthy: 409 naming its state; --force needs a reason.
+    let lab = json!({"pipeline": "lab", "service": "lab", "from": "staging", "to": "production"});
+    let conflict = admin.post("/api/promotions", lab.clone());
+    assert_eq!(conflict.status, 409, "{}", conflict.body);
+    assert!(conflict.body.contains("lab-staging is Synced/"), "{}", conflict.body);
+    let mut forced = lab.clone();
+    forced["force"] = json!(true);
+    let no_reason = admin.post("/api/promotions", forced.clone());
+    assert_eq!(no_reason.status, 400, "{}", no_reason.body);
+    let out = capstan(
+        &kc,
+        &[
+            "promote",
+            "lab",
+            "--pipeline",
+            "lab",
+            "--from",
+            "staging",
+            "--to",
+            "production",
+            "--force",
+        ],
+    );
+    assert!(!out.status.success(), "the CLI refuses --force without --reason too");
+    forced["reason"] = json!("hotfix for incident 42");
+    let done = admin.post("/api/promotions", forced);
+    assert_eq!(done.status, 200, "{}", done.body);
+    let message = run_git(&bare, &["log", "-1", "--format=%B", "refs/heads/main"])?;
+    assert!(
+        message.starts_with("Promote lab staging → production: imageTag 1.0.0 → 2.0.0")
+            && message.contains("\n\nForced by admin: hotfix for incident 42"),
+        "{message}"
+    );
+    let items = admin.get("/api/promotions/lab/history").json()["items"].clone();
+    assert_eq!(
+        (items[0]["forced"].clone(), items[0]["reason"].clone()),
+        (json!(true), json!("hotfix for incident 42"))
+    );
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! Promotion between environments: copying the promoted fields (by default `imageTag` and
+//! `targetRevision`) of one service from an environment's file to a later environment's file, as one
+//! commit, when the source environment's Application is Synced and Healthy.
+//!
+//! This crate owns the rules, so the HTTP API and the CLI apply the same ones: [`check`] (names,
+//! environments in order, the source Application's state, `force` needing a reason), [`read`] (a
+//! file at a revision, fetched shallowly), [`promote`] (the edits, the commit through
+//! `capstan-gitwrite`, the history entry in the pipeline's status) and [`history`].
+
+mod check;
+mod error;
+pub mod history;
+mod promote;
+pub mod read;
+mod values;
+
+pub use check::{check_names, check_order, check_source};
+pub use error::{ErrorKind, PromoteError};
+pub use promote::{Outcome, PromoteRequest, Promoter, find_pipeline};

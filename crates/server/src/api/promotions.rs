@@ -1,0 +1,141 @@
+//! Promotions between environments over HTTP: `POST /api/promotions` (the `promote` role on the
+//! target environment's Application) and `GET /api/promotions/{pipeline}/history`. The rules and the
+//! commit are `capstan-promote`'s, shared with the CLI.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State as AxState};
+use axum::http::StatusCode;
+use capstan_api::promotion::PromotionRecord;
+use capstan_promote::{ErrorKind, Outcome, PromoteError, PromoteRequest, Promoter};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::access::{authorized, project_of};
+use super::model::Items;
+use super::valid_name;
+use crate::auth::Auth;
+use crate::auth::rbac::Role;
+use crate::error::ApiError;
+use crate::state::State;
+
+/// Body of `POST /api/promotions`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromoteBody {
+    /// The PromotionPipeline (optional when exactly one exists).
+    #[serde(default)]
+    pipeline: Option<String>,
+    /// The service to promote.
+    service: String,
+    /// The source environment.
+    from: String,
+    /// The target environment.
+    to: String,
+    /// Override a failing check (the source not Synced and Healthy, a backwards promotion).
+    #[serde(default)]
+    force: bool,
+    /// Why the checks are overridden (required with `force`, recorded in the commit message).
+    #[serde(default)]
+    reason: String,
+}
+
+/// What a promotion did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PromoteAnswer {
+    /// `promoted` (one commit pushed) or `unchanged` (the target had the values already).
+    pub result: String,
+    /// The pipeline used.
+    pub pipeline: String,
+    /// The history entry recorded (promoted only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<PromotionRecord>,
+}
+
+/// Query of the history.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct HistoryQuery {
+    /// Only this service's promotions.
+    #[serde(default)]
+    service: Option<String>,
+}
+
+fn api_error(err: PromoteError) -> ApiError {
+    let status = match err.kind() {
+        ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::Internal => StatusCode::BAD_GATEWAY,
+    };
+    ApiError::new(status, err.to_string())
+}
+
+/// `POST /api/promotions`: copy the promoted fields of a service from one environment's file to
+/// another's, as one commit.
+pub async fn promote(
+    auth: Auth,
+    AxState(state): AxState<Arc<State>>,
+    Json(body): Json<PromoteBody>,
+) -> Result<Json<PromoteAnswer>, ApiError> {
+    if let Some(name) = &body.pipeline {
+        valid_name(name)?;
+    }
+    let namespace = &state.config.namespace;
+    let pipeline = capstan_promote::find_pipeline(&state.client, namespace, body.pipeline.as_deref())
+        .await
+        .map_err(api_error)?;
+    let pipeline_name = pipeline.metadata.name.clone().unwrap_or_default();
+    capstan_promote::check_names(&pipeline.spec, &body.service, &body.from, &body.to).map_err(api_error)?;
+    let target = pipeline.spec.application(&body.service, &body.to);
+    authorized(&state, &auth, &target, Role::Promote)?;
+    let request = PromoteRequest {
+        pipeline: Some(pipeline_name),
+        service: body.service,
+        from: body.from,
+        to: body.to,
+        force: body.force,
+        reason: body.reason,
+        user: auth.principal.name.clone(),
+    };
+    let promoter = Promoter::new(state.client.clone(), namespace.clone());
+    let answer = match promoter.promote(&request).await.map_err(api_error)? {
+        Outcome::Unchanged { pipeline } => PromoteAnswer {
+            result: "unchanged".into(),
+            pipeline,
+            promotion: None,
+        },
+        Outcome::Promoted { pipeline, record } => PromoteAnswer {
+            result: "promoted".into(),
+            pipeline,
+            promotion: Some(*record),
+        },
+    };
+    Ok(Json(answer))
+}
+
+/// `GET /api/promotions/{pipeline}/history`: the promotions made, newest first, to the Applications
+/// the caller may read.
+pub async fn history(
+    auth: Auth,
+    AxState(state): AxState<Arc<State>>,
+    Path(name): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<Items<PromotionRecord>>, ApiError> {
+    valid_name(&name)?;
+    let pipeline = capstan_promote::find_pipeline(&state.client, &state.config.namespace, Some(&name))
+        .await
+        .map_err(api_error)?;
+    let readable = |record: &PromotionRecord| {
+        let target = pipeline.spec.application(&record.service, &record.to);
+        state
+            .app(&target)
+            .is_some_and(|app| auth.role(&state, project_of(&app)) >= Role::ReadOnly)
+    };
+    let items = capstan_promote::history::of(&pipeline, query.service.as_deref())
+        .into_iter()
+        .filter(readable)
+        .collect();
+    Ok(Json(Items { items }))
+}
