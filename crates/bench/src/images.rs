@@ -122,7 +122,7 @@ impl Bench {
         let one = service(0);
         push_one(&open, &one, "1.1.0").await?;
         let started = Instant::now();
-        self.notify(&host, &[one.clone()]).await?;
+        self.notify(&host, std::slice::from_ref(&one)).await?;
         let committed = wait_commit(&bare, &head, Duration::from_secs(120)).await?;
         let deployed = self.until_one(&host, &one, "1.1.0", Duration::from_secs(300)).await?;
         println!(
