@@ -201,7 +201,22 @@ async fn round(
         }
     }
     for (name, status) in statuses {
-        let patch = json!({"status": status});
+        // Every field, empty ones as null: a merge patch would otherwise keep an old error.
+        let empty_as_null = |s: &str| {
+            if s.is_empty() {
+                serde_json::Value::Null
+            } else {
+                json!(s)
+            }
+        };
+        let patch = json!({"status": {
+            "latestTag": empty_as_null(&status.latest_tag),
+            "lastCommit": empty_as_null(&status.last_commit),
+            "lastChecked": empty_as_null(&status.last_checked),
+            "observedCheck": empty_as_null(&status.observed_check),
+            "skipped": if status.skipped.is_empty() { serde_json::Value::Null } else { json!(status.skipped) },
+            "error": empty_as_null(&status.error),
+        }});
         if let Err(e) = api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

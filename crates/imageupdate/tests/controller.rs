@@ -326,6 +326,26 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
         head,
         "no commit after the failures"
     );
+    // Fixed again: the error goes away (and 1.1.0 is already in the file: no commit).
+    updaters
+        .patch(
+            "payments-staging",
+            &pp,
+            &Patch::Apply(updater(
+                "payments-staging",
+                &image,
+                &repo,
+                json!({"semver": {"range": "~1.1"}}),
+                5,
+            )),
+        )
+        .await?;
+    eventually("the error cleared", Duration::from_secs(60), || async {
+        let st = status(&updaters, "payments-staging").await?;
+        Ok(st["error"].is_null() && st["latestTag"] == "1.1.0")
+    })
+    .await?;
+    assert_eq!(run_git(&bare, &["rev-parse", "main"])?, head);
     Ok(())
 }
 
