@@ -1,6 +1,9 @@
-//! Promotion between environments end to end, with seed 004's flow: a services-root repository on a
-//! real git server (one file per service per environment), the `services` ApplicationSet turning
-//! each file into an Application, the real controller with its HTTP server, and `POST
+//! Seed 004's flow end to end: a new image in a real registry is written to the staging file of a
+//! services-root repository on a real git server (the image update controller, one commit), the
+//! `services` ApplicationSet's staging Application deploys it, and a promotion copies it to
+//! production. The services-root repository holds one file per service per environment, the
+//! `services` ApplicationSet turns each file into an Application, the real controller runs with its
+//! HTTP server, and `POST
 //! /api/promotions` / `capstan promote` copying a proven staging tag to production as one commit —
 //! or refusing, with the reason: no `promote` role, a missing key, a source not Synced and Healthy,
 //! `force` without a reason.
@@ -11,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use capstan_api::Application;
 use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
+use capstan_testkit::git::{PASSWORD, USER};
+use capstan_testkit::registry::{Registry, RegistryOptions, push_image};
 use capstan_testkit::{GitServer, TestCluster, run_git};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
@@ -82,7 +87,7 @@ fn head(repo: &std::path::Path) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result<()> {
+async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production() -> anyhow::Result<()> {
     let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
     let client = cluster.client().await?;
@@ -99,7 +104,7 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
         .collect();
     files.push((
         STAGING.into(),
-        "# Staging follows CI.\ncluster: in-cluster\nservice: payments\nimageTag: \"1.5.0\"\ntargetRevision: main\nowner: team-a\n".into(),
+        "# Staging follows CI.\ncluster: in-cluster\nservice: payments\nimageTag: \"1.4.2\"\ntargetRevision: main\nowner: team-a\n".into(),
     ));
     files.push((
         PRODUCTION.into(),
@@ -119,9 +124,33 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
     let bare = git.create_repo("examples")?;
     let commit: Vec<(&str, Option<&str>)> = files.iter().map(|(p, t)| (p.as_str(), Some(t.as_str()))).collect();
     git.commit("examples", "main", &commit, "services-root")?;
-    let repo = git.git_url("examples");
+    // Over http with basic auth: the image updater pushes to it.
+    let repo = git.http_url("examples");
 
     let work = tempfile::tempdir()?;
+    // Seed 004's registry: payments 1.4.2 (what staging runs) and a newer 1.5.0.
+    let registry = Registry::start(RegistryOptions::default()).await?;
+    let host = registry.host();
+    for tag in ["1.4.2", "1.5.0"] {
+        push_image(&registry, "services/payments", tag)?;
+    }
+    apply(
+        &kc,
+        work.path(),
+        "repositories.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: services-root, namespace: capstan, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: '{repo}', username: {USER}, password: {PASSWORD}}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: registry, namespace: capstan, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: 'oci://{host}', insecureOCIForceHttp: 'true'}}\n"
+        ),
+    );
+    // Staging follows the image updater.
+    apply(
+        &kc,
+        work.path(),
+        "updater.yaml",
+        &format!(
+            "apiVersion: capstan.dev/v1alpha1\nkind: ImageUpdater\nmetadata: {{name: payments-staging, namespace: capstan}}\nspec:\n  image: {host}/services/payments\n  policy: {{semver: {{range: '^1'}}}}\n  intervalSeconds: 5\n  write: {{repoURL: '{repo}', branch: main, path: {STAGING}, key: imageTag}}\n"
+        ),
+    );
     for set in ["services-project.yaml", "services.yaml"] {
         let yaml = std::fs::read_to_string(examples().join("appsets").join(set))?;
         apply(&kc, work.path(), set, &yaml.replace("REPO_URL", &repo));
@@ -164,6 +193,31 @@ async fn promotions_copy_proven_values_forward_as_one_commit() -> anyhow::Result
         &["payments-staging", "payments-production"],
     )
     .await;
+    // The image updater moved staging to the newest image by a commit, and staging runs it.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let file = run_git(&bare, &["show", &format!("main:{STAGING}")]).unwrap_or_default();
+        let deployed = Api::<Deployment>::namespaced(client.clone(), "payments")
+            .get_opt("payments-staging")
+            .await?
+            .and_then(|d| d.spec.template.spec)
+            .and_then(|s| s.containers.first().and_then(|c| c.image.clone()))
+            .unwrap_or_default();
+        let staging = apps.get("payments-staging").await?;
+        if file.contains("imageTag: \"1.5.0\"") && deployed.ends_with(":1.5.0") && synced_healthy(&staging) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "staging did not follow the image updater: {file}, {deployed}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let log = run_git(&bare, &["log", "-1", "--format=%an%n%s", "main"])?;
+    assert!(
+        log.contains(&format!("Update image {host}/services/payments: 1.4.2 → 1.5.0")),
+        "{log}"
+    );
     wait_for(
         &apps,
         "lab-staging to sync",
