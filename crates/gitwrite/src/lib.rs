@@ -17,5 +17,6 @@ mod scalar;
 mod writer;
 
 pub use error::WriteError;
+pub use paths::resolve as resolve_in_checkout;
 pub use request::{Change, Edit, KeyPath, Segment, WriteOutcome, WriteRequest};
 pub use writer::{BeforePush, GitWriter, WriterConfig};

@@ -6,8 +6,9 @@ use std::path::{Component, Path, PathBuf};
 use crate::WriteError;
 
 /// The file `path` names inside the checkout at `root`, resolved (symlinks followed), if it stays
-/// inside `root` and is a regular file.
-pub(crate) fn resolve(root: &Path, path: &str) -> Result<PathBuf, WriteError> {
+/// inside `root` and is a regular file. Also used by readers of the files Capstan writes
+/// (`capstan-imageupdate`), so reading and writing confine paths alike.
+pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, WriteError> {
     let unsafe_path = |reason: &str| WriteError::UnsafePath {
         path: path.to_string(),
         reason: reason.to_string(),

@@ -55,6 +55,13 @@ impl Default for Config {
     }
 }
 
+/// What a round asks once, however many updaters need it: branch heads and AppProjects.
+#[derive(Default)]
+struct RoundCache {
+    heads: HashMap<(String, String), String>,
+    projects: HashMap<String, capstan_api::AppProjectSpec>,
+}
+
 /// One updater's planned write.
 struct Planned {
     name: String,
@@ -145,13 +152,14 @@ async fn round(
     due: Vec<ImageUpdater>,
 ) {
     let mut statuses: BTreeMap<String, ImageUpdaterStatus> = BTreeMap::new();
+    let mut cache = RoundCache::default();
     let mut groups: BTreeMap<(String, String, String), Vec<Planned>> = BTreeMap::new();
     for u in &due {
         let name = u.name_any();
         let mut status = u.status.clone().unwrap_or_default();
         status.last_checked = k8s_openapi::jiff::Timestamp::now().to_string();
         status.observed_check = u.annotations().get(CHECK_ANNOTATION).cloned().unwrap_or_default();
-        match plan(client, config, repos, images, u).await {
+        match plan(client, config, repos, images, &mut cache, u).await {
             Ok(planned) => {
                 status.latest_tag = planned.checked.tag.clone();
                 status.skipped = planned.checked.skipped.clone();
@@ -232,6 +240,7 @@ async fn plan(
     config: &Config,
     repos: &RepoCache,
     images: &ImageClient,
+    cache: &mut RoundCache,
     u: &ImageUpdater,
 ) -> Result<Planned, UpdateError> {
     let spec = &u.spec;
@@ -256,14 +265,28 @@ async fn plan(
     } else {
         &spec.project
     };
-    let project = project_spec(client, &config.namespace, project_name).await?;
-    capstan_project::check_source(project_name, &project, &write.repo_url)?;
+    if !cache.projects.contains_key(project_name) {
+        let spec = project_spec(client, &config.namespace, project_name).await?;
+        cache.projects.insert(project_name.to_string(), spec);
+    }
+    if let Some(project) = cache.projects.get(project_name) {
+        capstan_project::check_source(project_name, project, &write.repo_url)?;
+    }
     let checked = check::check(client, &config.namespace, images, spec).await?;
     let creds = capstan_cluster::repository::for_repo(client, &config.namespace, &write.repo_url)
         .await
         .unwrap_or_default();
     let branch = if write.branch.is_empty() { "main" } else { &write.branch };
-    let now = current::value(repos, &write.repo_url, branch, &creds, &write.path, &target).await?;
+    let head_key = (write.repo_url.clone(), branch.to_string());
+    let sha = match cache.heads.get(&head_key) {
+        Some(sha) => sha.clone(),
+        None => {
+            let sha = current::head(repos, &write.repo_url, branch, &creds).await?;
+            cache.heads.insert(head_key, sha.clone());
+            sha
+        }
+    };
+    let now = current::value(repos, &write.repo_url, &sha, &write.path, &target).await?;
     let request = (now.as_deref() != Some(checked.value.as_str())).then(|| {
         let change = match &target {
             Target::Key(key) => Change::SetKey {

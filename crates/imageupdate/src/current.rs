@@ -2,8 +2,6 @@
 //! key of a YAML/JSON file, or the `newTag` of a kustomization's `images:` entry. An updater whose
 //! chosen value is already there writes nothing (and clones nothing).
 
-use std::path::{Component, Path};
-
 use capstan_gitwrite::{KeyPath, Segment};
 use capstan_source::{Credentials, RepoCache};
 use serde_json::Value;
@@ -19,13 +17,26 @@ pub enum Target {
     KustomizeImage(String),
 }
 
-/// The scalar at `target` in `path` of `repo_url` at the head of `branch`, as a string (`None` when
-/// a Kustomize image entry has no `newTag` yet). A key that does not exist is an error.
+/// The head commit of `branch` of `repo_url`, asked once per round for every updater writing there.
+pub async fn head(repos: &RepoCache, repo_url: &str, branch: &str, creds: &Credentials) -> Result<String, UpdateError> {
+    repos
+        .resolve(repo_url, branch, creds, true)
+        .await
+        .map(|r| r.sha)
+        .map_err(|e| UpdateError::Read {
+            repo: repo_url.to_string(),
+            path: String::new(),
+            source: Box::new(e),
+        })
+}
+
+/// The scalar at `target` in `path` of `repo_url` at commit `sha`, as a string (`None` when a
+/// Kustomize image entry has no `newTag` yet). A key that does not exist is an error; the path is
+/// confined to the checkout as the Git writer confines it.
 pub async fn value(
     repos: &RepoCache,
     repo_url: &str,
-    branch: &str,
-    creds: &Credentials,
+    sha: &str,
     path: &str,
     target: &Target,
 ) -> Result<Option<String>, UpdateError> {
@@ -34,26 +45,8 @@ pub async fn value(
         path: path.to_string(),
         source,
     };
-    if Path::new(path).is_absolute() || Path::new(path).components().any(|c| !matches!(c, Component::Normal(_))) {
-        return Err(UpdateError::Spec(format!(
-            "spec.write.path {path:?} must be a relative path inside the repository"
-        )));
-    }
-    let resolved = repos
-        .resolve(repo_url, branch, creds, true)
-        .await
-        .map_err(|e| read(Box::new(e)))?;
-    let checkout = repos
-        .checkout(repo_url, &resolved.sha)
-        .await
-        .map_err(|e| read(Box::new(e)))?;
-    let file = checkout.path().join(path);
-    // The checkout holds the repository's own symlinks: the file must resolve inside it.
-    let root = std::fs::canonicalize(checkout.path()).map_err(|e| read(Box::new(e)))?;
-    let canonical = std::fs::canonicalize(&file).map_err(|e| read(Box::new(e)))?;
-    if !canonical.starts_with(&root) {
-        return Err(UpdateError::Spec(format!("{path} leads out of the repository")));
-    }
+    let checkout = repos.checkout(repo_url, sha).await.map_err(|e| read(Box::new(e)))?;
+    let canonical = capstan_gitwrite::resolve_in_checkout(checkout.path(), path).map_err(|e| read(Box::new(e)))?;
     let text = std::fs::read_to_string(&canonical).map_err(|e| read(Box::new(e)))?;
     let doc: Value = serde_saphyr::from_str(&text).map_err(|e| read(Box::new(e)))?;
     match target {
