@@ -4,16 +4,20 @@
 #
 #   1. `capstan local up` (control plane + simulated nodes) and `capstan install` (CRDs, namespace, RBAC)
 #   2. publish examples/ as the git repository git://127.0.0.1:PORT/examples.git (branch `main`),
-#      served by `git daemon` on a free loopback port, in the background and in its own session
+#      served by `git daemon` on a free loopback port, in the background and in its own session;
+#      pushes are accepted (the image updater and `capstan promote` commit to it)
 #   2b. package examples/helm-guestbook with `helm package` into a Helm repository (DIR/helm-repo,
 #      `helm repo index`) served over HTTP on another free loopback port (python3 -m http.server, in
 #      the background, pid file DIR/run/helm-repository.pid)
 #   2c. OpenBao in dev mode on a third loopback port (pid file DIR/run/openbao.pid) holding the example
 #      secret values, registered as the secret store `playground-openbao`
+#   2d. an OCI registry (docker-registry, plain HTTP on a fourth loopback port, pid file
+#      DIR/run/registry.pid, storage DIR/registry/data) holding services/checkout:1.4.2, registered
+#      with a repository Secret, and notifying the controller's /api/webhook/registry of every push
 #   3. label the cluster Capstan runs in `env=staging` (a metadata-only cluster Secret for `in-cluster`,
 #      which the example ApplicationSets' generators select on), then apply the Applications in
-#      examples/apps/ and the ApplicationSets in examples/appsets/ (namespace `capstan`), pointed at
-#      that repository
+#      examples/apps/, the ApplicationSets and the PromotionPipeline in examples/appsets/ and the
+#      ImageUpdaters in examples/images/ (namespace `capstan`), pointed at that repository and registry
 #   4. exec `capstan controller` (Ctrl-C stops it; `make playground-down` stops everything else)
 #
 # Environment:
@@ -23,8 +27,10 @@
 #   PLAYGROUND_NO_CONTROLLER  if 1, stop after step 3 and print the controller command instead
 #
 # Idempotent: on a running playground nothing is restarted; the examples repository gets a new commit
-# only when examples/ changed, and a git daemon still running from an earlier run is reused (its pid
-# file, DIR/run/git-daemon.pid, holds "PID STARTTICKS" so `capstan local down` stops exactly it).
+# only when examples/ differs from its head (so a run after an image update or a promotion puts the
+# services' files back to examples/'s tags, and the image updater writes the newest tag again), and a
+# git daemon still running from an earlier run is reused (its pid file, DIR/run/git-daemon.pid, holds
+# "PID STARTTICKS" so `capstan local down` stops exactly it).
 set -euo pipefail
 
 # Resolve paths given by the caller against the caller's directory, then work from the repository root.
@@ -138,15 +144,18 @@ free_port() {
   die "no free loopback port found"
 }
 
-step "Serving $GIT_BASE over git://"
+step "Serving $GIT_BASE over git:// (fetch and push)"
+# What the daemon is started with; a daemon started by an older playground without it is replaced.
+DAEMON_FEATURES="receive-pack"
+FEATURES_FILE="$DIR/run/git-daemon.features"
 PORT=""
 if pid=$(running_daemon); then
   port=$(cat "$PORT_FILE" 2>/dev/null || true)
-  if [[ "$port" =~ ^[0-9]+$ ]] && serves "$port"; then
+  if [[ "$port" =~ ^[0-9]+$ ]] && serves "$port" && [ "$(cat "$FEATURES_FILE" 2>/dev/null)" = "$DAEMON_FEATURES" ]; then
     PORT=$port
     info "reusing git daemon $pid on port $PORT"
   else
-    info "git daemon $pid does not answer on port '${port}': stopping it"
+    info "git daemon $pid does not answer on port '${port}' or does not take pushes: stopping it"
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do running_daemon >/dev/null || break; sleep 0.1; done
     if running_daemon >/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
@@ -163,7 +172,8 @@ if [ -z "$PORT" ]; then
     printf '%s starting git daemon on 127.0.0.1:%s\n' "$(date -u +%FT%TZ)" "$port" >>"$DAEMON_LOG"
     # A background job of a non-interactive shell is not a process-group leader, so setsid does not
     # fork and $! is the daemon itself, in its own session: Ctrl-C on the controller leaves it alone.
-    setsid "${DAEMON[@]}" --reuseaddr --export-all --listen=127.0.0.1 --port="$port" \
+    # --enable=receive-pack: anyone on this machine may push, which a loopback playground accepts.
+    setsid "${DAEMON[@]}" --reuseaddr --export-all --enable=receive-pack --listen=127.0.0.1 --port="$port" \
       --base-path="$GIT_BASE" "$GIT_BASE" </dev/null >>"$DAEMON_LOG" 2>&1 &
     pid=$!
     ticks=$(start_ticks "$pid" || echo 0)
@@ -181,6 +191,7 @@ if [ -z "$PORT" ]; then
   done
   [ -n "$PORT" ] || { tail -n 20 "$DAEMON_LOG" >&2; die "git daemon did not start"; }
   printf '%s\n' "$PORT" >"$PORT_FILE"
+  printf '%s\n' "$DAEMON_FEATURES" >"$FEATURES_FILE"
   info "git daemon $pid listening on 127.0.0.1:$PORT (log: $DAEMON_LOG, pid file: $PID_FILE)"
 fi
 REPO_URL="git://127.0.0.1:$PORT/examples.git"
@@ -285,6 +296,90 @@ curl -sf -o /dev/null -X POST -H "X-Vault-Token: $(cat "$BAO_TOKEN_FILE")" \
   die "cannot write secret/payments to OpenBao at $BAO_ADDR"
 info "OpenBao: $BAO_ADDR (root token in $BAO_TOKEN_FILE); secret/payments holds WEATHER_API_KEY"
 
+# --- 2d. an OCI registry with the checkout service's images ------------------------------------------
+# Seed 004's image flow: the ImageUpdater of examples/images/ watches services/checkout here. Every push
+# is notified to the controller's /api/webhook/registry (distribution's notifications, with the
+# webhook secret as a Bearer token), so a new tag is written to Git within seconds.
+LISTEN="${PLAYGROUND_LISTEN:-127.0.0.1:8080}"
+REGISTRY_BIN="$CACHE/bin/docker-registry"
+REG_DIR="$DIR/registry"
+REG_PID_FILE="$DIR/run/registry.pid"
+REG_PORT_FILE="$DIR/registry.port"
+REG_LOG="$DIR/logs/registry.log"
+REG_WEBHOOK_SECRET_FILE="$DIR/registry-webhook-secret"
+step "Starting an OCI registry (docker-registry) with the checkout service's images"
+[ -x "$REGISTRY_BIN" ] || die "$REGISTRY_BIN not found; run: bash scripts/setup.sh"
+mkdir -p "$REG_DIR/data"
+for f in "$REG_WEBHOOK_SECRET_FILE" "$REG_DIR/http-secret"; do
+  [ -s "$f" ] || (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$f")
+done
+# The configuration for port $1: it names the controller's address, so a playground restarted on
+# another PLAYGROUND_LISTEN gets a registry notifying the new one.
+registry_config() {
+  cat <<CONFIG
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $REG_DIR/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$1
+  secret: $(cat "$REG_DIR/http-secret")
+notifications:
+  endpoints:
+    - name: capstan
+      url: http://127.0.0.1:${LISTEN##*:}/api/webhook/registry
+      headers:
+        Authorization: [Bearer $(cat "$REG_WEBHOOK_SECRET_FILE")]
+      timeout: 2s
+      threshold: 5
+      backoff: 2s
+      ignore:
+        mediatypes: [application/octet-stream]
+        actions: [pull]
+CONFIG
+}
+registry_up() { curl -sf -o /dev/null "http://127.0.0.1:$1/v2/"; }
+REG_PORT=""
+if pid=$(running_daemon "$REG_PID_FILE"); then
+  port=$(cat "$REG_PORT_FILE" 2>/dev/null || true)
+  if [[ "$port" =~ ^[0-9]+$ ]] && registry_up "$port" && [ "$(registry_config "$port")" = "$(cat "$REG_DIR/config.yml" 2>/dev/null)" ]; then
+    REG_PORT=$port
+    info "reusing the registry $pid on port $REG_PORT"
+  else
+    info "the registry $pid does not answer on port '${port}' or has another configuration: restarting it"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do running_daemon "$REG_PID_FILE" >/dev/null || break; sleep 0.1; done
+    rm -f "$REG_PID_FILE"
+  fi
+fi
+if [ -z "$REG_PORT" ]; then
+  port=$(free_port)
+  (umask 077 && registry_config "$port" >"$REG_DIR/config.yml")
+  setsid env -i PATH=/usr/bin:/bin "$REGISTRY_BIN" serve "$REG_DIR/config.yml" </dev/null >>"$REG_LOG" 2>&1 &
+  pid=$!
+  printf '%s %s\n' "$pid" "$(start_ticks "$pid" || echo 0)" >"$REG_PID_FILE"
+  for _ in $(seq 100); do
+    if registry_up "$port"; then REG_PORT=$port; break; fi
+    running_daemon "$REG_PID_FILE" >/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$REG_PORT" ] || { tail -n 20 "$REG_LOG" >&2; die "the registry did not start"; }
+  printf '%s\n' "$REG_PORT" >"$REG_PORT_FILE"
+fi
+REGISTRY="127.0.0.1:$REG_PORT"
+printf '%s\n' "$REGISTRY" >"$DIR/registry.address"
+# The tag checkout's staging file names, so the updater starts with nothing to change.
+if ! curl -sf "http://$REGISTRY/v2/services/checkout/tags/list" | grep -q '"1.4.2"'; then
+  bash scripts/push-image.sh "$REGISTRY/services/checkout:1.4.2" >/dev/null || die "cannot push services/checkout:1.4.2 to $REGISTRY"
+fi
+info "registry: $REGISTRY (address in $DIR/registry.address); services/checkout tags: $(curl -sf "http://$REGISTRY/v2/services/checkout/tags/list" | sed -n 's/.*"tags":\[\(.*\)\].*/\1/p')"
+
 # --- 3. the example Applications and ApplicationSets -------------------------------------------------
 # `in-cluster` needs no Secret to be deployed to; this one only gives it labels (no credentials: the
 # controller uses its own connection for it). Re-running the playground resets its labels to these.
@@ -318,6 +413,23 @@ step "Registering the secret store capstan/playground-openbao"
   --dry-run=client -o yaml |
   "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" label --local -f - capstan.dev/secret-type=secret-store -o yaml |
   "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
+# The registry's repository Secret (plain HTTP), and the secret its notifications carry.
+step "Registering the registry (repository Secret capstan/repo-playground-registry) and its webhook secret"
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f - <<SECRET
+apiVersion: v1
+kind: Secret
+metadata:
+  name: repo-playground-registry
+  namespace: capstan
+  labels:
+    capstan.dev/secret-type: repository
+type: Opaque
+stringData:
+  url: oci://$REGISTRY
+  insecureOCIForceHttp: "true"
+SECRET
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n capstan patch secret capstan-secret --type merge \
+  -p "{\"stringData\": {\"webhook.registry.secret\": \"$(cat "$REG_WEBHOOK_SECRET_FILE")\"}}" >/dev/null
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
   sed "s|HELM_REPOSITORY|$HELM_REPOSITORY|g; s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
@@ -327,9 +439,13 @@ for f in examples/appsets/*.yaml; do
   printf -- '---\n'
   sed "s|REPO_URL|$REPO_URL|g" "$f"
 done | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
+step "Applying the example ImageUpdaters (examples/images/) with registry $REGISTRY"
+for f in examples/images/*.yaml; do
+  printf -- '---\n'
+  sed "s|REGISTRY|$REGISTRY|g; s|REPO_URL|$REPO_URL|g" "$f"
+done | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 
 # --- 4. the controller -------------------------------------------------------------------------------
-LISTEN="${PLAYGROUND_LISTEN:-127.0.0.1:8080}"
 CONTROLLER=("$CAPSTAN" controller --kubeconfig "$KUBECONFIG_FILE" --log info --listen "$LISTEN")
 cat <<EOF
 
@@ -341,6 +457,11 @@ In another terminal, try:
   capstan app get guestbook
   capstan appset list
   kubectl get pods -A
+The image flow (seed 004): push a new tag, watch staging follow it, promote it to production:
+  scripts/push-image.sh $REGISTRY/services/checkout:1.5.0
+  kubectl -n capstan get imageupdaters
+  capstan app get checkout-staging
+  capstan promote checkout --from staging --to production
 Edit something under examples/ and run \`make playground\` again to publish a new commit
 (synced at the next Git poll, or now with: capstan app get guestbook --refresh).
 EOF

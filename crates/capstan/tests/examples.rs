@@ -4,8 +4,10 @@
 //! `capstan install`, the whole of `examples/` committed to branch `main` of a repository served over
 //! `git://`, the metadata-only `in-cluster` Secret labelled `env=staging`, then every
 //! `examples/apps/*.yaml` and then `examples/appsets/*.yaml` with the `REPO_URL` placeholder replaced
-//! by that repository's URL, applied with `kubectl`. So an example that no longer deploys fails here,
-//! not in front of a user.
+//! by that repository's URL, applied with `kubectl`, and `examples/images/*.yaml` pointed at a real
+//! registry. So an example that no longer deploys fails here, not in front of a user. Then the
+//! playground's image demo: `scripts/push-image.sh` pushes a new tag, the example ImageUpdater commits
+//! it to checkout's staging file, staging deploys it, and `capstan promote` takes it to production.
 
 mod common;
 
@@ -13,10 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use capstan_api::Application;
+use capstan_api::image_updater::{CHECK_ANNOTATION, ImageUpdater};
+use capstan_api::{Application, PromotionPipeline};
 use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
 use capstan_testkit::charts::{ChartServer, ChartServerOptions, index_repository, run_helm};
-use capstan_testkit::{GitServer, TestCluster};
+use capstan_testkit::registry::{Registry, RegistryOptions};
+use capstan_testkit::{GitServer, TestCluster, run_git};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -51,6 +55,27 @@ const GENERATED: [&str; 4] = [
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// `scripts/push-image.sh REF`, the playground's way of pushing an image; the digest it prints.
+fn push_image_script(reference: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/push-image.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(reference)
+        .output()
+        .expect("run scripts/push-image.sh");
+    assert!(
+        out.status.success(),
+        "scripts/push-image.sh {reference}: {}",
+        text(&out)
+    );
+    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        digest.starts_with("sha256:"),
+        "the script prints the digest: {digest:?}"
+    );
+    digest
 }
 
 /// The controller's log, for failure messages.
@@ -256,6 +281,39 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     std::fs::write(&file, sets)?;
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "kubectl apply examples/appsets/: {}", text(&out));
+
+    // The playground's registry holding checkout's current tag (pushed with scripts/push-image.sh),
+    // its repository Secret (plain HTTP), and examples/images/*.yaml with REGISTRY and REPO_URL replaced.
+    let registry = Registry::start(RegistryOptions::default()).await?;
+    let registry_host = registry.host();
+    push_image_script(&format!("{registry_host}/services/checkout:1.4.2"));
+    let file = work.path().join("repo-playground-registry.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: repo-playground-registry\n  namespace: capstan\n  labels:\n    capstan.dev/secret-type: repository\ntype: Opaque\nstringData:\n  url: oci://{registry_host}\n  insecureOCIForceHttp: \"true\"\n"
+        ),
+    )?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let updaters: String = files
+        .iter()
+        .filter(|(p, _)| p.starts_with("images/") && p.ends_with(".yaml"))
+        .map(|(_, contents)| {
+            format!(
+                "---\n{}",
+                contents.replace("REGISTRY", &registry_host).replace("REPO_URL", &repo)
+            )
+        })
+        .collect();
+    assert!(
+        updaters.contains("kind: ImageUpdater"),
+        "examples/images/ holds ImageUpdaters"
+    );
+    let file = work.path().join("images.yaml");
+    std::fs::write(&file, updaters)?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "kubectl apply examples/images/: {}", text(&out));
 
     // The controller, as the playground runs it (without the HTTP server, which is not under test).
     let cache = work.path().join("cache");
@@ -590,6 +648,154 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         assert_eq!((replicas, available), (1, 1), "{name} available");
         assert_eq!(image, format!("registry.example/services/app:{tag}"), "{name}");
     }
+
+    image_flow(&client, &kc, &git, &sha, &registry_host, &log).await?;
     eprintln!("done in {:?}", started.elapsed());
+    Ok(())
+}
+
+/// Wait for the checkout service's Application `name` to be Synced and Healthy, its Deployment
+/// running `tag`.
+async fn deployed(
+    apps: &Api<Application>,
+    client: &kube::Client,
+    name: &str,
+    tag: &str,
+    log: &Path,
+) -> anyhow::Result<Application> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let app = apps.get(name).await?;
+        let image = match deployment(client, "checkout", name).await {
+            Ok(d) => facts(&d).2,
+            Err(_) => String::new(),
+        };
+        if synced_healthy(&app) && image == format!("registry.example/services/app:{tag}") {
+            return Ok(app);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} Synced and Healthy at {tag}: {}/{} running {image:?}\n{}",
+            sync_of(&app),
+            health_of(&app),
+            log_tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The playground's demo of seed 004 (examples/images/checkout-staging.yaml, the PromotionPipeline of
+/// examples/appsets/services-pipeline.yaml): the updater looked and found staging current; a new tag
+/// pushed with scripts/push-image.sh is committed to checkout's staging file and deployed by
+/// checkout-staging; `capstan promote checkout --from staging --to production` deploys it to production.
+async fn image_flow(
+    client: &kube::Client,
+    kc: &str,
+    git: &GitServer,
+    published: &str,
+    registry_host: &str,
+    log: &Path,
+) -> anyhow::Result<()> {
+    let bare = git.repo_path("examples");
+    let head = || -> String {
+        run_git(&bare, &["rev-parse", "refs/heads/main"])
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), NS);
+    let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The updater asked the registry (latestTag, lastChecked) and found 1.4.2, which staging runs.
+    loop {
+        let status = updaters.get("checkout-staging").await?.status.unwrap_or_default();
+        if status.latest_tag == "1.4.2" && !status.last_checked.is_empty() {
+            assert!(status.error.is_empty(), "no error: {}", status.error);
+            assert!(status.last_commit.is_empty(), "nothing to commit: {status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the example ImageUpdater checked the registry: {status:?}\n{}",
+            log_tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(head(), published, "no commit while staging is current");
+
+    // A new tag, and what the registry's notification does (the playground's registry posts to
+    // /api/webhook/registry, which sets this annotation; tested in crates/imageupdate).
+    push_image_script(&format!("{registry_host}/services/checkout:1.5.0"));
+    let out = kubectl(
+        kc,
+        &[
+            "-n",
+            NS,
+            "annotate",
+            "--overwrite",
+            "imageupdater",
+            "checkout-staging",
+            &format!("{CHECK_ANNOTATION}=pushed-1.5.0"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let staging = deployed(&apps, client, "checkout-staging", "1.5.0", log).await?;
+    let update = head();
+    assert_ne!(update, published, "the updater committed");
+    let message = run_git(&bare, &["log", "-1", "--format=%s", &update])?;
+    assert!(
+        message.contains(&format!("{registry_host}/services/checkout")) && message.contains("1.4.2 → 1.5.0"),
+        "the commit names the image old → new: {message}"
+    );
+    let staging_file = run_git(
+        &bare,
+        &[
+            "show",
+            &format!("{update}:services-root/services/checkout/staging.yaml"),
+        ],
+    )?;
+    assert!(
+        staging_file.contains("imageTag: \"1.5.0\"") && staging_file.starts_with("# Staging follows"),
+        "imageTag edited in place, the comment kept:\n{staging_file}"
+    );
+    assert_eq!(
+        staging.status.and_then(|s| s.sync).map(|s| s.revision),
+        Some(update.clone()),
+        "checkout-staging at the update's commit"
+    );
+    let production = run_git(
+        &bare,
+        &[
+            "show",
+            &format!("{update}:services-root/services/checkout/production.yaml"),
+        ],
+    )?;
+    assert!(
+        production.contains("imageTag: \"1.4.1\""),
+        "production untouched:\n{production}"
+    );
+
+    // The promotion, with the CLI as the playground's instructions run it.
+    let out = common::capstan(kc, &["promote", "checkout", "--from", "staging", "--to", "production"]);
+    assert!(out.status.success(), "capstan promote: {}", text(&out));
+    assert!(text(&out).contains("imageTag: 1.4.1 → 1.5.0"), "{}", text(&out));
+    deployed(&apps, client, "checkout-production", "1.5.0", log).await?;
+    let promoted = head();
+    let message = run_git(&bare, &["log", "-1", "--format=%s", &promoted])?;
+    assert_eq!(
+        message.trim(),
+        "Promote checkout staging → production: imageTag 1.4.1 → 1.5.0"
+    );
+    let history = Api::<PromotionPipeline>::namespaced(client.clone(), NS)
+        .get("services")
+        .await?
+        .status
+        .unwrap_or_default()
+        .history;
+    assert_eq!(
+        history.first().map(|r| (r.service.as_str(), r.commit.as_str())),
+        Some(("checkout", promoted.as_str())),
+        "the promotion is in the pipeline's history"
+    );
     Ok(())
 }

@@ -479,3 +479,84 @@ async fn kustomize_image_tags() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_over_ssh_with_the_repository_key_and_a_concurrent_change_is_kept() -> anyhow::Result<()> {
+    use capstan_testkit::ssh::SshGitServer;
+    let server = GitServer::start().await?;
+    repo_with(&server, "ssh", &[("charts/web/values.yaml", Some(VALUES))]).await?;
+    let repos = server
+        .repo_path("ssh")
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| anyhow::anyhow!("the repositories' directory"))?;
+    let sshd = SshGitServer::start(&repos).await?;
+    let credentials = Credentials {
+        ssh_private_key: Some(sshd.private_key()),
+        known_hosts: Some(sshd.known_hosts()),
+        ..Default::default()
+    };
+    // A human pushes another line of the same file between the writer's clone and its push.
+    let human = server.http_url_with_credentials("ssh");
+    let mut config = config();
+    let raced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    config.before_push = Some(Arc::new({
+        let (human, raced) = (human.clone(), raced.clone());
+        move |attempt| {
+            if attempt == 1 && !raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let dir = tempfile::tempdir().expect("scratch");
+                let run = |args: &[&str]| {
+                    let out = std::process::Command::new("git")
+                        .args(["-c", "user.name=Human", "-c", "user.email=human@capstan.invalid"])
+                        .args(args)
+                        .current_dir(dir.path())
+                        .env("GIT_CONFIG_NOSYSTEM", "1")
+                        .output()
+                        .expect("git");
+                    assert!(
+                        out.status.success(),
+                        "git {args:?}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                };
+                run(&["clone", "-q", "-b", "main", &human, "."]);
+                let path = dir.path().join("charts/web/values.yaml");
+                let text = std::fs::read_to_string(&path).expect("values");
+                std::fs::write(&path, text.replace("port: 80", "port: 8080")).expect("write");
+                run(&["commit", "-q", "-am", "human: port 8080"]);
+                run(&["push", "-q", "origin", "main"]);
+            }
+        }
+    }));
+    let outcome = GitWriter::new(config)
+        .commit(WriteRequest {
+            repo_url: sshd.url("ssh.git"),
+            credentials,
+            branch: "main".into(),
+            push_branch: None,
+            message: "web: image tag 1.26.0".into(),
+            edits: vec![set("charts/web/values.yaml", "image.tag", "1.26.0")],
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nsshd log:\n{}", sshd.log()))?;
+    let WriteOutcome::Committed { attempts, .. } = outcome else {
+        anyhow::bail!("expected a commit: {outcome:?}");
+    };
+    assert_eq!(
+        attempts, 2,
+        "the first push was rejected, the second made on the new head"
+    );
+    assert_eq!(
+        show(&server, "ssh", "main:charts/web/values.yaml")?,
+        VALUES
+            .replace("\"1.25.3\"", "\"1.26.0\"")
+            .replace("port: 80", "port: 8080"),
+        "both the writer's and the human's change"
+    );
+    assert!(
+        sshd.log().contains("Accepted publickey"),
+        "pushed over ssh: {}",
+        sshd.log()
+    );
+    Ok(())
+}

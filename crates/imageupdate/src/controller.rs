@@ -4,8 +4,8 @@
 //! newest tag by policy is compared with the value the file holds at the branch head; the changes of
 //! one round are committed together, one commit per repository and branch, through the Git writer
 //! (credentials from the repository Secret, bounded retries, never a force-push), and the
-//! Applications reading that repository are refreshed at once. Status says what was chosen, skipped,
-//! committed, or why not.
+//! Applications and ApplicationSets reading that repository are refreshed at once. Status says what
+//! was chosen, skipped, committed, or why not.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -192,7 +192,7 @@ async fn round(
             (None, _) => continue,
         };
         if let Ok(WriteOutcome::Committed { .. }) = &outcome {
-            refresh_applications(client, &config.namespace, &repo).await;
+            capstan_kube::refresh_readers(client, &config.namespace, &repo).await;
         }
         for p in &planned {
             let Some(status) = statuses.get_mut(&p.name) else {
@@ -320,30 +320,6 @@ async fn plan(
         checked,
         request,
     })
-}
-
-/// Ask every Application with a source in `repo` to compare with Git now (the `capstan.dev/refresh`
-/// annotation), so a commit made here is deployed without waiting for the next Git poll.
-async fn refresh_applications(client: &Client, namespace: &str, repo: &str) {
-    let apps: Api<capstan_api::Application> = Api::namespaced(client.clone(), namespace);
-    let list = match apps.list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        Err(e) => {
-            tracing::warn!(error = %e, "listing Applications to refresh after an image update");
-            return;
-        }
-    };
-    let plain = |url: &str| url.trim_end_matches('/').trim_end_matches(".git").to_string();
-    let repo = plain(repo);
-    let patch = Patch::Merge(json!({"metadata": {"annotations": {capstan_api::labels::REFRESH_ANNOTATION: "normal"}}}));
-    for app in list
-        .iter()
-        .filter(|a| a.spec.sources().iter().any(|s| plain(&s.repo_url) == repo))
-    {
-        if let Err(e) = apps.patch(&app.name_any(), &PatchParams::default(), &patch).await {
-            tracing::warn!(app = %app.name_any(), error = %e, "refreshing an Application after an image update");
-        }
-    }
 }
 
 /// The AppProject `name`, or the implicit default project when none named `default` exists.

@@ -8,6 +8,8 @@
 //! - [`annotations`]: the per-object annotations that steer sync and compare (sync wave, hooks,
 //!   sync and compare options) with their Argo CD aliases.
 //! - [`patch`]: the RFC 7386 merge patch between two versions of a status ([`merge_patch`]).
+//! - [`refresh`]: after Capstan commits to a repository, asking the Applications and ApplicationSets
+//!   that read it to look at Git now ([`refresh_readers`]).
 //! - [`error`]: what these helpers fail with ([`KubeError`]) and how an API server's error is worded
 //!   for users ([`describe_kube_error`]).
 
@@ -17,12 +19,14 @@ pub mod error;
 pub mod key;
 pub mod own_writes;
 pub mod patch;
+pub mod refresh;
 
 pub use discovery::{Discovery, KindInfo};
 pub use error::{KubeError, describe_kube_error};
 pub use key::ObjectKey;
 pub use own_writes::OwnWrites;
 pub use patch::merge_patch;
+pub use refresh::refresh_readers;
 
 /// Result alias for this crate.
 pub type Result<T, E = KubeError> = std::result::Result<T, E>;

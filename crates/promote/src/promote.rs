@@ -179,6 +179,9 @@ impl Promoter {
             reason: if forced { reason.to_string() } else { String::new() },
         };
         history::append(&self.client, &self.namespace, &name, record.clone()).await?;
+        // The target's Application gets the new values through its ApplicationSet's Git generator:
+        // both look at Git now rather than at their next poll.
+        capstan_kube::refresh_readers(&self.client, &self.namespace, &spec.repo_url).await;
         Ok(Outcome::Promoted {
             pipeline: name,
             record: Box::new(record),
