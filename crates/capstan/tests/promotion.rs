@@ -6,7 +6,11 @@
 //! HTTP server, and `POST
 //! /api/promotions` / `capstan promote` copying a proven staging tag to production as one commit —
 //! or refusing, with the reason: no `promote` role, a missing key, a source not Synced and Healthy,
-//! `force` without a reason.
+//! `force` without a reason. Before the promotion, its preview (`POST /api/promotions/preview`: the
+//! planned change and the file's diff, nothing committed); after it, the promotion in both
+//! Applications' histories (`GET /api/applications/{name}/promotions`, `capstan app history`).
+//! The services-root files, the `services` ApplicationSet and the pipelines are set up with
+//! `common::services` (shared with the browser test ui_promotion_e2e.rs).
 
 mod common;
 
@@ -14,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use capstan_api::Application;
 use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
-use capstan_testkit::git::{PASSWORD, USER};
 use capstan_testkit::registry::{Registry, RegistryOptions, push_image};
 use capstan_testkit::{GitServer, TestCluster, run_git};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -22,15 +25,12 @@ use kube::api::Api;
 use serde_json::json;
 
 use common::http::Http;
-use common::{capstan, kubectl, text};
+use common::services::{SERVICES_PATH, apply, apply_services_appset, chart_files, pipeline, repository_secret};
+use common::{capstan, text};
 
 const NS: &str = "capstan";
 const STAGING: &str = "services-root/services/payments/staging.yaml";
 const PRODUCTION: &str = "services-root/services/payments/production.yaml";
-
-fn examples() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
-}
 
 /// A Deployment that never becomes ready: its Application syncs but is never Healthy.
 const NEVER_READY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}, annotations: {capstan.dev/simulate: never-ready}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
@@ -39,19 +39,6 @@ fn lab_app(name: &str, repo: &str) -> String {
     format!(
         "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: lab-app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{automated: {{}}, syncOptions: [CreateNamespace=true]}}\n"
     )
-}
-
-fn pipeline(name: &str, repo: &str, path: &str, fields: &str) -> String {
-    format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: PromotionPipeline\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  repoURL: '{repo}'\n  branch: main\n  path: '{path}'\n  application: '{{service}}-{{env}}'\n{fields}  environments:\n    - {{name: staging, promotion: auto}}\n    - {{name: production, promotion: manual}}\n"
-    )
-}
-
-fn apply(kc: &str, dir: &std::path::Path, name: &str, yaml: &str) {
-    let file = dir.join(name);
-    std::fs::write(&file, yaml).expect("write a manifest");
-    let out = kubectl(kc, &["apply", "-f", &file.to_string_lossy()]);
-    assert!(out.status.success(), "kubectl apply {name}: {}", text(&out));
 }
 
 async fn wait_for(apps: &Api<Application>, what: &str, check: impl Fn(&Application) -> bool, names: &[&str]) {
@@ -97,11 +84,7 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
 
     // The services-root layout of seed 004 and the shared chart; a `lab` service whose staging
     // Application never becomes Healthy.
-    let chart = capstan_testkit::files_under(&examples().join("charts/service"))?;
-    let mut files: Vec<(String, String)> = chart
-        .into_iter()
-        .map(|(p, t)| (format!("charts/service/{p}"), t))
-        .collect();
+    let mut files = chart_files()?;
     files.push((
         STAGING.into(),
         "# Staging follows CI.\ncluster: in-cluster\nservice: payments\nimageTag: \"1.4.2\"\ntargetRevision: main\nowner: team-a\n".into(),
@@ -139,7 +122,8 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         work.path(),
         "repositories.yaml",
         &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata: {{name: services-root, namespace: capstan, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: '{repo}', username: {USER}, password: {PASSWORD}}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: registry, namespace: capstan, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: 'oci://{host}', insecureOCIForceHttp: 'true'}}\n"
+            "{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: registry, namespace: capstan, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: 'oci://{host}', insecureOCIForceHttp: 'true'}}\n",
+            repository_secret("services-root", &repo)
         ),
     );
     // Staging follows the image updater.
@@ -151,10 +135,7 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
             "apiVersion: capstan.dev/v1alpha1\nkind: ImageUpdater\nmetadata: {{name: payments-staging, namespace: capstan}}\nspec:\n  image: {host}/services/payments\n  policy: {{semver: {{range: '^1'}}}}\n  intervalSeconds: 5\n  write: {{repoURL: '{repo}', branch: main, path: {STAGING}, key: imageTag}}\n"
         ),
     );
-    for set in ["services-project.yaml", "services.yaml"] {
-        let yaml = std::fs::read_to_string(examples().join("appsets").join(set))?;
-        apply(&kc, work.path(), set, &yaml.replace("REPO_URL", &repo));
-    }
+    apply_services_appset(&kc, work.path(), &repo)?;
     apply(&kc, work.path(), "lab-staging.yaml", &lab_app("lab-staging", &repo));
     apply(
         &kc,
@@ -162,7 +143,7 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         "lab-production.yaml",
         &lab_app("lab-production", &repo),
     );
-    let services = "services-root/services/{service}/{env}.yaml";
+    let services = SERVICES_PATH;
     apply(&kc, work.path(), "p1.yaml", &pipeline("services", &repo, services, ""));
     apply(
         &kc,
@@ -290,6 +271,58 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
     );
     assert_eq!(head(&bare), before, "nothing committed");
 
+    // The preview: the planned change and the diff of production's file, nothing committed; the
+    // same `promote` role needed.
+    let refused = dev.post("/api/promotions/preview", promote.clone());
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let preview = ops.post("/api/promotions/preview", promote.clone());
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    let plan = preview.json();
+    let staging_revision = apps
+        .get("payments-staging")
+        .await?
+        .status
+        .and_then(|s| s.sync)
+        .map(|s| s.revision)
+        .unwrap_or_default();
+    assert_eq!(
+        (
+            plan["changes"].clone(),
+            plan["path"].clone(),
+            plan["checksPassed"].clone(),
+            plan["sourceRevision"].clone(),
+            plan["targetRevision"].clone(),
+            plan["targetApplication"].clone(),
+        ),
+        (
+            json!([{"field": "imageTag", "old": "1.4.2", "new": "1.5.0"}]),
+            json!(PRODUCTION),
+            json!(true),
+            json!(staging_revision),
+            json!(before),
+            json!("payments-production"),
+        ),
+        "{plan}"
+    );
+    let diff = plan["diff"].as_str().unwrap_or_default();
+    assert!(
+        diff.contains(&format!("--- a/{PRODUCTION}\n+++ b/{PRODUCTION}\n"))
+            && diff.contains(
+                "\n-imageTag: \"1.4.2\" # promoted from staging\n+imageTag: \"1.5.0\" # promoted from staging\n"
+            ),
+        "{diff}"
+    );
+    assert_eq!(head(&bare), before, "a preview commits nothing");
+    // Where staging may be promoted to: for ops, production; for dev (no `promote` role), nowhere.
+    let targets = ops.get("/api/applications/payments-staging/promotions").json()["promoteTargets"].clone();
+    assert!(
+        targets.as_array().is_some_and(|t| t.contains(&json!({"pipeline": "services", "service": "payments", "from": "staging", "to": "production", "application": "payments-production"}))),
+        "{targets}"
+    );
+    let for_dev = dev.get("/api/applications/payments-staging/promotions");
+    assert_eq!(for_dev.status, 200, "{}", for_dev.body);
+    assert_eq!(for_dev.json()["promoteTargets"], json!([]), "{}", for_dev.body);
+
     // The promotion: one commit changing production's imageTag only, comments kept.
     let done = ops.post("/api/promotions", promote.clone());
     assert_eq!(done.status, 200, "{}", done.body);
@@ -396,12 +429,56 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         table.contains("imageTag 1.4.2 → 1.5.0") && table.contains("ops"),
         "{table}"
     );
+    // In the Applications' history: production's promotions (and staging's, the source), over HTTP
+    // and in `capstan app history`.
+    for app in ["payments-production", "payments-staging"] {
+        let answer = dev.get(&format!("/api/applications/{app}/promotions"));
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let items = answer.json()["items"].clone();
+        assert_eq!(
+            (
+                items[0]["commit"].clone(),
+                items[0]["from"].clone(),
+                items[0]["to"].clone(),
+                items[0]["user"].clone()
+            ),
+            (json!(promoted), json!("staging"), json!("production"), json!("ops")),
+            "{app}: {items}"
+        );
+    }
+    let table = text(&capstan(&kc, &["app", "history", "payments-production"]));
+    let promotions = table.split_once("PROMOTIONS").map(|(_, p)| p).unwrap_or_default();
+    assert!(
+        promotions.contains("staging")
+            && promotions.contains("imageTag 1.4.2 → 1.5.0")
+            && promotions.contains(&promoted[..12]),
+        "{table}"
+    );
+    assert!(
+        !text(&capstan(&kc, &["app", "history", "lab-staging"])).contains("PROMOTIONS"),
+        "no promotions of lab yet"
+    );
 
     // A source that is not Synced and Healthy: 409 naming its state; --force needs a reason.
     let lab = json!({"pipeline": "lab", "service": "lab", "from": "staging", "to": "production"});
     let conflict = admin.post("/api/promotions", lab.clone());
     assert_eq!(conflict.status, 409, "{}", conflict.body);
     assert!(conflict.body.contains("lab-staging is Synced/"), "{}", conflict.body);
+    // Its preview says so (what the UI offers force and a reason for), and lists the change.
+    let preview = admin.post("/api/promotions/preview", lab.clone());
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    let plan = preview.json();
+    assert_eq!(plan["checksPassed"], json!(false), "{plan}");
+    assert!(
+        plan["checkFailure"]
+            .as_str()
+            .is_some_and(|f| f.contains("lab-staging is Synced/")),
+        "{plan}"
+    );
+    assert_eq!(
+        plan["changes"],
+        json!([{"field": "imageTag", "old": "1.0.0", "new": "2.0.0"}])
+    );
     let mut forced = lab.clone();
     forced["force"] = json!(true);
     let no_reason = admin.post("/api/promotions", forced.clone());

@@ -4,16 +4,21 @@
 //!
 //! This crate owns the rules, so the HTTP API and the CLI apply the same ones: [`check`] (names,
 //! environments in order, the source Application's state, `force` needing a reason), [`read`] (a
-//! file at a revision, fetched shallowly), [`promote`] (the edits, the commit through
-//! `capstan-gitwrite`, the history entry in the pipeline's status) and [`history`].
+//! file at a revision, fetched shallowly), [`plan`] (what a promotion would change, computed without
+//! committing: the dry run), [`promote`] (the commit of a plan through `capstan-gitwrite`, the
+//! history entry in the pipeline's status), [`history`] and [`places`] (which service and environment
+//! an Application deploys, where it can be promoted to, the promotions concerning it).
 
 mod check;
 mod error;
 pub mod history;
+pub mod places;
+mod plan;
 mod promote;
 pub mod read;
 mod values;
 
 pub use check::{check_names, check_order, check_source};
 pub use error::{ErrorKind, PromoteError};
+pub use plan::{Plan, unified};
 pub use promote::{Outcome, PromoteRequest, Promoter, find_pipeline};

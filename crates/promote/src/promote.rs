@@ -1,18 +1,17 @@
-//! One promotion: the checks, the values read (the source's file at the source Application's synced
-//! revision, the target's file at the branch head), one commit through [`GitWriter`] setting each
-//! field that differs, and the entry appended to the pipeline's history.
+//! One promotion: its [plan](crate::plan) (the checks, the values read, the fields that differ), one
+//! commit through [`GitWriter`] setting each field that differs, and the entry appended to the
+//! pipeline's history.
 
 use std::time::Duration;
 
+use capstan_api::PromotionPipeline;
 use capstan_api::promotion::{FieldChange, PromotionRecord};
-use capstan_api::{Application, PromotionPipeline};
-use capstan_gitwrite::{Change, Edit, GitWriter, WriteOutcome, WriteRequest, WriterConfig};
+use capstan_gitwrite::{GitWriter, WriteOutcome, WriteRequest, WriterConfig};
 use kube::Api;
 use kube::api::ListParams;
 use tracing::info;
 
-use crate::read::Reader;
-use crate::{PromoteError, check, history, values};
+use crate::{PromoteError, history};
 
 /// What to promote, and who asks.
 #[derive(Debug, Clone, Default)]
@@ -77,13 +76,9 @@ impl Promoter {
         }
     }
 
-    /// Check, read, commit, record.
+    /// Check, read, commit, record: [`Promoter::plan`], refused while an overridable check fails
+    /// without `force`, then one commit of the planned edits.
     pub async fn promote(&self, request: &PromoteRequest) -> Result<Outcome, PromoteError> {
-        let pipeline = find_pipeline(&self.client, &self.namespace, request.pipeline.as_deref()).await?;
-        let name = pipeline.metadata.name.clone().unwrap_or_default();
-        let spec = &pipeline.spec;
-        let (service, from, to) = (&request.service, &request.from, &request.to);
-        check::check_names(spec, service, from, to)?;
         let reason = request.reason.trim();
         if request.force && reason.is_empty() {
             return Err(PromoteError::BadRequest("--force needs a --reason".into()));
@@ -91,99 +86,64 @@ impl Promoter {
         if request.user.trim().is_empty() {
             return Err(PromoteError::BadRequest("the promoting user is unknown".into()));
         }
-        check::check_order(spec, from, to, request.force)?;
-        let apps: Api<Application> = Api::namespaced(self.client.clone(), &self.namespace);
-        let source_app = spec.application(service, from);
-        let source = apps
-            .get_opt(&source_app)
-            .await
-            .map_err(PromoteError::kube(format!("reading Application {source_app}")))?
-            .ok_or_else(|| PromoteError::NotFound(format!("Application {source_app:?}")))?;
-        let revision = check::check_source(&source, request.force)?;
-        let forced = request.force
-            && (check::check_source(&source, false).is_err() || check::check_order(spec, from, to, false).is_err());
-
-        let credentials = capstan_cluster::repository::for_repo(&self.client, &self.namespace, &spec.repo_url)
-            .await
-            .unwrap_or_default();
-        let reader = Reader {
-            url: spec.repo_url.clone(),
-            credentials: credentials.clone(),
-            timeout: self.timeout,
-            allow_local: self.allow_local,
+        let mut plan = self.plan(request).await?;
+        let forced = match plan.check_failure.take() {
+            Some(failure) if !request.force => return Err(failure),
+            Some(_) => true,
+            None => false,
         };
-        let (source_path, target_path) = (spec.file(service, from), spec.file(service, to));
-        let source_revision = revision.as_deref().unwrap_or(spec.branch());
-        let source_file = reader
-            .read(&source_path, source_revision, spec.branch())
-            .await
-            .map_err(|err| match err {
-                PromoteError::NotFound(_) => PromoteError::NotFound(format!(
-                    "{source_app}'s synced revision {source_revision} in {} (does it deploy from another repository?)",
-                    spec.repo_url
-                )),
-                err => err,
-            })?;
-        let target_file = reader.read(&target_path, spec.branch(), spec.branch()).await?;
-        let mut changes = Vec::new();
-        let mut edits = Vec::new();
-        for field in spec.fields() {
-            let new = values::scalar(&source_path, &source_file.text, &field)?;
-            let old = values::scalar(&target_path, &target_file.text, &field)?;
-            if new != old {
-                let key = field
-                    .parse()
-                    .map_err(|e| PromoteError::BadRequest(format!("field {field:?}: {e}")))?;
-                edits.push(Edit {
-                    path: target_path.clone(),
-                    change: Change::SetKey {
-                        key,
-                        value: new.clone(),
-                    },
-                });
-                changes.push(FieldChange { field, old, new });
-            }
-        }
-        if changes.is_empty() {
+        let (name, service, from, to) = (&plan.pipeline, &request.service, &request.from, &request.to);
+        if plan.changes.is_empty() {
             info!(pipeline = %name, %service, %from, %to, "nothing to promote: the target has the source's values");
-            return Ok(Outcome::Unchanged { pipeline: name });
+            return Ok(Outcome::Unchanged {
+                pipeline: plan.pipeline,
+            });
         }
-        let message = message(service, from, to, &changes, &request.user, forced.then_some(reason));
+        let message = message(
+            service,
+            from,
+            to,
+            &plan.changes,
+            &request.user,
+            forced.then_some(reason),
+        );
         let mut config = WriterConfig::new(request.user.trim(), email(&request.user, &self.email_domain));
         config.allow_local = self.allow_local;
         config.timeout = self.timeout;
         let outcome = GitWriter::new(config)
             .commit(WriteRequest {
-                repo_url: spec.repo_url.clone(),
-                credentials,
-                branch: spec.branch().to_string(),
+                repo_url: plan.spec.repo_url.clone(),
+                credentials: plan.credentials.clone(),
+                branch: plan.spec.branch().to_string(),
                 push_branch: None,
                 message,
-                edits,
+                edits: std::mem::take(&mut plan.edits),
             })
             .await?;
         let WriteOutcome::Committed { sha, .. } = outcome else {
-            return Ok(Outcome::Unchanged { pipeline: name });
+            return Ok(Outcome::Unchanged {
+                pipeline: plan.pipeline,
+            });
         };
         info!(pipeline = %name, %service, %from, %to, commit = %sha, forced, "promoted");
         let record = PromotionRecord {
             service: service.clone(),
             from: from.clone(),
             to: to.clone(),
-            changes,
+            changes: plan.changes,
             commit: sha,
-            source_revision: source_file.commit,
+            source_revision: plan.source_revision,
             user: request.user.clone(),
             time: format!("{:.0}", k8s_openapi::jiff::Timestamp::now()),
             forced,
             reason: if forced { reason.to_string() } else { String::new() },
         };
-        history::append(&self.client, &self.namespace, &name, record.clone()).await?;
+        history::append(&self.client, &self.namespace, &plan.pipeline, record.clone()).await?;
         // The target's Application gets the new values through its ApplicationSet's Git generator:
         // both look at Git now rather than at their next poll.
-        capstan_kube::refresh_readers(&self.client, &self.namespace, &spec.repo_url).await;
+        capstan_kube::refresh_readers(&self.client, &self.namespace, &plan.spec.repo_url).await;
         Ok(Outcome::Promoted {
-            pipeline: name,
+            pipeline: plan.pipeline,
             record: Box::new(record),
         })
     }

@@ -42,7 +42,7 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{apps, fleet, model, promotions, tree};
+    use api::{app_promotions, apps, fleet, model, promotions, tree};
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -154,6 +154,13 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             get_with(apps::history, |op| op.summary("Deployment history, newest first").tag("applications")),
         )
         .api_route(
+            "/api/applications/{name}/promotions",
+            get_with(app_promotions::promotions, |op| {
+                op.summary("Promotions into or out of it, and where the caller may promote it to")
+                    .tag("promotions")
+            }),
+        )
+        .api_route(
             "/api/applications/{name}/sync",
             post_with(apps::sync, |op| op.summary("Request a sync").tag("operations")),
         )
@@ -175,6 +182,13 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             "/api/promotions",
             post_with(promotions::promote, |op| {
                 op.summary("Promote a service from one environment to a later one (one Git commit)")
+                    .tag("promotions")
+            }),
+        )
+        .api_route(
+            "/api/promotions/preview",
+            post_with(promotions::preview, |op| {
+                op.summary("What a promotion would change (the target file's diff) and whether its checks pass; commits nothing")
                     .tag("promotions")
             }),
         )

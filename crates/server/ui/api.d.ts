@@ -892,6 +892,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/applications/{name}/promotions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Promotions into or out of it, and where the caller may promote it to */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description `GET /api/applications/{name}/promotions`. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AppPromotions"];
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/applications/{name}/sync": {
         parameters: {
             query?: never;
@@ -1181,6 +1235,92 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["PromoteAnswer"];
+                    };
+                };
+                /** @description Failed to parse the request body as JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Expected request with `Content-Type: application/json` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Failed to deserialize the JSON body into the target type */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/promotions/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** What a promotion would change (the target file's diff) and whether its checks pass; commits nothing */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Body of `POST /api/promotions`. */
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["PromoteBody"];
+                };
+            };
+            responses: {
+                /** @description What a promotion would change (`POST /api/promotions/preview`): nothing is committed. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PreviewAnswer"];
                     };
                 };
                 /** @description Failed to parse the request body as JSON */
@@ -1647,6 +1787,19 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description `GET /api/applications/{name}/promotions`. */
+        AppPromotions: {
+            /**
+             * @description Promotions into or out of this Application, newest first (those out of it only when the
+             *     caller may read the target).
+             */
+            items: components["schemas"]["PromotionRecord"][];
+            /**
+             * @description Where the caller may promote this Application to (the `promote` role on the target's
+             *     project); empty when it is no pipeline's environment.
+             */
+            promoteTargets: components["schemas"]["PromoteTarget"][];
+        };
         /** @description An ApplicationSet as lists show it. */
         AppSetSummary: {
             /**
@@ -2373,6 +2526,32 @@ export interface components {
             /** @description Sync, refresh, roll back, terminate. */
             sync: boolean;
         };
+        /** @description What a promotion would change (`POST /api/promotions/preview`): nothing is committed. */
+        PreviewAnswer: {
+            /** @description Each promoted field that differs, the target's value → the source's (empty: nothing to do). */
+            changes: components["schemas"]["FieldChange"][];
+            /** @description Why the checks fail. */
+            checkFailure?: string | null;
+            /**
+             * @description Whether the checks pass (the source Synced and Healthy, the promotion forward); when not, a
+             *     promotion needs `force` and a reason.
+             */
+            checksPassed: boolean;
+            /** @description The target file before → after, as a unified diff (empty when nothing changes). */
+            diff: string;
+            /** @description The file a promotion changes. */
+            path: string;
+            /** @description The pipeline used. */
+            pipeline: string;
+            /** @description The source environment's Application. */
+            sourceApplication: string;
+            /** @description The commit the source's values are read at (its synced revision). */
+            sourceRevision: string;
+            /** @description The target environment's Application. */
+            targetApplication: string;
+            /** @description The branch head the target's file was read at. */
+            targetRevision: string;
+        };
         /** @description What a promotion did. */
         PromoteAnswer: {
             /** @description The pipeline used. */
@@ -2402,6 +2581,19 @@ export interface components {
              */
             reason: string;
             /** @description The service to promote. */
+            service: string;
+            /** @description The target environment. */
+            to: string;
+        };
+        /** @description A promotion the caller may make from this Application's environment. */
+        PromoteTarget: {
+            /** @description The target environment's Application. */
+            application: string;
+            /** @description The source environment (this Application's). */
+            from: string;
+            /** @description The PromotionPipeline. */
+            pipeline: string;
+            /** @description The service. */
             service: string;
             /** @description The target environment. */
             to: string;

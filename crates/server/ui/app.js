@@ -28,6 +28,11 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {Paths['/api/applications/{name}/diff']['get']['responses'][200]['content']['application/json']} Diff
  * @typedef {NonNullable<Diff['objects']>[number]} DiffObject
  * @typedef {Paths['/api/clusters']['get']['responses'][200]['content']['application/json']} ClusterList
+ * @typedef {Schemas['AppPromotions']} AppPromotions
+ * @typedef {Schemas['PromoteTarget']} PromoteTarget
+ * @typedef {Schemas['PromotionRecord']} PromotionRecord
+ * @typedef {Schemas['PreviewAnswer']} PromotionPreview
+ * @typedef {Schemas['PromoteAnswer']} PromoteAnswer
  */
 
 // What the OpenAPI document leaves open (`type: object`): the Application is the Kubernetes object,
@@ -66,7 +71,11 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
 
 /** @typedef {'tree' | 'diff' | 'events' | 'history'} Tab */
 /** @typedef {{ node: TreeNode, object?: unknown, error?: string }} ResourcePanel */
-/** @typedef {{ kind: 'sync' } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined }} Dialog */
+/**
+ * A promotion being confirmed: its preview (what would change), then the answer of the promotion.
+ * @typedef {{ kind: 'promote', target: PromoteTarget, preview: Load<PromotionPreview>, result?: PromoteAnswer, busy?: boolean }} PromoteDialog
+ * @typedef {{ kind: 'sync' } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined } | PromoteDialog} Dialog
+ */
 /**
  * The page shown and what it has loaded. Loaders keep the page object they started for and drop
  * their answer when the page has changed since.
@@ -75,7 +84,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{
  *   page: 'app', name: string, app: Application | null, error: string, summary: ApplicationSummary | undefined,
  *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
- *   history: Load<HistoryEntry[]>, dialog: Dialog | null,
+ *   history: Load<HistoryEntry[]>, promotions: Load<AppPromotions>, dialog: Dialog | null,
  * }} AppPage
  * @typedef {{ page: 'appsets', items: Load<AppSetSummary[]> }} AppSetsPage
  * @typedef {{ page: 'appset', name: string, data: Load<AppSet> }} AppSetPage
@@ -540,7 +549,7 @@ async function openApp(name) {
   /** @type {AppPage} */
   const page = {
     page: 'app', name, app: null, error: '', summary: undefined, tree: loading(), resource: null,
-    diff: loading(), events: loading(), history: loading(), dialog: null,
+    diff: loading(), events: loading(), history: loading(), promotions: loading(), dialog: null,
   };
   show(page);
   try {
@@ -562,6 +571,7 @@ async function openApp(name) {
   page.summary = summary;
   update();
   loadTab(page);
+  loadPromotions(page);
   const es = new EventSource(`/api/stream/applications/${name}`);
   let lastStatus = JSON.stringify((page.app && page.app.status) || {});
   es.addEventListener('application', (e) => {
@@ -573,7 +583,7 @@ async function openApp(name) {
     if (status !== lastStatus) {
       lastStatus = status;
       if (state.tab === 'tree') throttledTree(page);
-      if (state.tab === 'history') loadHistory(page);
+      if (state.tab === 'history') { loadHistory(page); loadPromotions(page); }
     }
   });
   es.addEventListener('deleted', () => { showError(`Application ${name} was deleted`); });
@@ -612,7 +622,7 @@ function loadTab(page) {
   if (state.tab === 'tree') loadTree(page);
   if (state.tab === 'diff') loadDiff(page);
   if (state.tab === 'events') loadEvents(page);
-  if (state.tab === 'history') loadHistory(page);
+  if (state.tab === 'history') { loadHistory(page); loadPromotions(page); }
 }
 
 /** @param {AppPage} page */
@@ -662,6 +672,7 @@ function appHeader(page, app) {
         ${canSync(page) ? html`<button type="button" class="primary" id="sync-button" data-testid="sync-button" @click=${() => { page.dialog = { kind: 'sync' }; update(); }}>Sync</button>
         <button type="button" id="refresh-button" data-testid="refresh-button" @click=${() => act(() => api('POST', `/api/applications/${name}/refresh`, { hard: false }))}>Refresh</button>
         ${running ? html`<button type="button" class="danger" id="terminate-button" data-testid="terminate-button" @click=${() => act(() => api('DELETE', `/api/applications/${name}/operation`))}>Terminate</button>` : nothing}` : nothing}
+        ${promoteButtons(page)}
       </div>
     </div>`;
 }
@@ -716,7 +727,7 @@ function tabView(page, app) {
       </div>`;
     case 'diff': return diffView(page.diff);
     case 'events': return eventsView(page.events);
-    case 'history': return historyView(page, page.history);
+    case 'history': return html`${historyView(page, page.history)}${promotionsView(page.promotions)}`;
     default: return nothing;
   }
 }
@@ -961,6 +972,8 @@ function dialogView(page, d) {
           : html`<span class="muted">No objects yet.</span>`}</div></div>
       ${buttons('sync-submit', 'Synchronize')}
     </form>`;
+  } else if (d.kind === 'promote') {
+    return promoteDialogView(page, d, close);
   } else {
     const entry = d.entry;
     body = html`<form id="dialog-form" @submit=${submit((form) => api('POST', `/api/applications/${name}/rollback`, { id: d.id, prune: field(form, 'prune').checked }))}>
@@ -971,6 +984,119 @@ function dialogView(page, d) {
     </form>`;
   }
   return html`<div class="dialog" role="dialog" aria-modal="true"><div>${body}</div></div>`;
+}
+
+// ----- promotions
+
+/** @param {AppPage} page */
+async function loadPromotions(page) {
+  /** @type {Load<AppPromotions>} */
+  let next;
+  try {
+    next = { loading: false, value: await api('GET', `/api/applications/${page.name}/promotions`) };
+  } catch (e) {
+    next = { loading: false, value: page.promotions.value, error: messageOf(e) };
+  }
+  page.promotions = next;
+  if (current(page)) update();
+}
+
+/**
+ * A "Promote to ENV" button for each promotion the server says the caller may make from this
+ * Application (none without the `promote` role on the target's project).
+ * @param {AppPage} page
+ */
+function promoteButtons(page) {
+  const targets = (page.promotions.value && page.promotions.value.promoteTargets) || [];
+  const pipelines = new Set(targets.map((t) => t.pipeline));
+  return repeat(targets, (t) => `${t.pipeline}/${t.service}/${t.to}`, (t) => html`<button type="button" data-testid="promote-button"
+      data-to=${t.to} data-pipeline=${t.pipeline} @click=${() => openPromote(page, t)}>Promote to ${t.to}${pipelines.size > 1 ? ` (${t.pipeline})` : ''}</button>`);
+}
+
+/**
+ * Open the confirmation of a promotion and load its preview.
+ * @param {AppPage} page
+ * @param {PromoteTarget} target
+ */
+async function openPromote(page, target) {
+  /** @type {PromoteDialog} */
+  const d = { kind: 'promote', target, preview: loading() };
+  page.dialog = d;
+  update();
+  const { pipeline, service, from, to } = target;
+  try {
+    d.preview = { loading: false, value: await api('POST', '/api/promotions/preview', { pipeline, service, from, to }) };
+  } catch (e) {
+    d.preview = { loading: false, error: messageOf(e) };
+  }
+  if (current(page) && page.dialog === d) update();
+}
+
+/**
+ * The confirmation of a promotion: the file, each field old → new, the source revision, the diff,
+ * and force with a reason when the checks fail; then the commit made.
+ * @param {AppPage} page
+ * @param {PromoteDialog} d
+ * @param {() => void} close
+ */
+function promoteDialogView(page, d, close) {
+  const t = d.target;
+  const p = d.preview.value;
+  const title = html`<h2>Promote ${t.service} ${t.from} → ${t.to}</h2>`;
+  const cancel = html`<div class="buttons"><button type="button" data-cancel data-testid="promote-cancel" @click=${close}>${d.result ? 'Close' : 'Cancel'}</button></div>`;
+  let body;
+  if (d.result) {
+    const r = d.result;
+    body = html`${title}<p data-testid="promote-result">${r.result === 'promoted' && r.promotion
+      ? html`Promoted: commit <span class="mono">${short(r.promotion.commit)}</span> to ${t.application}.`
+      : html`Nothing to commit: ${t.to} already has ${t.from}'s values.`}</p>${cancel}`;
+  } else if (d.preview.error) {
+    body = html`${title}<p class="error" data-testid="promote-error">${d.preview.error}</p>${cancel}`;
+  } else if (!p) {
+    body = html`${title}<p class="muted">Computing the changes…</p>${cancel}`;
+  } else {
+    const changes = p.changes || [];
+    /** @param {SubmitEvent} e */
+    const confirm = async (e) => {
+      e.preventDefault();
+      const form = /** @type {HTMLFormElement} */ (e.currentTarget);
+      const force = !p.checksPassed && field(form, 'force').checked;
+      const reason = force ? field(form, 'reason').value : '';
+      d.busy = true;
+      update();
+      await act(async () => {
+        /** @type {PromoteAnswer} */
+        const r = await api('POST', '/api/promotions', { pipeline: t.pipeline, service: t.service, from: t.from, to: t.to, force, reason });
+        d.result = r;
+        loadPromotions(page);
+      });
+      d.busy = false;
+      if (current(page) && page.dialog === d) update();
+    };
+    body = html`<form id="dialog-form" @submit=${confirm}>${title}
+      <p>File <span class="mono" data-testid="promote-path">${p.path}</span>, values read from ${p.sourceApplication} at <span class="mono" data-testid="promote-source-revision">${short(p.sourceRevision)}</span>.</p>
+      ${changes.length ? html`<table data-testid="promote-changes"><thead><tr><th>Field</th><th>${t.to} now</th><th>Promoted</th></tr></thead><tbody>
+        ${repeat(changes, (c) => c.field, (c) => html`<tr data-testid="promote-change" data-field=${c.field}><td class="mono">${c.field}</td><td class="mono">${c.old}</td><td class="mono">${c.new}</td></tr>`)}
+      </tbody></table>
+      <div class="diff" data-testid="promote-diff">${(p.diff || '').split('\n').map((l) => html`<span class=${lineClass(l)}>${l || ' '}</span>`)}</div>`
+      : html`<p class="empty" data-testid="promote-nothing">Nothing to promote: ${t.to} already has ${t.from}'s values.</p>`}
+      ${p.checksPassed ? nothing : html`<p class="error" data-testid="promote-check">${p.checkFailure}</p>
+      <div class="row"><label><input type="checkbox" name="force" data-testid="promote-force"> Force (override the failing check)</label></div>
+      <div class="row"><label>Reason (required to force) <input name="reason" data-testid="promote-reason"></label></div>`}
+      <div class="buttons"><button type="button" data-cancel @click=${close}>Cancel</button><button type="submit" class="primary" data-testid="promote-confirm" ?disabled=${!changes.length || !!d.busy}>Promote</button></div>
+    </form>`;
+  }
+  return html`<div class="dialog" role="dialog" aria-modal="true"><div>${body}</div></div>`;
+}
+
+/** @param {Load<AppPromotions>} pr */
+function promotionsView(pr) {
+  const items = (pr.value && pr.value.items) || [];
+  if (!items.length) return nothing;
+  return html`<h2>Promotions</h2><table data-testid="promotions-table"><thead><tr><th>Time</th><th>From → To</th><th>Changes</th><th>Commit</th><th>User</th><th>Forced</th></tr></thead><tbody>
+      ${repeat(items, (r) => r.commit, (r) => html`<tr data-testid="promotion-row" data-commit=${r.commit}><td>${r.time}</td><td>${r.service}: ${r.from} → ${r.to}</td>
+        <td class="mono">${(r.changes || []).map((c) => `${c.field} ${c.old} → ${c.new}`).join(', ')}</td><td class="mono">${short(r.commit)}</td><td>${r.user}</td><td>${r.forced ? `yes: ${r.reason || ''}` : 'no'}</td></tr>`)}
+    </tbody></table>`;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -101,7 +101,8 @@ enum AppCommand {
         #[arg(long, default_value = "300", value_parser = super::seconds)]
         timeout: u64,
     },
-    /// Show the sync history.
+    /// Show the sync history, then the promotions into or out of the Application (from the
+    /// PromotionPipelines).
     History { name: String },
     /// Roll back to a history entry (not allowed while automated sync is enabled).
     Rollback {
@@ -211,6 +212,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                 ]);
             }
             print_table(&rows);
+            promotions(&client, &args.namespace, &name).await;
             Ok(ExitCode::SUCCESS)
         }
         AppCommand::Rollback {
@@ -248,6 +250,25 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
         }
         AppCommand::Delete { name, cascade, wait } => delete(&api, &name, cascade, wait).await,
     }
+}
+
+/// The promotions into or out of `name` recorded in the namespace's PromotionPipelines, as a second
+/// table under `PROMOTIONS` (nothing when there are none; a warning when the pipelines cannot be
+/// read, the sync history being shown already).
+async fn promotions(client: &kube::Client, namespace: &str, name: &str) {
+    let pipelines = match capstan_promote::places::pipelines(client, namespace).await {
+        Ok(pipelines) => pipelines,
+        Err(err) => {
+            eprintln!("warning: promotions not shown: {err}");
+            return;
+        }
+    };
+    let records = capstan_promote::places::records_of_all(&pipelines, name);
+    if records.is_empty() {
+        return;
+    }
+    println!("\nPROMOTIONS");
+    print_table(&crate::commands::promote::promotion_rows(records, false));
 }
 
 fn initiator() -> String {

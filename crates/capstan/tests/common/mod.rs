@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod services;
 
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};

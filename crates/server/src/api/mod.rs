@@ -1,8 +1,10 @@
 //! The JSON API: Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
-//! clusters ([`fleet`]), promotions between environments ([`promotions`]), and the bodies they answer
-//! ([`model`]); [`access`] decides who sees which Application.
+//! clusters ([`fleet`]), promotions between environments ([`promotions`]) and an Application's
+//! promotions ([`app_promotions`]), and the bodies they answer ([`model`]); [`access`] decides who
+//! sees which Application.
 
 pub mod access;
+pub mod app_promotions;
 pub mod apps;
 pub mod fleet;
 pub mod model;

@@ -1,13 +1,14 @@
-//! Promotions between environments over HTTP: `POST /api/promotions` (the `promote` role on the
-//! target environment's Application) and `GET /api/promotions/{pipeline}/history`. The rules and the
-//! commit are `capstan-promote`'s, shared with the CLI.
+//! Promotions between environments over HTTP: `POST /api/promotions` and its dry run
+//! `POST /api/promotions/preview` (both need the `promote` role on the target environment's
+//! Application), and `GET /api/promotions/{pipeline}/history`. The rules, the plan and the commit are
+//! `capstan-promote`'s, shared with the CLI.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
-use capstan_api::promotion::PromotionRecord;
+use capstan_api::promotion::{FieldChange, PromotionRecord};
 use capstan_promote::{ErrorKind, Outcome, PromoteError, PromoteRequest, Promoter};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -53,6 +54,34 @@ pub struct PromoteAnswer {
     pub promotion: Option<PromotionRecord>,
 }
 
+/// What a promotion would change (`POST /api/promotions/preview`): nothing is committed.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewAnswer {
+    /// The pipeline used.
+    pub pipeline: String,
+    /// The source environment's Application.
+    pub source_application: String,
+    /// The target environment's Application.
+    pub target_application: String,
+    /// The commit the source's values are read at (its synced revision).
+    pub source_revision: String,
+    /// The file a promotion changes.
+    pub path: String,
+    /// The branch head the target's file was read at.
+    pub target_revision: String,
+    /// Each promoted field that differs, the target's value → the source's (empty: nothing to do).
+    pub changes: Vec<FieldChange>,
+    /// Whether the checks pass (the source Synced and Healthy, the promotion forward); when not, a
+    /// promotion needs `force` and a reason.
+    pub checks_passed: bool,
+    /// Why the checks fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_failure: Option<String>,
+    /// The target file before → after, as a unified diff (empty when nothing changes).
+    pub diff: String,
+}
+
 /// Query of the history.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct HistoryQuery {
@@ -61,7 +90,7 @@ pub struct HistoryQuery {
     service: Option<String>,
 }
 
-fn api_error(err: PromoteError) -> ApiError {
+pub(crate) fn api_error(err: PromoteError) -> ApiError {
     let status = match err.kind() {
         ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
@@ -72,13 +101,9 @@ fn api_error(err: PromoteError) -> ApiError {
     ApiError::new(status, err.to_string())
 }
 
-/// `POST /api/promotions`: copy the promoted fields of a service from one environment's file to
-/// another's, as one commit.
-pub async fn promote(
-    auth: Auth,
-    AxState(state): AxState<Arc<State>>,
-    Json(body): Json<PromoteBody>,
-) -> Result<Json<PromoteAnswer>, ApiError> {
+/// The pipeline of `body`, with its names checked and the caller's `promote` role on the target
+/// environment's Application checked: what both the promotion and its preview start with.
+async fn authorized_request(state: &State, auth: &Auth, body: PromoteBody) -> Result<PromoteRequest, ApiError> {
     if let Some(name) = &body.pipeline {
         valid_name(name)?;
     }
@@ -89,8 +114,8 @@ pub async fn promote(
     let pipeline_name = pipeline.metadata.name.clone().unwrap_or_default();
     capstan_promote::check_names(&pipeline.spec, &body.service, &body.from, &body.to).map_err(api_error)?;
     let target = pipeline.spec.application(&body.service, &body.to);
-    authorized(&state, &auth, &target, Role::Promote)?;
-    let request = PromoteRequest {
+    authorized(state, auth, &target, Role::Promote)?;
+    Ok(PromoteRequest {
         pipeline: Some(pipeline_name),
         service: body.service,
         from: body.from,
@@ -98,8 +123,42 @@ pub async fn promote(
         force: body.force,
         reason: body.reason,
         user: auth.principal.name.clone(),
-    };
-    let promoter = Promoter::new(state.client.clone(), namespace.clone());
+    })
+}
+
+/// `POST /api/promotions/preview`: what `POST /api/promotions` with the same body would change, and
+/// whether its checks pass, without committing.
+pub async fn preview(
+    auth: Auth,
+    AxState(state): AxState<Arc<State>>,
+    Json(body): Json<PromoteBody>,
+) -> Result<Json<PreviewAnswer>, ApiError> {
+    let request = authorized_request(&state, &auth, body).await?;
+    let promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    let plan = promoter.plan(&request).await.map_err(api_error)?;
+    Ok(Json(PreviewAnswer {
+        diff: plan.diff(),
+        pipeline: plan.pipeline,
+        source_application: plan.source_app,
+        target_application: plan.target_app,
+        source_revision: plan.source_revision,
+        path: plan.target_path,
+        target_revision: plan.target_revision,
+        changes: plan.changes,
+        checks_passed: plan.check_failure.is_none(),
+        check_failure: plan.check_failure.map(|e| e.to_string()),
+    }))
+}
+
+/// `POST /api/promotions`: copy the promoted fields of a service from one environment's file to
+/// another's, as one commit.
+pub async fn promote(
+    auth: Auth,
+    AxState(state): AxState<Arc<State>>,
+    Json(body): Json<PromoteBody>,
+) -> Result<Json<PromoteAnswer>, ApiError> {
+    let request = authorized_request(&state, &auth, body).await?;
+    let promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
     let answer = match promoter.promote(&request).await.map_err(api_error)? {
         Outcome::Unchanged { pipeline } => PromoteAnswer {
             result: "unchanged".into(),
