@@ -268,7 +268,7 @@ async fn promotions(client: &kube::Client, namespace: &str, name: &str) {
         return;
     }
     println!("\nPROMOTIONS");
-    print_table(&crate::commands::promote::promotion_rows(records, false));
+    print_table(&crate::commands::promotion_table::promotion_rows(records, false));
 }
 
 fn initiator() -> String {

@@ -10,6 +10,7 @@ pub mod crds;
 pub mod install;
 pub mod local;
 pub mod promote;
+pub mod promotion_table;
 pub mod server;
 
 /// Parse a flag given in seconds: a plain number (`300`, as Argo CD's CLI takes it) or a number
