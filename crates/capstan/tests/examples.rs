@@ -775,6 +775,31 @@ async fn image_flow(
         "production untouched:\n{production}"
     );
 
+    // The dry run first: the change and the diff, nothing committed.
+    let out = common::capstan(
+        kc,
+        &[
+            "promote",
+            "checkout",
+            "--from",
+            "staging",
+            "--to",
+            "production",
+            "--dry-run",
+        ],
+    );
+    assert!(out.status.success(), "capstan promote --dry-run: {}", text(&out));
+    let preview = text(&out);
+    for wanted in [
+        "checks: passed",
+        "imageTag: 1.4.1 → 1.5.0",
+        "-imageTag: \"1.4.1\"",
+        "+imageTag: \"1.5.0\"",
+        "dry run: nothing committed",
+    ] {
+        assert!(preview.contains(wanted), "{wanted:?} in:\n{preview}");
+    }
+    assert_eq!(head(), update, "a dry run commits nothing");
     // The promotion, with the CLI as the playground's instructions run it.
     let out = common::capstan(kc, &["promote", "checkout", "--from", "staging", "--to", "production"]);
     assert!(out.status.success(), "capstan promote: {}", text(&out));

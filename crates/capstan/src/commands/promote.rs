@@ -43,6 +43,9 @@ pub struct PromoteArgs {
     /// Why the checks are overridden (recorded in the commit message and the history).
     #[arg(long)]
     reason: Option<String>,
+    /// Show what would change (the fields, the target file's diff, the checks) and commit nothing.
+    #[arg(long)]
+    dry_run: bool,
     #[command(subcommand)]
     command: Option<PromoteCommand>,
 }
@@ -78,7 +81,35 @@ pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
         reason: args.reason.unwrap_or_default(),
         user: format!("cli:{}", login_name()),
     };
-    match Promoter::new(client, args.namespace).promote(&request).await? {
+    let promoter = Promoter::new(client, args.namespace);
+    if args.dry_run {
+        let plan = promoter.plan(&request).await?;
+        println!(
+            "{} (values at {}) → {}: {} at {}",
+            plan.source_app,
+            short(&plan.source_revision),
+            plan.target_app,
+            plan.target_path,
+            short(&plan.target_revision)
+        );
+        match &plan.check_failure {
+            None => println!("checks: passed"),
+            Some(failure) => println!("checks: failed, a promotion needs --force --reason: {failure}"),
+        }
+        if plan.changes.is_empty() {
+            println!(
+                "nothing to change: {} already has {}'s values",
+                request.to, request.from
+            );
+        }
+        for c in &plan.changes {
+            println!("  {}: {} → {}", c.field, c.old, c.new);
+        }
+        print!("{}", plan.diff());
+        println!("dry run: nothing committed");
+        return Ok(ExitCode::SUCCESS);
+    }
+    match promoter.promote(&request).await? {
         Outcome::Unchanged { pipeline } => {
             println!(
                 "{} {} already has {}'s values (pipeline {pipeline}): nothing to commit",
@@ -106,4 +137,9 @@ fn login_name() -> String {
         .filter_map(|v| std::env::var(v).ok())
         .find(|v| !v.trim().is_empty())
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// The first 12 characters of a commit.
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
 }
