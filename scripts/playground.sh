@@ -314,7 +314,8 @@ for f in "$REG_WEBHOOK_SECRET_FILE" "$REG_DIR/http-secret"; do
   [ -s "$f" ] || (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$f")
 done
 # The configuration for port $1: it names the controller's address, so a playground restarted on
-# another PLAYGROUND_LISTEN gets a registry notifying the new one.
+# another PLAYGROUND_LISTEN gets a registry notifying the new one. Notifications go to the port on
+# 127.0.0.1 (PLAYGROUND_LISTEN is loopback or 0.0.0.0 in any setup this script supports).
 registry_config() {
   cat <<CONFIG
 version: 0.1
@@ -355,6 +356,7 @@ if pid=$(running_daemon "$REG_PID_FILE"); then
     info "the registry $pid does not answer on port '${port}' or has another configuration: restarting it"
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do running_daemon "$REG_PID_FILE" >/dev/null || break; sleep 0.1; done
+    if running_daemon "$REG_PID_FILE" >/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
     rm -f "$REG_PID_FILE"
   fi
 fi
@@ -428,8 +430,11 @@ stringData:
   url: oci://$REGISTRY
   insecureOCIForceHttp: "true"
 SECRET
+# The secret goes through a file, not kubectl's command line (which other local users can read).
+(umask 077 && printf '{"stringData": {"webhook.registry.secret": "%s"}}\n' "$(cat "$REG_WEBHOOK_SECRET_FILE")" >"$WORK/webhook-patch.json")
 "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n capstan patch secret capstan-secret --type merge \
-  -p "{\"stringData\": {\"webhook.registry.secret\": \"$(cat "$REG_WEBHOOK_SECRET_FILE")\"}}" >/dev/null
+  --patch-file "$WORK/webhook-patch.json" >/dev/null
+rm -f "$WORK/webhook-patch.json"
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
   sed "s|HELM_REPOSITORY|$HELM_REPOSITORY|g; s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -

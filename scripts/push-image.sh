@@ -7,7 +7,7 @@
 #   scripts/push-image.sh 127.0.0.1:PORT/REPOSITORY:TAG
 #
 # The playground's registry (scripts/playground.sh) is open on loopback; this script only ever talks
-# to 127.0.0.1 or localhost. The simulated nodes of the playground never run the image: it only has to
+# to 127.0.0.1. The simulated nodes of the playground never run the image: it only has to
 # exist in the registry for the image updater to see its tag.
 set -euo pipefail
 
@@ -17,10 +17,11 @@ ref=$1
 host=${ref%%/*}
 rest=${ref#*/}
 [ "$rest" != "$ref" ] || die "no repository in '$ref'"
-case "$host" in
-  127.0.0.1:* | localhost:*) ;;
-  *) die "'$host' is not a loopback registry (127.0.0.1:PORT or localhost:PORT)" ;;
-esac
+# 127.0.0.1 only, spelled as the registry's address (the ImageUpdater's image names it so, and a
+# registry notification names the host the client used); the whole host is matched, so nothing like
+# `127.0.0.1:1@elsewhere` passes.
+[[ "$host" =~ ^127\.0\.0\.1:[0-9]{1,5}$ ]] || die "'$host' is not a loopback registry (127.0.0.1:PORT)"
+
 repository=${rest%:*}
 tag=${rest##*:}
 [ "$repository" != "$rest" ] || die "no tag in '$ref'"

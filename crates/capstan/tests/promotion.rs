@@ -323,8 +323,19 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
     assert_eq!(for_dev.status, 200, "{}", for_dev.body);
     assert_eq!(for_dev.json()["promoteTargets"], json!([]), "{}", for_dev.body);
 
-    // The promotion: one commit changing production's imageTag only, comments kept.
-    let done = ops.post("/api/promotions", promote.clone());
+    // Confirming a preview whose source revision is no longer staging's: 409, nothing committed.
+    let mut stale = promote.clone();
+    stale["expectedSourceRevision"] = json!("0000000000000000000000000000000000000000");
+    let moved = ops.post("/api/promotions", stale);
+    assert_eq!(moved.status, 409, "{}", moved.body);
+    assert!(moved.body.contains("preview the promotion again"), "{}", moved.body);
+    assert_eq!(head(&bare), before, "a stale confirmation commits nothing");
+
+    // The promotion (confirming the preview above): one commit changing production's imageTag
+    // only, comments kept.
+    let mut confirmed = promote.clone();
+    confirmed["expectedSourceRevision"] = plan["sourceRevision"].clone();
+    let done = ops.post("/api/promotions", confirmed);
     assert_eq!(done.status, 200, "{}", done.body);
     let answer = done.json();
     assert_eq!(answer["result"], "promoted");
@@ -454,9 +465,12 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
             && promotions.contains(&promoted[..12]),
         "{table}"
     );
+    let lab_history = capstan(&kc, &["app", "history", "lab-staging"]);
+    assert!(lab_history.status.success(), "{}", text(&lab_history));
     assert!(
-        !text(&capstan(&kc, &["app", "history", "lab-staging"])).contains("PROMOTIONS"),
-        "no promotions of lab yet"
+        !text(&lab_history).contains("PROMOTIONS"),
+        "no promotions of lab yet: {}",
+        text(&lab_history)
     );
 
     // A source that is not Synced and Healthy: 409 naming its state; --force needs a reason.

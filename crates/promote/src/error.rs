@@ -49,6 +49,16 @@ pub enum PromoteError {
         /// The target environment.
         to: String,
     },
+    /// The source Application's synced revision is not the one the caller previewed.
+    #[error("{app} is now at revision {now}, not {expected} as previewed: preview the promotion again")]
+    SourceMoved {
+        /// The source Application.
+        app: String,
+        /// The revision the caller saw.
+        expected: String,
+        /// The revision it is at now.
+        now: String,
+    },
     /// A file does not exist at the revision read.
     #[error("{path}: no such file at {revision}")]
     MissingFile {
@@ -103,7 +113,9 @@ impl PromoteError {
         match self {
             PromoteError::BadRequest(_) => ErrorKind::BadRequest,
             PromoteError::NotFound(_) => ErrorKind::NotFound,
-            PromoteError::SourceNotReady { .. } | PromoteError::Backwards { .. } => ErrorKind::Conflict,
+            PromoteError::SourceNotReady { .. } | PromoteError::Backwards { .. } | PromoteError::SourceMoved { .. } => {
+                ErrorKind::Conflict
+            }
             PromoteError::MissingFile { .. } | PromoteError::MissingKey { .. } | PromoteError::BadFile { .. } => {
                 ErrorKind::Unprocessable
             }

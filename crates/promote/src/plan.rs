@@ -70,6 +70,12 @@ impl Promoter {
     /// cannot override (names, unknown environments, a missing Application, file or key); the
     /// overridable ones are in [`Plan::check_failure`].
     pub async fn plan(&self, request: &PromoteRequest) -> Result<Plan, PromoteError> {
+        self.plan_checked(request, false).await
+    }
+
+    /// [`Promoter::plan`]; with `refuse`, a failing overridable check is returned as the error
+    /// before anything is read from Git.
+    pub(crate) async fn plan_checked(&self, request: &PromoteRequest, refuse: bool) -> Result<Plan, PromoteError> {
         let pipeline = find_pipeline(&self.client, &self.namespace, request.pipeline.as_deref()).await?;
         let name = pipeline.metadata.name.clone().unwrap_or_default();
         let spec = pipeline.spec;
@@ -87,6 +93,9 @@ impl Promoter {
             .ok_or_else(|| PromoteError::NotFound(format!("Application {source_app:?}")))?;
         let revision = check::check_source(&source, true)?;
         let check_failure = backwards.or_else(|| check::check_source(&source, false).err());
+        if refuse && let Some(failure) = check_failure {
+            return Err(failure);
+        }
 
         let credentials = capstan_cluster::repository::for_repo(&self.client, &self.namespace, &spec.repo_url)
             .await
@@ -105,7 +114,7 @@ impl Promoter {
             .map_err(|err| match err {
                 PromoteError::NotFound(_) => PromoteError::NotFound(format!(
                     "{source_app}'s synced revision {source_revision} in {} (does it deploy from another repository?)",
-                    spec.repo_url
+                    capstan_source::redact(&spec.repo_url, &credentials.secrets())
                 )),
                 err => err,
             })?;

@@ -30,6 +30,9 @@ pub struct PromoteRequest {
     pub reason: String,
     /// Who promotes: the commit's author and the history's user.
     pub user: String,
+    /// The source revision a preview showed: the promotion is refused if the source Application
+    /// has moved since, so what is committed is what was confirmed.
+    pub expected_source_revision: Option<String>,
 }
 
 /// What a promotion did.
@@ -86,7 +89,17 @@ impl Promoter {
         if request.user.trim().is_empty() {
             return Err(PromoteError::BadRequest("the promoting user is unknown".into()));
         }
-        let mut plan = self.plan(request).await?;
+        // Without force a failing check refuses before anything is read from Git.
+        let mut plan = self.plan_checked(request, !request.force).await?;
+        if let Some(expected) = request.expected_source_revision.as_deref().filter(|e| !e.is_empty())
+            && expected != plan.source_revision
+        {
+            return Err(PromoteError::SourceMoved {
+                app: plan.source_app,
+                expected: expected.to_string(),
+                now: plan.source_revision,
+            });
+        }
         let forced = match plan.check_failure.take() {
             Some(failure) if !request.force => return Err(failure),
             Some(_) => true,
@@ -138,10 +151,11 @@ impl Promoter {
             forced,
             reason: if forced { reason.to_string() } else { String::new() },
         };
-        history::append(&self.client, &self.namespace, &plan.pipeline, record.clone()).await?;
         // The target's Application gets the new values through its ApplicationSet's Git generator:
-        // both look at Git now rather than at their next poll.
+        // both look at Git now rather than at their next poll (first: the commit is made, whatever
+        // happens to the history entry).
         capstan_kube::refresh_readers(&self.client, &self.namespace, &plan.spec.repo_url).await;
+        history::append(&self.client, &self.namespace, &plan.pipeline, record.clone()).await?;
         Ok(Outcome::Promoted {
             pipeline: plan.pipeline,
             record: Box::new(record),

@@ -2564,6 +2564,12 @@ export interface components {
         /** @description Body of `POST /api/promotions`. */
         PromoteBody: {
             /**
+             * @description The `sourceRevision` of the preview the caller confirmed: refused with 409 if the source
+             *     Application has moved since.
+             * @default null
+             */
+            expectedSourceRevision: string | null;
+            /**
              * @description Override a failing check (the source not Synced and Healthy, a backwards promotion).
              * @default false
              */

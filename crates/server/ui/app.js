@@ -1066,7 +1066,9 @@ function promoteDialogView(page, d, close) {
       update();
       await act(async () => {
         /** @type {PromoteAnswer} */
-        const r = await api('POST', '/api/promotions', { pipeline: t.pipeline, service: t.service, from: t.from, to: t.to, force, reason });
+        // The revision this preview read: if the source moved since, the server refuses (409) rather
+        // than commit something other than what was confirmed.
+        const r = await api('POST', '/api/promotions', { pipeline: t.pipeline, service: t.service, from: t.from, to: t.to, force, reason, expectedSourceRevision: p.sourceRevision });
         d.result = r;
         loadPromotions(page);
       });

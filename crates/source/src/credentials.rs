@@ -27,7 +27,7 @@ impl Credentials {
     }
 
     /// The secret values, for redaction.
-    pub(crate) fn secrets(&self) -> Vec<&str> {
+    pub fn secrets(&self) -> Vec<&str> {
         [self.password.as_deref(), self.ssh_private_key.as_deref()]
             .into_iter()
             .flatten()

@@ -80,6 +80,7 @@ pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
         force: args.force,
         reason: args.reason.unwrap_or_default(),
         user: format!("cli:{}", login_name()),
+        expected_source_revision: None,
     };
     let promoter = Promoter::new(client, args.namespace);
     if args.dry_run {

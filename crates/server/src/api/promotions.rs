@@ -40,6 +40,10 @@ pub struct PromoteBody {
     /// Why the checks are overridden (required with `force`, recorded in the commit message).
     #[serde(default)]
     reason: String,
+    /// The `sourceRevision` of the preview the caller confirmed: refused with 409 if the source
+    /// Application has moved since.
+    #[serde(default, rename = "expectedSourceRevision")]
+    expected_source_revision: Option<String>,
 }
 
 /// What a promotion did.
@@ -115,6 +119,10 @@ async fn authorized_request(state: &State, auth: &Auth, body: PromoteBody) -> Re
     capstan_promote::check_names(&pipeline.spec, &body.service, &body.from, &body.to).map_err(api_error)?;
     let target = pipeline.spec.application(&body.service, &body.to);
     authorized(state, auth, &target, Role::Promote)?;
+    // The source's state and values are shown too: the caller must be able to read it (not found
+    // otherwise, as for any Application the caller may not see).
+    let source = pipeline.spec.application(&body.service, &body.from);
+    authorized(state, auth, &source, Role::ReadOnly)?;
     Ok(PromoteRequest {
         pipeline: Some(pipeline_name),
         service: body.service,
@@ -123,6 +131,7 @@ async fn authorized_request(state: &State, auth: &Auth, body: PromoteBody) -> Re
         force: body.force,
         reason: body.reason,
         user: auth.principal.name.clone(),
+        expected_source_revision: body.expected_source_revision,
     })
 }
 
