@@ -144,6 +144,17 @@ free_port() {
   die "no free loopback port found"
 }
 
+# Wait up to 10 s for `CHECK PORT` to succeed while the process of PID_FILE runs: 0 once it answers,
+# 1 if it exits or never answers.
+wait_up() { # CHECK PID_FILE PORT
+  for _ in $(seq 100); do
+    "$1" "$3" && return 0
+    running_daemon "$2" >/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
 step "Serving $GIT_BASE over git:// (fetch and push)"
 # What the daemon is started with; a daemon started by an older playground without it is replaced.
 DAEMON_FEATURES="receive-pack"
@@ -178,11 +189,7 @@ if [ -z "$PORT" ]; then
     pid=$!
     ticks=$(start_ticks "$pid" || echo 0)
     printf '%s %s\n' "$pid" "$ticks" >"$PID_FILE"
-    for _ in $(seq 100); do
-      if serves "$port"; then PORT=$port; break; fi
-      running_daemon >/dev/null || break
-      sleep 0.1
-    done
+    if wait_up serves "$PID_FILE" "$port"; then PORT=$port; fi
     if [ -n "$PORT" ]; then break; fi
     info "git daemon on port $port did not come up (attempt $attempt); log: $DAEMON_LOG"
     if running_daemon >/dev/null; then kill -TERM "$pid" 2>/dev/null || true; fi
@@ -234,11 +241,7 @@ if [ -z "$CHARTS_PORT" ]; then
     setsid python3 -m http.server --bind 127.0.0.1 --directory "$CHARTS" "$port" </dev/null >>"$CHARTS_LOG" 2>&1 &
     pid=$!
     printf '%s %s\n' "$pid" "$(start_ticks "$pid" || echo 0)" >"$CHARTS_PID_FILE"
-    for _ in $(seq 100); do
-      if serves_charts "$port"; then CHARTS_PORT=$port; break; fi
-      running_daemon "$CHARTS_PID_FILE" >/dev/null || break
-      sleep 0.1
-    done
+    if wait_up serves_charts "$CHARTS_PID_FILE" "$port"; then CHARTS_PORT=$port; fi
     if [ -n "$CHARTS_PORT" ]; then break; fi
     info "the Helm repository server on port $port did not come up (attempt $attempt); log: $CHARTS_LOG"
     kill -TERM "$pid" 2>/dev/null || true
@@ -282,11 +285,7 @@ if [ -z "$BAO_PORT" ]; then
     </dev/null >>"$BAO_LOG" 2>&1 &
   pid=$!
   printf '%s %s\n' "$pid" "$(start_ticks "$pid" || echo 0)" >"$BAO_PID_FILE"
-  for _ in $(seq 100); do
-    if bao_up "$port"; then BAO_PORT=$port; break; fi
-    running_daemon "$BAO_PID_FILE" >/dev/null || break
-    sleep 0.1
-  done
+  if wait_up bao_up "$BAO_PID_FILE" "$port"; then BAO_PORT=$port; fi
   [ -n "$BAO_PORT" ] || { tail -n 20 "$BAO_LOG" >&2; die "OpenBao did not start"; }
   printf '%s\n' "$BAO_PORT" >"$BAO_PORT_FILE"
 fi
@@ -366,11 +365,7 @@ if [ -z "$REG_PORT" ]; then
   setsid env -i PATH=/usr/bin:/bin "$REGISTRY_BIN" serve "$REG_DIR/config.yml" </dev/null >>"$REG_LOG" 2>&1 &
   pid=$!
   printf '%s %s\n' "$pid" "$(start_ticks "$pid" || echo 0)" >"$REG_PID_FILE"
-  for _ in $(seq 100); do
-    if registry_up "$port"; then REG_PORT=$port; break; fi
-    running_daemon "$REG_PID_FILE" >/dev/null || break
-    sleep 0.1
-  done
+  if wait_up registry_up "$REG_PID_FILE" "$port"; then REG_PORT=$port; fi
   [ -n "$REG_PORT" ] || { tail -n 20 "$REG_LOG" >&2; die "the registry did not start"; }
   printf '%s\n' "$REG_PORT" >"$REG_PORT_FILE"
 fi
