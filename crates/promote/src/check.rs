@@ -87,11 +87,13 @@ pub fn check_source(app: &Application, force: bool) -> Result<Option<String>, Pr
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use capstan_api::promotion::Environment;
 
-    fn spec() -> PromotionPipelineSpec {
+    /// A pipeline `dev` → `staging` → `production` over `services/{service}/{env}.yaml` (shared with
+    /// the other modules' tests).
+    pub(crate) fn spec() -> PromotionPipelineSpec {
         PromotionPipelineSpec {
             repo_url: "git://x/r.git".into(),
             path: "services/{service}/{env}.yaml".into(),

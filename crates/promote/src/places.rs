@@ -124,23 +124,14 @@ pub async fn pipelines(client: &kube::Client, namespace: &str) -> Result<Vec<Pro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capstan_api::promotion::{Environment, PromotionPipelineStatus};
+    use capstan_api::promotion::PromotionPipelineStatus;
 
     fn pipeline(application: &str) -> PromotionPipeline {
         let mut p = PromotionPipeline::new(
             "services",
             PromotionPipelineSpec {
-                repo_url: "git://x/r.git".into(),
-                path: "s/{service}/{env}.yaml".into(),
                 application: application.into(),
-                environments: ["dev", "staging", "production"]
-                    .iter()
-                    .map(|n| Environment {
-                        name: n.to_string(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
+                ..crate::check::tests::spec()
             },
         );
         let record = |service: &str, from: &str, to: &str, time: &str| PromotionRecord {
