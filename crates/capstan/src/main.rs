@@ -23,6 +23,10 @@ struct Cli {
         default_value = "warn,kube_client::client::builder=off"
     )]
     log: String,
+    /// Run helm, kustomize, git and the Jsonnet worker even where the kernel cannot confine them
+    /// (no Landlock, or one too old to restrict network access). Off: such renders are refused.
+    #[arg(long, global = true, env = "CAPSTAN_ALLOW_UNCONFINED_TOOLS")]
+    allow_unconfined_tools: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,6 +68,21 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     init_tracing(&cli.log);
+    if cli.allow_unconfined_tools {
+        capstan_sandbox::Enforcement::AllowUnconfined.set();
+    }
+    if matches!(cli.command, Command::Controller(_) | Command::Server(_)) {
+        let support = capstan_sandbox::KernelSupport::current();
+        match support.missing() {
+            None => eprintln!("capstan: {}", support.describe()),
+            Some(missing) if cli.allow_unconfined_tools => {
+                eprintln!("capstan: warning: {missing}; tools run unconfined (--allow-unconfined-tools)")
+            }
+            Some(missing) => eprintln!(
+                "capstan: warning: {missing}; repositories will not be rendered (start with --allow-unconfined-tools to render them unconfined)"
+            ),
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {

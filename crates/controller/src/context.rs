@@ -119,7 +119,7 @@ impl Ctx {
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(capstan_redact::scrub(&note)),
             action: "Sync".into(),
             secondary: None,
         };

@@ -61,6 +61,9 @@ pub async fn write_status(
             .retain(|c| !matches!(c.type_.as_str(), "ComparisonError" | "InvalidSpecError"));
         set_condition(status, type_, message);
     }
+    // No secret value (decrypted, or from a secret store) reaches the stored status, whichever
+    // message quoted it; scrubbed before comparing, so the stored form is what is compared.
+    *status = capstan_redact::scrub_serde(std::mem::take(status));
     let mut compare_before = before.clone();
     compare_before.reconciled_at = None;
     let forced = status.reconciled_at.is_some() && status.reconciled_at != before.reconciled_at;
@@ -81,7 +84,8 @@ pub async fn patch_status(ctx: &Ctx, app: &mut Application, status: &Application
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
     let to_json = |s: &ApplicationStatus| serde_json::to_value(s).unwrap_or(serde_json::Value::Null);
     let before = app.status.as_ref().map(to_json).unwrap_or(serde_json::Value::Null);
-    let patch = json!({"status": merge_patch(&before, &to_json(status))});
+    let mut patch = json!({"status": merge_patch(&before, &to_json(status))});
+    capstan_redact::scrub_json(&mut patch);
     let stored = api
         .patch_status(&app.name_any(), &PatchParams::default(), &Patch::Merge(patch))
         .await

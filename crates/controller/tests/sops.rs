@@ -181,3 +181,56 @@ async fn a_sops_encrypted_secret_is_applied_decrypted_and_a_bad_file_changes_not
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tool_error_quoting_a_decrypted_value_reaches_no_status_or_event() -> anyhow::Result<()> {
+    // A chart whose template fails with a value of an encrypted value file: helm's own error message
+    // quotes the plaintext. The condition says what failed, with the value scrubbed.
+    const LEAKED: &str = "sops-quoted-9c2b7e41";
+    let env = Env::shared().await?;
+    let key = AgeKey::generate();
+    key_secret(&env, "leak-age", &key).await?;
+    env.git.create_repo("sops-leak")?;
+    let values = encrypt("secrets.yaml", &format!("token: {LEAKED}\n"), &[&key], &[])?;
+    env.git.commit(
+        "sops-leak",
+        "main",
+        &[
+            ("app/Chart.yaml", Some("apiVersion: v2\nname: leak\nversion: 0.1.0\n")),
+            (
+                "app/templates/cm.yaml",
+                Some("{{ fail (printf \"bad token %s\" .Values.token) }}\n"),
+            ),
+            ("app/secrets.yaml", Some(&values)),
+        ],
+        "a chart that quotes its secret",
+    )?;
+    let mut app = sops_app(
+        "sops-leak",
+        &env.git.git_url("sops-leak"),
+        "sops-leak-ns",
+        "leak-age",
+        "default",
+    );
+    app["spec"]["source"]["helm"] = json!({"valueFiles": ["secrets.yaml"]});
+    env.create_app(app).await?;
+    let failed = env
+        .wait_app("sops-leak", "comparison error", Duration::from_secs(90), |a| {
+            condition(a, "ComparisonError").is_some()
+        })
+        .await?;
+    let message = condition(&failed, "ComparisonError").unwrap_or_default();
+    assert!(
+        message.contains("bad token ***"),
+        "the tool's message, scrubbed: {message}"
+    );
+    assert!(!serde_json::to_string(&failed)?.contains(LEAKED), "{message}");
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(env.client.clone(), &env.ns)
+        .list(&Default::default())
+        .await?;
+    assert!(
+        !serde_json::to_string(&events.items)?.contains(LEAKED),
+        "no event quotes the value"
+    );
+    Ok(())
+}

@@ -10,6 +10,9 @@ pub enum RenderError {
     /// first); see [`RenderError::root`] for what it is.
     #[error(transparent)]
     Shared(std::sync::Arc<RenderError>),
+    /// A tool could not be confined by the kernel (see `capstan_sandbox`), so it did not run.
+    #[error(transparent)]
+    Sandbox(#[from] capstan_sandbox::SandboxError),
     /// A path in the source (or a file it references) is absolute.
     #[error("path {path:?} is absolute; only paths inside the repository are allowed")]
     AbsolutePath {
@@ -249,6 +252,24 @@ pub enum RenderError {
         /// Why.
         #[source]
         source: capstan_sops::SopsError,
+    },
+    /// Symlinks to files would add more than the budget to a scratch copy of the repository.
+    #[error(
+        "symlink {link:?}: the files that symlinks point to add more than {limit_mib} MiB to a copy of the repository"
+    )]
+    LinkedCopyTooLarge {
+        /// The symlink at which the budget ran out, relative to the repository root.
+        link: String,
+        /// The budget.
+        limit_mib: u64,
+    },
+    /// A kustomization Capstan cannot read completely, so it cannot check what Kustomize would read.
+    #[error("kustomization {file} is refused: {message}")]
+    UnsupportedKustomization {
+        /// The kustomization, relative to the repository root.
+        file: String,
+        /// What Capstan could not understand, and where.
+        message: String,
     },
     /// A kustomization's `helmCharts` or `helmGlobals` entry that cannot be used safely.
     #[error("{file}: {message}")]

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use capstan_api::application::{ApplicationSourceHelm, HelmParameter};
 use serde_json::Value;
-use tokio::process::Command;
 
 use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
+use crate::tools::Tool;
 use crate::{RenderError, blocking, manifests, tools};
 
 /// What to render.
@@ -91,13 +91,13 @@ pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
     };
     let homes = prepared.scratch.path().join("helm");
     if prepared.build_dependencies {
-        let mut cmd = helm_command(&job.binary, &homes);
+        let mut cmd = helm_command(&job, &prepared, &homes);
         cmd.args(["dependency", "build", "--skip-refresh", "--"])
             .arg(&prepared.chart_dir)
             .current_dir(&prepared.chart_dir);
         tools::run(cmd, "helm dependency build", &job.app_rel, job.timeout).await?;
     }
-    let mut cmd = helm_command(&job.binary, &homes);
+    let mut cmd = helm_command(&job, &prepared, &homes);
     cmd.current_dir(&prepared.chart_dir)
         .args(template_args(&job, &prepared.chart_dir, &prepared.values_files));
     let output = tools::run(cmd, "helm template", &job.app_rel, job.timeout).await?;
@@ -105,10 +105,16 @@ pub(crate) async fn render(job: HelmJob) -> Result<Vec<Value>, RenderError> {
     manifests::parse_yaml_stream(&output, &format!("output of helm template for path '{}'", job.app_rel))
 }
 
-/// A `helm` command isolated from the controller's environment and the user's Helm configuration:
-/// only a scrubbed environment ([`tools::sandboxed`]), with Helm's homes in the scratch directory.
-fn helm_command(binary: &Path, homes: &Path) -> Command {
-    let mut cmd = tools::sandboxed(binary, homes);
+/// A `helm` run isolated from the controller's environment and the user's Helm configuration: a
+/// scrubbed environment ([`tools::sandboxed`]) with Helm's homes in the scratch directory, confined
+/// to reading the chart's checkout and the `$ref` sources' and writing only its scratch (value files,
+/// a copy whose dependencies it builds).
+fn helm_command(job: &HelmJob, prepared: &Prepared, homes: &Path) -> Tool {
+    let mut cmd = tools::sandboxed(&job.binary, homes);
+    cmd.write(prepared.scratch.path()).read(&job.root);
+    for (_, root) in &job.refs {
+        cmd.read(root);
+    }
     cmd.env("HELM_CACHE_HOME", homes.join("cache"))
         .env("HELM_CONFIG_HOME", homes.join("config"))
         .env("HELM_DATA_HOME", homes.join("data"));
@@ -513,6 +519,38 @@ mod tests {
             value: value.into(),
             force_string,
         }
+    }
+
+    #[test]
+    fn capabilities_are_glued_to_their_flags() {
+        let job = HelmJob {
+            binary: PathBuf::from("helm"),
+            root: PathBuf::from("/r"),
+            app_rel: ".".into(),
+            options: ApplicationSourceHelm::default(),
+            release: "web".into(),
+            namespace: "-n".into(),
+            kube_version: Some("--post-renderer=x".into()),
+            api_versions: vec!["--post-renderer=y".into()],
+            timeout: Duration::from_secs(1),
+            refs: Vec::new(),
+            dependencies: Vec::new(),
+        };
+        let args: Vec<String> = template_args(&job, Path::new("/r/chart"), &[])
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(args.contains(&"--namespace=-n".to_string()), "{args:?}");
+        assert!(
+            args.contains(&"--kube-version=--post-renderer=x".to_string()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"--api-versions=--post-renderer=y".to_string()),
+            "{args:?}"
+        );
+        assert!(!args.iter().any(|a| a.starts_with("--post-renderer")), "{args:?}");
+        assert_eq!(args[args.len() - 3..], ["--", "web", "/r/chart"]);
     }
 
     #[test]

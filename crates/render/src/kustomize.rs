@@ -5,7 +5,7 @@
 //! `--enable-helm` and Capstan's helm; those from a chart repository are fetched by the caller from
 //! registered repositories and vendored where Kustomize looks for them ([`crate::kustomize_charts`]).
 //! `spec.source.kustomize` options are applied with `kustomize edit` in a scratch copy of the
-//! repository, never in the shared checkout. Kustomize runs sandboxed ([`tools::sandboxed`]), every
+//! repository, never in the shared checkout. Kustomize runs confined by the kernel ([`tools::sandboxed`]), every
 //! value from the Application follows `--`.
 
 use std::collections::HashSet;
@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::kustomize_charts::{self, HelmChart};
 use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
-use crate::{RenderError, blocking, manifests, tools};
+use crate::{RenderError, blocking, kustomization, manifests, tools};
 
 /// The file names Kustomize accepts, in its order of preference.
 pub const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
@@ -100,6 +100,7 @@ pub(crate) async fn render(job: KustomizeJob, root: &Path, app_rel: &str) -> Res
     if let Some(k) = &options {
         for args in edit_commands(k) {
             let mut cmd = tools::sandboxed(&binary, &home);
+            cmd.write(scratch.path());
             cmd.arg("edit").args(&args).current_dir(&app_dir);
             let command = format!(
                 "kustomize edit {}",
@@ -109,13 +110,19 @@ pub(crate) async fn render(job: KustomizeJob, root: &Path, app_rel: &str) -> Res
         }
     }
     let mut cmd = tools::sandboxed(&binary, &home);
-    cmd.args(["build", "--load-restrictor=LoadRestrictionsRootOnly"]);
+    // Kustomize reads the overlay (the checkout, or the scratch copy it was edited in) and writes
+    // only its scratch; it may start Capstan's helm and nothing else.
+    cmd.write(scratch.path()).read(&work_root);
     if uses_helm {
         let helm = match helm {
             Some(helm) => helm,
             None => tools::find("helm")?,
         };
+        cmd.exec(&std::fs::canonicalize(&helm).unwrap_or_else(|_| helm.clone()));
+        cmd.args(["build", "--load-restrictor=LoadRestrictionsRootOnly"]);
         cmd.arg("--enable-helm").arg("--helm-command").arg(helm);
+    } else {
+        cmd.args(["build", "--load-restrictor=LoadRestrictionsRootOnly"]);
     }
     cmd.arg("--").arg(&app_dir).current_dir(&work_root);
     let output = tools::run(cmd, "kustomize build", app_rel, timeout).await?;
@@ -177,14 +184,24 @@ fn check_references(
     let Some(file) = kustomization_file(dir) else {
         return Ok(());
     };
-    let Ok(text) = std::fs::read_to_string(&file) else {
-        return Ok(());
-    };
-    // An unparsable kustomization is Kustomize's to report, with its own message.
-    let Ok(doc) = manifests::parse_yaml_value(&text) else {
-        return Ok(());
-    };
     let file_label = display_rel(root, &file);
+    // Bounded like a manifest: the file is read whole.
+    let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    if size > crate::directory::MAX_MANIFEST_FILE_BYTES {
+        return Err(RenderError::UnsupportedKustomization {
+            file: file_label,
+            message: format!(
+                "it is larger than {} MiB",
+                crate::directory::MAX_MANIFEST_FILE_BYTES >> 20
+            ),
+        });
+    }
+    let text = std::fs::read_to_string(&file).map_err(|e| RenderError::UnsupportedKustomization {
+        file: file_label.clone(),
+        message: format!("it cannot be read as UTF-8 text: {e}"),
+    })?;
+    // What Capstan cannot read completely is refused, never handed to Kustomize unchecked.
+    let doc = kustomization::read(&text, &file_label)?;
     charts.extend(kustomize_charts::entries(root, dir, &file_label, &doc)?);
     for reference in references(&doc) {
         if is_remote(reference) {

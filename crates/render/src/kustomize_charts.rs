@@ -90,6 +90,7 @@ pub(crate) fn entries(root: &Path, dir: &Path, file: &str, doc: &Value) -> Resul
                 truncate(&repo)
             )));
         }
+        check_arguments(chart, i).map_err(invalid)?;
         let target = if version.is_empty() {
             home.join(&name)
         } else {
@@ -104,6 +105,96 @@ pub(crate) fn entries(root: &Path, dir: &Path, file: &str, doc: &Value) -> Resul
         });
     }
     Ok(out)
+}
+
+/// Check the fields of a `helmCharts` entry that Kustomize puts on helm's command line against their
+/// grammar (Kustomize passes the release name as a positional argument, where `--post-renderer=…`
+/// would be an option): the release name as Helm checks it, the namespace as a DNS-1123 label, the
+/// Kubernetes version and API versions as versions, `valuesMerge` as one of its three words.
+/// `nameTemplate` (a Go template Helm runs) is not supported. The kernel confines helm whatever it
+/// is told; this makes the refusal clear and early.
+fn check_arguments(chart: &Value, i: usize) -> Result<(), String> {
+    let text = |key: &str| chart.get(key).and_then(Value::as_str).unwrap_or_default();
+    let release = text("releaseName");
+    if !release.is_empty() {
+        crate::helm::check_release_name(release).map_err(|e| format!("helmCharts[{i}].releaseName: {e}"))?;
+    }
+    let namespace = text("namespace");
+    if !namespace.is_empty() && !is_dns_label(namespace) {
+        return Err(format!(
+            "helmCharts[{i}].namespace {:?} is not a namespace name (a DNS-1123 label)",
+            truncate(namespace)
+        ));
+    }
+    let kube = text("kubeVersion");
+    if !kube.is_empty() && !is_version(kube) {
+        return Err(format!(
+            "helmCharts[{i}].kubeVersion {:?} is not a Kubernetes version",
+            truncate(kube)
+        ));
+    }
+    if let Some(Value::Array(apis)) = chart.get("apiVersions") {
+        for (j, api) in apis.iter().enumerate() {
+            let api = api.as_str().unwrap_or_default();
+            if !is_api_version(api) {
+                return Err(format!(
+                    "helmCharts[{i}].apiVersions[{j}] {:?} is not an API version (group/version[/Kind])",
+                    truncate(api)
+                ));
+            }
+        }
+    }
+    let merge = text("valuesMerge");
+    if !merge.is_empty() && !["merge", "override", "replace"].contains(&merge) {
+        return Err(format!(
+            "helmCharts[{i}].valuesMerge {:?} must be merge, override or replace",
+            truncate(merge)
+        ));
+    }
+    if !text("nameTemplate").is_empty() {
+        return Err(format!(
+            "helmCharts[{i}].nameTemplate is not supported (it is a template Helm runs); set releaseName"
+        ));
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label: at most 63 lower-case letters, digits and `-`, starting and ending with an
+/// alphanumeric.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// `v1.30`, `1.30.2`, `v1.30.0-rc.1+k3s1`.
+fn is_version(s: &str) -> bool {
+    let core = s.strip_prefix('v').unwrap_or(s);
+    let (core, extra) = match core.find(['-', '+']) {
+        Some(at) => core.split_at(at),
+        None => (core, ""),
+    };
+    let parts: Vec<&str> = core.split('.').collect();
+    (1..=3).contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && extra
+            .bytes()
+            .skip(1)
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'+')
+}
+
+/// `v1`, `apps/v1`, `monitoring.coreos.com/v1/ServiceMonitor`.
+fn is_api_version(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'/')
 }
 
 /// Put each chart that is not in the repository where Kustomize looks for it: `fetched` holds
@@ -168,6 +259,34 @@ fn is_chart_repository(repo: &str) -> bool {
 
 fn truncate(s: &str) -> String {
     s.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod argument_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn fields_on_helms_command_line_follow_their_grammar() {
+        let ok = json!({"name": "a", "releaseName": "web", "namespace": "prod", "kubeVersion": "v1.30.2",
+                        "apiVersions": ["monitoring.coreos.com/v1/ServiceMonitor"], "valuesMerge": "merge"});
+        assert_eq!(check_arguments(&ok, 0), Ok(()));
+        for (key, value) in [
+            ("releaseName", json!("--post-renderer=./evil.sh")),
+            ("releaseName", json!("-f")),
+            ("namespace", json!("--kubeconfig=/x")),
+            ("kubeVersion", json!("--post-renderer=x")),
+            ("valuesMerge", json!("--x")),
+            ("nameTemplate", json!("{{ env \"HOME\" }}")),
+        ] {
+            let mut bad = ok.clone();
+            bad[key] = value;
+            let err = check_arguments(&bad, 0).unwrap_err();
+            assert!(err.contains(key), "{err}");
+        }
+        let bad = json!({"name": "a", "apiVersions": ["--post-renderer=x"]});
+        assert!(check_arguments(&bad, 0).unwrap_err().contains("apiVersions[0]"));
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ mod error;
 pub mod helm;
 pub mod hooks;
 pub mod jsonnet;
+mod kustomization;
 pub mod kustomize;
 mod kustomize_charts;
 mod manifests;

@@ -48,6 +48,11 @@ pub(crate) fn parse_yaml_value(text: &str) -> Result<Value, ValueError> {
     }
 }
 
+/// Parse a multi-document YAML stream into its documents, as they are (empty ones are `null`).
+pub(crate) fn parse_yaml_stream_raw(text: &str) -> Result<Vec<Value>, serde_saphyr::Error> {
+    serde_saphyr::from_str_multiple_with_options(text, options())
+}
+
 /// Parse a multi-document YAML stream into objects. `origin` names the file or tool output in errors;
 /// for tool output the `# Source:` comment Helm writes before each document is named too.
 pub(crate) fn parse_yaml_stream(text: &str, origin: &str) -> Result<Vec<Value>, RenderError> {

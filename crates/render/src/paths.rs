@@ -204,11 +204,18 @@ fn check_symlink(root: &Path, link: &Path) -> Result<Option<PathBuf>, RenderErro
     }
 }
 
+/// Most bytes that symlinks to files may add to one copy of a repository.
+pub(crate) const MAX_LINKED_COPY_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Copy the checkout at canonical `src` (without `.git`) to `dst`, which must not exist. Symlinks to
-/// files become copies; symlinks to directories are recreated pointing at the same place in the copy,
-/// so nothing in the copy leads back into the shared checkout. Dangling symlinks are left out.
+/// files become copies (at most [`MAX_LINKED_COPY_BYTES`] in all); symlinks to directories are
+/// recreated pointing at the same place in the copy, so nothing in the copy leads back into the
+/// shared checkout. Dangling symlinks are left out.
 pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<(), RenderError> {
     std::fs::create_dir_all(dst).map_err(|e| RenderError::io(format!("cannot create {}", dst.display()), e))?;
+    // Each symlink to a file becomes a copy of the file, so a few bytes of links could write
+    // gigabytes (a 532 KiB repository once wrote 2.44 GiB per render); what links add is bounded.
+    let mut linked_left = MAX_LINKED_COPY_BYTES;
     let mut queue = VecDeque::from([PathBuf::new()]);
     while let Some(rel) = queue.pop_front() {
         let dir = src.join(&rel);
@@ -237,6 +244,13 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> Result<(), RenderError> {
                     std::os::unix::fs::symlink(dst.join(inside), &to)
                         .map_err(|e| RenderError::io(format!("cannot create symlink {}", to.display()), e))?;
                 } else {
+                    let size = std::fs::metadata(&target).map(|m| m.len()).unwrap_or(0);
+                    linked_left = linked_left
+                        .checked_sub(size)
+                        .ok_or_else(|| RenderError::LinkedCopyTooLarge {
+                            link: rel_child.display().to_string(),
+                            limit_mib: MAX_LINKED_COPY_BYTES >> 20,
+                        })?;
                     copy_file(&target, &to)?;
                 }
             } else if file_type.is_file() {

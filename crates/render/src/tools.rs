@@ -1,8 +1,11 @@
 //! The external rendering tools: finding the `helm` and `kustomize` binaries (in
 //! `$CAPSTAN_CACHE/bin`, default `~/.cache/capstan/bin`, filled by `scripts/setup.sh`, then `$PATH`),
-//! running them sandboxed — a scrubbed environment with `HOME` in a scratch directory, so no cloud
-//! credentials, `KUBECONFIG`, SSH agent or proxy settings of the controller reach them — with a
-//! timeout and a cap on their output, and memoising their versions for render cache keys.
+//! running them as a [`Tool`] — confined by the kernel ([`capstan_sandbox`]: it reads only the
+//! repository and its scratch, writes only its scratch, executes only itself and the programs it was
+//! given, opens no TCP connection, and dies with its whole process group), with a scrubbed
+//! environment and `HOME` in a scratch directory, so no cloud credentials, `KUBECONFIG`, SSH agent or
+//! proxy settings of the controller reach it — with a timeout and a cap on its output, and memoising
+//! tool versions for render cache keys.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -12,6 +15,7 @@ use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use capstan_sandbox::{Confinement, Limits, ProcessGroup};
 use tokio::process::Command;
 
 use crate::RenderError;
@@ -55,9 +59,51 @@ pub const MAX_OUTPUT_BYTES: u64 = 128 * 1024 * 1024;
 /// Most standard error kept from one tool run (for the error message).
 const MAX_STDERR_BYTES: u64 = 64 * 1024;
 
-/// A command for `binary` with nothing of the controller's environment but a fixed `PATH`, and
-/// `HOME`, the XDG directories and `TMPDIR` under `home` (a scratch directory the caller owns).
-pub(crate) fn sandboxed(binary: &Path, home: &Path) -> Command {
+/// A tool run: the command and the confinement it starts in. There is no other way to run a tool
+/// ([`run`] takes a `Tool`), so none runs unconfined. It dereferences to its [`Command`] for the
+/// arguments and the working directory.
+pub(crate) struct Tool {
+    command: Command,
+    confinement: Confinement,
+}
+
+impl Tool {
+    /// The tool may also read `path` (the repository, a `$ref` source, a fetched chart).
+    pub fn read(&mut self, path: &Path) -> &mut Self {
+        self.confinement = self.confinement.clone().read(path);
+        self
+    }
+
+    /// The tool may also write beneath `path` (a scratch copy it edits).
+    pub fn write(&mut self, path: &Path) -> &mut Self {
+        self.confinement = self.confinement.clone().write(path);
+        self
+    }
+
+    /// The tool may also start `program` (Kustomize's helm).
+    pub fn exec(&mut self, program: &Path) -> &mut Self {
+        self.confinement = self.confinement.clone().exec(program);
+        self
+    }
+}
+
+impl std::ops::Deref for Tool {
+    type Target = Command;
+    fn deref(&self) -> &Command {
+        &self.command
+    }
+}
+
+impl std::ops::DerefMut for Tool {
+    fn deref_mut(&mut self) -> &mut Command {
+        &mut self.command
+    }
+}
+
+/// A tool run of `binary` with nothing of the controller's environment but a fixed `PATH`, and
+/// `HOME`, the XDG directories and `TMPDIR` under `home` (a scratch directory the caller owns, which
+/// the tool may write). It may read nothing else until the caller grants it ([`Tool::read`]).
+pub(crate) fn sandboxed(binary: &Path, home: &Path) -> Tool {
     let mut cmd = Command::new(binary);
     cmd.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -77,7 +123,12 @@ pub(crate) fn sandboxed(binary: &Path, home: &Path) -> Command {
         .env("HTTPS_PROXY", "http://127.0.0.1:9")
         .env("http_proxy", "http://127.0.0.1:9")
         .env("https_proxy", "http://127.0.0.1:9");
-    cmd
+    // The binary as found may be a link (the cache's `helm`); the kernel checks the file it runs.
+    let program = std::fs::canonicalize(binary).unwrap_or_else(|_| binary.to_path_buf());
+    Tool {
+        command: cmd,
+        confinement: Confinement::new(program).write(home),
+    }
 }
 
 /// What identifies a tool for caching: its path, version output, size and modification time (the
@@ -92,8 +143,11 @@ pub(crate) async fn identity(binary: &Path, version_args: &[&str], timeout: Dura
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let home = std::env::temp_dir();
-    let mut cmd = sandboxed(binary, &home);
+    let home = tempfile::Builder::new()
+        .prefix("capstan-tool-")
+        .tempdir()
+        .map_err(|e| RenderError::io("cannot create a scratch directory", e))?;
+    let mut cmd = sandboxed(binary, home.path());
     cmd.args(version_args);
     let command = format!("{name} {}", version_args.join(" "));
     // Asking for a version must not be cut short by a tiny render timeout.
@@ -116,7 +170,14 @@ pub(crate) async fn identity(binary: &Path, version_args: &[&str], timeout: Dura
 /// Run `cmd` to completion within `timeout` and return its standard output. On timeout the process is
 /// killed; on failure the error carries its trimmed standard error. `command` (e.g. `helm template`)
 /// and `path` (the Application's path) name it in errors.
-pub(crate) async fn run(mut cmd: Command, command: &str, path: &str, timeout: Duration) -> Result<String, RenderError> {
+pub(crate) async fn run(tool: Tool, command: &str, path: &str, timeout: Duration) -> Result<String, RenderError> {
+    let Tool {
+        command: mut cmd,
+        confinement,
+    } = tool;
+    confinement
+        .limits(Limits::for_tool(timeout.as_secs().max(1)))
+        .apply(&mut cmd)?;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -128,6 +189,9 @@ pub(crate) async fn run(mut cmd: Command, command: &str, path: &str, timeout: Du
         program: program.clone(),
         source,
     })?;
+    // Whatever happens next (output, failure, timeout, the caller giving up), nothing the tool
+    // started outlives this run.
+    let _group = ProcessGroup::of(child.id());
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(RenderError::Task(format!("{command}: no output pipes")));
     };
@@ -229,6 +293,105 @@ mod tests {
         assert_eq!(human_duration(Duration::from_secs(60)), "60 s");
         assert_eq!(human_duration(Duration::from_millis(1)), "1 ms");
         assert_eq!(human_duration(Duration::from_millis(1500)), "1.5 s");
+    }
+
+    /// The walls hold even when an option reaches a tool (every check in front of them bypassed):
+    /// the real helm told to post-render with the repository's script cannot start it, and the real
+    /// kustomize can neither read another checkout nor fetch from a loopback service.
+    #[tokio::test]
+    async fn tools_told_to_escape_cannot() {
+        use std::os::unix::fs::PermissionsExt;
+        let (Ok(helm), Ok(kustomize)) = (find("helm"), find("kustomize")) else {
+            panic!("helm and kustomize are installed by scripts/setup.sh");
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        let other = dir.path().join("other-team");
+        let home = dir.path().join("home");
+        for d in [repo.join("chart/templates"), other.clone(), home.clone()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(
+            repo.join("chart/Chart.yaml"),
+            "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+        )
+        .unwrap();
+        std::fs::write(
+            repo.join("chart/templates/cm.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\n",
+        )
+        .unwrap();
+        let marker = dir.path().join("pwned");
+        let script = repo.join("evil.sh");
+        std::fs::write(&script, format!("#!/bin/sh\ntouch {}\ncat\n", marker.display())).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(other.join("kustomization.yaml"), "resources: [secret.yaml]\n").unwrap();
+        std::fs::write(
+            other.join("secret.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: theirs}\n",
+        )
+        .unwrap();
+        let timeout = Duration::from_secs(30);
+
+        let mut cmd = sandboxed(&helm, &home);
+        cmd.read(&repo);
+        cmd.arg("template")
+            .arg(format!("--post-renderer={}", script.display()))
+            .arg("web")
+            .arg(repo.join("chart"));
+        let err = run(cmd, "helm template", "chart", timeout)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.to_lowercase().contains("permission denied"), "{err}");
+        assert!(!marker.exists(), "the post-renderer ran");
+
+        let mut cmd = sandboxed(&kustomize, &home);
+        cmd.read(&repo);
+        cmd.arg("build").arg(&other);
+        // Kustomize cannot even see the other checkout's kustomization (the kernel answers EACCES,
+        // which Kustomize reports as not found); a control run allowed to read it succeeds.
+        let err = run(cmd, "kustomize build", "app", timeout)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unable to find") || err.to_lowercase().contains("permission denied"),
+            "{err}"
+        );
+        assert!(!err.contains("theirs"), "{err}");
+        let mut cmd = sandboxed(&kustomize, &home);
+        cmd.read(&other);
+        cmd.arg("build").arg(&other);
+        let out = run(cmd, "kustomize build", "app", timeout)
+            .await
+            .expect("allowed, it builds");
+        assert!(out.contains("theirs"), "{out}");
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::fs::create_dir_all(repo.join("remote")).unwrap();
+        std::fs::write(
+            repo.join("remote/kustomization.yaml"),
+            format!("resources: [http://127.0.0.1:{port}/cm.yaml]\n"),
+        )
+        .unwrap();
+        let mut cmd = sandboxed(&kustomize, &home);
+        cmd.read(&repo);
+        // Without the closed proxy: the kernel alone must stop the connection.
+        cmd.env_remove("HTTP_PROXY").env_remove("http_proxy");
+        cmd.arg("build").arg(repo.join("remote"));
+        let err = run(cmd, "kustomize build", "remote", timeout)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.to_lowercase().contains("permission denied"), "{err}");
+        assert_eq!(
+            listener.accept().map(|_| ()).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::WouldBlock),
+            "kustomize reached the loopback service"
+        );
     }
 
     #[test]

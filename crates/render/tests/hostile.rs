@@ -530,3 +530,188 @@ async fn a_render_its_callers_stop_waiting_for_leaves_nothing_behind() {
     renderer.render(&request, REVISION).await.expect("renders afterwards");
     assert_eq!(renderer.keys_in_flight(), 0);
 }
+
+/// A local chart where Kustomize looks for it (`charts/web` beside the kustomization), plus the
+/// post-renderer payload of [`chart_with_payload`].
+fn kustomize_chart_with_payload(repo: &Repo) -> std::path::PathBuf {
+    let marker = chart_with_payload(repo);
+    for f in ["Chart.yaml", "templates/cm.yaml"] {
+        repo.file(&format!("app/charts/web/{f}"), &repo.read(&format!("chart/{f}")));
+    }
+    // Kustomize reads the chart's default values file.
+    repo.file("app/charts/web/values.yaml", "{}\n");
+    marker
+}
+
+#[tokio::test]
+async fn kustomize_helm_chart_fields_that_are_helm_flags_run_nothing() {
+    // Kustomize passes releaseName to helm as a positional argument; the other fields follow a flag.
+    for entry in [
+        "releaseName: --post-renderer=./evil.sh",
+        "releaseName: --post-renderer=../../evil.sh",
+        "namespace: --post-renderer=./evil.sh",
+        "kubeVersion: --post-renderer=./evil.sh",
+        "apiVersions: [--post-renderer=./evil.sh]",
+        "valuesMerge: --post-renderer=./evil.sh",
+        "nameTemplate: --post-renderer=./evil.sh",
+    ] {
+        let repo = Repo::new();
+        let marker = kustomize_chart_with_payload(&repo);
+        repo.file(
+            "app/kustomization.yaml",
+            &format!("helmCharts:\n- name: web\n  {entry}\n"),
+        );
+        let err = render(&repo, &source("app")).await.unwrap_err();
+        assert!(matches!(err, RenderError::KustomizeHelmChart { .. }), "{entry}: {err}");
+        assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
+        assert!(!marker.exists(), "{entry}: the post-renderer ran");
+    }
+}
+
+#[tokio::test]
+async fn a_kustomize_helm_chart_renders_confined() {
+    // The same chart with a plain release name renders: the sandbox lets Kustomize start helm.
+    let repo = Repo::new();
+    let marker = kustomize_chart_with_payload(&repo);
+    repo.file(
+        "app/kustomization.yaml",
+        "helmCharts:\n- name: web\n  releaseName: web\n",
+    );
+    let rendered = render(&repo, &source("app")).await.expect("renders");
+    assert_eq!(ids(&rendered), ["ConfigMap/web"]);
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn a_kustomization_capstan_cannot_read_completely_is_refused() {
+    for (text, expected) in [
+        // A second document: Kustomize reads only the first; Capstan's checks used to be skipped.
+        (
+            "resources:\n- cm.yaml\n---\nresources:\n- ../../outside\n",
+            "more than one YAML document",
+        ),
+        // Go's decoder matches keys in any case: `Resources` is `resources` to Kustomize.
+        ("Resources:\n- ../../outside\n", "must be spelled \"resources\""),
+        ("RESOURCES:\n- cm.yaml\n", "must be spelled \"resources\""),
+        ("patches:\n- Path: ../../outside/p.yaml\n", "patches[0].Path"),
+        (
+            "configMapGenerator:\n- name: x\n  Files: [../../outside/secret]\n",
+            "configMapGenerator[0].Files",
+        ),
+        ("helmGlobals:\n  ChartHome: ../../outside\n", "helmGlobals.ChartHome"),
+        (
+            "helmChartInflationGenerator:\n- chartName: web\n  helmBin: ./evil.sh\n",
+            "helmChartInflationGenerator",
+        ),
+        (
+            "helmCharts:\n- name: web\n  extraArgs: [--post-renderer=./evil.sh]\n",
+            "unknown key \"helmCharts[0].extraArgs\"",
+        ),
+        ("resources: ../../outside\n", "resources must be a list of strings"),
+        ("resources: [cm.yaml\n", "not valid YAML"),
+    ] {
+        let repo = Repo::new();
+        kustomization(&repo, text);
+        std::fs::write(repo.outside.join("kustomization.yaml"), "resources: []\n").unwrap();
+        let err = render(&repo, &source("app")).await.unwrap_err();
+        assert!(
+            matches!(err, RenderError::UnsupportedKustomization { .. }),
+            "{text}: {err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("app/kustomization.yaml") && message.contains(expected),
+            "{text}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn symlinks_cannot_multiply_what_a_render_writes() {
+    // 1 MiB of content and 100 links to it: a copy of the repository (needed for Kustomize options)
+    // would write 100 MiB; the copy stops at the budget instead.
+    let repo = Repo::new();
+    kustomization(&repo, "resources:\n- cm.yaml\n");
+    repo.file("big.bin", &"x".repeat(1 << 20));
+    for i in 0..100 {
+        repo.symlink("../big.bin", &format!("links/l{i}"));
+    }
+    let mut s = source("app");
+    s.kustomize = Some(ApplicationSourceKustomize {
+        name_prefix: "p-".into(),
+        ..Default::default()
+    });
+    let err = render(&repo, &s).await.unwrap_err();
+    assert!(matches!(err, RenderError::LinkedCopyTooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("64 MiB"), "{err}");
+    // A handful of links is fine.
+    let repo = Repo::new();
+    kustomization(&repo, "resources:\n- cm.yaml\n");
+    repo.file("small.txt", "x").symlink("../small.txt", "links/one");
+    let rendered = render(&repo, &s).await.expect("renders");
+    assert_eq!(ids(&rendered), ["ConfigMap/p-cm"]);
+}
+
+/// The live processes whose command line mentions `needle` (zombies are not running).
+fn live_processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let dir = entry.path();
+        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let state = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let zombie = state.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'));
+        if cmdline.contains(needle) && !zombie {
+            found.push(cmdline);
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_render_timeout_kills_kustomizes_helm_too() {
+    let repo = Repo::new();
+    repo.file(
+        "app/charts/slow/Chart.yaml",
+        "apiVersion: v2\nname: slow\nversion: 0.1.0\n",
+    )
+    .file(
+        "app/charts/slow/templates/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: slow}\ndata:\n  n: {{ len (until 50000000) | quote }}\n",
+    )
+    .file("app/charts/slow/values.yaml", "{}\n")
+    .file(
+        "app/kustomization.yaml",
+        "helmCharts:\n- name: slow\n  releaseName: slow\n",
+    );
+    let chart = repo.root.join("app/charts/slow").display().to_string();
+    let renderer = capstan_render::Renderer::new(std::time::Duration::from_secs(4));
+    let s = source("app");
+    let request = request(&repo, &s);
+    let render = renderer.render(&request, REVISION);
+    tokio::pin!(render);
+    // Kustomize started helm (the positive signal), then the render times out.
+    let mut saw_helm = false;
+    let result = loop {
+        tokio::select! {
+            result = &mut render => break result,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
+                saw_helm |= live_processes_mentioning(&chart).iter().any(|c| c.contains("template"));
+            }
+        }
+    };
+    assert!(saw_helm, "helm never ran");
+    let err = result.unwrap_err();
+    assert!(matches!(err.root(), RenderError::Timeout { .. }), "{err}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !live_processes_mentioning(&chart).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        live_processes_mentioning(&chart),
+        Vec::<String>::new(),
+        "helm outlived the render"
+    );
+}

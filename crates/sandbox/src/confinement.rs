@@ -11,8 +11,8 @@ use landlock::{
 };
 use tokio::process::Command;
 
-use crate::kernel::{Enforcement, KernelSupport, MIN_ABI_FOR_SCOPES};
 use crate::SandboxError;
+use crate::kernel::{Enforcement, KernelSupport, MIN_ABI_FOR_SCOPES};
 
 /// The Landlock ABI whose rights Capstan asks for; newer kernels enforce it whole, older ones as much
 /// as they can ([`KernelSupport::confines`] is checked first).

@@ -16,7 +16,10 @@ impl ProcessGroup {
     /// puts it in a group of its own); `None` (a child that already exited) guards nothing.
     pub fn of(pid: Option<u32>) -> Self {
         ProcessGroup {
-            id: pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1).map(Pid::from_raw),
+            id: pid
+                .and_then(|p| i32::try_from(p).ok())
+                .filter(|p| *p > 1)
+                .map(Pid::from_raw),
         }
     }
 

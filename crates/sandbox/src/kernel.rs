@@ -33,7 +33,9 @@ impl KernelSupport {
     /// What is missing, for messages; `None` when [`Self::confines`].
     pub fn missing(&self) -> Option<String> {
         match self.abi {
-            None => Some("this kernel has no Landlock (it needs Linux 5.13 or later with landlock in the lsm= list)".into()),
+            None => {
+                Some("this kernel has no Landlock (it needs Linux 5.13 or later with landlock in the lsm= list)".into())
+            }
             Some(abi) if abi < MIN_ABI_FOR_NETWORK => Some(format!(
                 "this kernel's Landlock (ABI {abi}) cannot restrict network access (ABI {MIN_ABI_FOR_NETWORK}, Linux 6.7, is needed)"
             )),
@@ -64,7 +66,7 @@ fn probe_abi() -> Option<i32> {
             LANDLOCK_CREATE_RULESET_VERSION,
         )
     };
-    (abi > 0).then(|| abi as i32)
+    (abi > 0).then_some(abi as i32)
 }
 
 /// What to do when the kernel cannot confine a tool.
@@ -109,6 +111,9 @@ mod tests {
         assert!(KernelSupport { abi: Some(3) }.missing().unwrap().contains("network"));
         assert!(KernelSupport { abi: Some(7) }.confines());
         assert!(!KernelSupport { abi: Some(3) }.confines());
-        assert_eq!(KernelSupport { abi: Some(7) }.describe(), "tools are confined by Landlock (ABI 7)");
+        assert_eq!(
+            KernelSupport { abi: Some(7) }.describe(),
+            "tools are confined by Landlock (ABI 7)"
+        );
     }
 }

@@ -12,7 +12,11 @@ async fn run(confinement: Confinement, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(confinement.program());
     cmd.args(args).env_clear().stdin(Stdio::null());
     confinement.apply(&mut cmd).expect("this kernel confines");
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
     let _group = ProcessGroup::of(child.id());
     tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
@@ -84,7 +88,11 @@ async fn executes_nothing_it_was_not_given() {
     assert!(!out.status.success());
     assert!(!marker.exists());
     // Granted explicitly, a program runs.
-    let out = run(sh().exec("/usr/bin/touch"), &["-c", &format!("/usr/bin/touch {}", marker.display())]).await;
+    let out = run(
+        sh().exec("/usr/bin/touch"),
+        &["-c", &format!("/usr/bin/touch {}", marker.display())],
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(marker.exists());
 }
@@ -105,7 +113,13 @@ async fn connects_to_no_tcp_port_unless_given() {
         Err(std::io::ErrorKind::WouldBlock)
     );
     // With the port granted the same request reaches it.
-    let out = tokio::spawn(async move { run(curl().connect_tcp(port), &["-sS", "--max-time", "3", "--noproxy", "*", &url]).await });
+    let out = tokio::spawn(async move {
+        run(
+            curl().connect_tcp(port),
+            &["-sS", "--max-time", "3", "--noproxy", "*", &url],
+        )
+        .await
+    });
     let accepted = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if listener.accept().is_ok() {

@@ -54,7 +54,9 @@ pub struct ErrorBody {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error: self.message })).into_response()
+        // A render or secret-store error may quote a secret value: none leaves in an answer.
+        let error = capstan_redact::scrub(&self.message);
+        (self.status, Json(ErrorBody { error })).into_response()
     }
 }
 

@@ -89,6 +89,11 @@ pub(crate) fn decrypt(value: &str, key: &[u8; 32], aad: &str, path: &str) -> Res
         (_, Ok(t)) => t,
         (kind, Err(_)) => return Err(bad(kind)),
     };
+    // From now on this value is scrubbed from whatever leaves the process (a tool's error quoting a
+    // decrypted value file, a condition, an event).
+    if parts.kind != "comment" {
+        capstan_redact::register(&text);
+    }
     Ok(match parts.kind {
         "str" | "bytes" | "time" => Plain::Value(Node::Str(text)),
         "int" => Plain::Value(Node::Int(text.parse().map_err(|_| bad("int"))?)),

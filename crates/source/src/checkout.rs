@@ -149,8 +149,22 @@ async fn export(place: &Place<'_>, sha: &str, dest: &Path) -> Result<()> {
         allow_local: place.allow_local,
         operation: "exporting",
     };
-    let (mut archive, _scratch) = git.spawn(Some(place.bare), &["archive", "--format=tar", "--end-of-options", sha])?;
-    let mut tar = tokio::process::Command::new("tar")
+    let (mut archive, _archive_guard) =
+        git.spawn(Some(place.bare), &["archive", "--format=tar", "--end-of-options", sha])?;
+    // tar unpacks content a tenant wrote: it may write only beneath the new checkout (no entry, link
+    // or `..` can land elsewhere), read nothing else, start nothing, and connect nowhere.
+    let tar_program = ["/usr/bin/tar", "/bin/tar"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .unwrap_or_else(|| "tar".into());
+    let mut tar_cmd = tokio::process::Command::new(&tar_program);
+    capstan_sandbox::Confinement::new(&tar_program)
+        .write(dest)
+        .limits(capstan_sandbox::Limits::for_tool(place.timeout.as_secs().max(1)))
+        .apply(&mut tar_cmd)?;
+    let mut tar = tar_cmd
         .args(["-x", "--no-same-owner", "--no-same-permissions", "-C"])
         .arg(dest)
         .env_clear()
@@ -161,6 +175,7 @@ async fn export(place: &Place<'_>, sha: &str, dest: &Path) -> Result<()> {
         .kill_on_drop(true)
         .spawn()
         .map_err(SourceError::io("running tar"))?;
+    let _tar_group = capstan_sandbox::ProcessGroup::of(tar.id());
     let (Some(stdout), Some(mut stdin)) = (archive.stdout.take(), tar.stdin.take()) else {
         return Err(SourceError::io("exporting a checkout")(std::io::Error::other(
             "no pipe",

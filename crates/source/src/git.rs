@@ -1,11 +1,16 @@
-//! Running `git` safely: an isolated configuration, credentials in the environment, a timeout, and
-//! redacted error messages.
+//! Running `git` safely: confined by the kernel ([`capstan_sandbox`]: it reads and writes only the
+//! repository it works on and its credential files, executes only git's own programs and ssh, and
+//! connects only to the repository's TCP port, and only for the commands that talk to the remote),
+//! an isolated configuration, credentials in the environment, no redirects followed with
+//! credentials, a timeout, and redacted error messages.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use base64::Engine;
+
+use capstan_sandbox::{Confinement, Limits, ProcessGroup};
 
 use crate::{Credentials, Result, SourceError};
 
@@ -207,7 +212,7 @@ const SSH_BASE: &str = "ssh -F /dev/null -o BatchMode=yes -o IdentitiesOnly=yes 
 impl GitCommand<'_> {
     /// Run `git ARGS` in `dir`; returns stdout.
     pub async fn run(&self, dir: Option<&Path>, args: &[&str]) -> Result<Vec<u8>> {
-        let (child, _scratch) = self.spawn(dir, args)?;
+        let (child, _guard) = self.spawn(dir, args)?;
         let output = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
             Ok(out) => out.map_err(SourceError::io(format!("waiting for git ({})", self.operation)))?,
             Err(_) => return Err(self.timed_out()),
@@ -247,15 +252,13 @@ impl GitCommand<'_> {
         })
     }
 
-    /// Start `git ARGS` in `dir` with stdout and stderr piped. The directory returned with the child
-    /// holds its key and CA files and must live as long as the child.
-    pub fn spawn(
-        &self,
-        dir: Option<&Path>,
-        args: &[&str],
-    ) -> Result<(tokio::process::Child, Option<tempfile::TempDir>)> {
+    /// Start `git ARGS` in `dir` with stdout and stderr piped, confined: it may write only beneath
+    /// `dir`. The guard returned with the child holds its key and CA files and its process group: it
+    /// must live as long as the child, and kills whatever git started when dropped.
+    pub fn spawn(&self, dir: Option<&Path>, args: &[&str]) -> Result<(tokio::process::Child, GitGuard)> {
         let scratch = scratch_dir(self.credentials)?;
-        let mut cmd = tokio::process::Command::new("git");
+        let program = find_program("git");
+        let mut cmd = tokio::process::Command::new(&program);
         // Nothing of the controller's environment reaches git or ssh (no SSH agent, no cloud or proxy
         // settings, no GIT_* overrides): only what is set here.
         cmd.env_clear()
@@ -286,7 +289,12 @@ impl GitCommand<'_> {
         if let Some(dir) = dir {
             cmd.current_dir(dir);
         }
-        let mut config: Vec<(String, String)> = vec![("credential.helper".into(), String::new())];
+        // No redirect is followed: credentials (a header, or a key for this host) must never reach
+        // another host or port, and a moved repository is the operator's to re-register.
+        let mut config: Vec<(String, String)> = vec![
+            ("credential.helper".into(), String::new()),
+            ("http.followRedirects".into(), "false".into()),
+        ];
         if let (Some(user), Some(password)) = (&self.credentials.username, &self.credentials.password) {
             let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
             config.push(("http.extraHeader".into(), format!("Authorization: Basic {token}")));
@@ -311,13 +319,118 @@ impl GitCommand<'_> {
         } else {
             cmd.env("GIT_SSH_COMMAND", format!("{SSH_BASE} -o StrictHostKeyChecking=yes"));
         }
+        self.confinement(program, dir, args, scratch.as_ref().map(|s| s.path()))
+            .apply(&mut cmd)?;
         let child = cmd.spawn().map_err(|e| SourceError::Git {
             operation: self.operation.into(),
             url: redact(self.url, &self.credentials.secrets()),
             message: format!("cannot run git: {e} (is git installed? run scripts/setup.sh)"),
         })?;
-        Ok((child, scratch))
+        let group = ProcessGroup::of(child.id());
+        Ok((
+            child,
+            GitGuard {
+                _group: group,
+                _scratch: scratch,
+            },
+        ))
     }
+
+    /// What this git run may touch: write beneath `dir` (the bare cache or a work checkout), read its
+    /// credential files, run git's own programs and ssh, and — for the commands that talk to the
+    /// remote — connect to the repository's port. A local repository (`file://`, allowed by the
+    /// operator) may be read.
+    fn confinement(&self, program: PathBuf, dir: Option<&Path>, args: &[&str], files: Option<&Path>) -> Confinement {
+        let mut c = Confinement::new(program)
+            .exec("/usr/lib/git-core")
+            .exec("/usr/libexec/git-core")
+            .exec(find_program("ssh"))
+            .limits(Limits::for_tool(self.timeout.as_secs().max(1)));
+        if let Some(dir) = dir {
+            c = c.write(dir);
+        }
+        if let Some(files) = files {
+            c = c.read(files);
+        }
+        let remote = args
+            .first()
+            .is_some_and(|a| ["fetch", "ls-remote", "clone", "push", "pull"].contains(a));
+        if remote {
+            match remote_endpoint(self.url) {
+                Endpoint::Tcp(port) => c = c.connect_tcp(port),
+                // git starts `git-upload-pack '<path>'` for a local repository through the shell.
+                Endpoint::Local(path) => c = c.read(path).exec(find_program("sh")),
+            }
+            // git starts `GIT_SSH_COMMAND` (Capstan's own, with its fixed options) through the shell.
+            if is_ssh(self.url) {
+                c = c.exec(find_program("sh"));
+            }
+        }
+        c
+    }
+}
+
+/// Whether git reaches `url` over ssh.
+fn is_ssh(url: &str) -> bool {
+    match url.split_once("://") {
+        Some((scheme, _)) => scheme.eq_ignore_ascii_case("ssh") || scheme.to_ascii_lowercase().contains("ssh"),
+        None => !url.starts_with('/'),
+    }
+}
+
+/// Keeps a git run's credential files and process group for as long as the run.
+pub struct GitGuard {
+    _group: ProcessGroup,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+/// Where git reaches a repository.
+#[derive(Debug, PartialEq, Eq)]
+enum Endpoint {
+    /// A TCP port (the host is the URL's; the kernel filters by port).
+    Tcp(u16),
+    /// A local path (`file://`, only with the operator's permission).
+    Local(PathBuf),
+}
+
+/// The endpoint of a URL that [`check_url`] accepted: an explicit port, else the scheme's default;
+/// scp-like `user@host:path` is ssh.
+fn remote_endpoint(url: &str) -> Endpoint {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        if url.starts_with('/') {
+            return Endpoint::Local(PathBuf::from(url));
+        }
+        return Endpoint::Tcp(22);
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme == "file" {
+        return Endpoint::Local(PathBuf::from(rest));
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let explicit = match host_port.rsplit_once(':') {
+        // An IPv6 literal without a port ends with `]`.
+        Some((_, port)) if !port.ends_with(']') => port.parse().ok(),
+        _ => None,
+    };
+    let default = match scheme.as_str() {
+        "https" => 443,
+        "http" => 80,
+        "git" => 9418,
+        _ => 22,
+    };
+    Endpoint::Tcp(explicit.unwrap_or(default))
+}
+
+/// The first executable `name` on the fixed `PATH` tools run with, canonical (the kernel checks the
+/// file it runs); `name` itself when there is none (spawning then reports it).
+fn find_program(name: &str) -> PathBuf {
+    ["/usr/local/bin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// Name of the CA bundle in the scratch directory.
@@ -475,6 +588,18 @@ pub fn is_full_sha(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_follow_the_url() {
+        assert_eq!(remote_endpoint("https://h/r.git"), Endpoint::Tcp(443));
+        assert_eq!(remote_endpoint("http://127.0.0.1:8080/r"), Endpoint::Tcp(8080));
+        assert_eq!(remote_endpoint("ssh://git@h:2222/r"), Endpoint::Tcp(2222));
+        assert_eq!(remote_endpoint("git@h:org/r"), Endpoint::Tcp(22));
+        assert_eq!(remote_endpoint("git://[::1]/r"), Endpoint::Tcp(9418));
+        assert_eq!(remote_endpoint("git://[::1]:9999/r"), Endpoint::Tcp(9999));
+        assert_eq!(remote_endpoint("file:///srv/r"), Endpoint::Local("/srv/r".into()));
+        assert_eq!(remote_endpoint("/srv/r"), Endpoint::Local("/srv/r".into()));
+    }
 
     #[test]
     fn redacts_userinfo_and_secret_values() {

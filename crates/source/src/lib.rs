@@ -37,6 +37,9 @@ pub use limits::{Limits, SizeLimit};
 /// What can go wrong reading a repository. Messages name the repository and never contain secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// git or tar could not be confined by the kernel (see `capstan_sandbox`), so it did not run.
+    #[error(transparent)]
+    Sandbox(#[from] capstan_sandbox::SandboxError),
     /// A git command failed (unreachable, authentication, unknown repository ...).
     #[error("{operation} {url}: {message}")]
     Git {

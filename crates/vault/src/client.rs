@@ -109,6 +109,8 @@ fn kv_secret(location: String, answer: &Answer) -> Result<KvSecret, VaultError> 
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
+            // Scrubbed from whatever leaves the process from now on.
+            capstan_redact::register(&value);
             (k.clone(), SecretString::new(value))
         })
         .collect();

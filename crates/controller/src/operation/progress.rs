@@ -68,7 +68,8 @@ pub async fn report(
         let p = rx.borrow_and_update().clone();
         hooks_written = hooks_done(&p);
         let hooks: Vec<_> = p.results.into_iter().filter(|r| r.hook).collect();
-        let patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});
+        let mut patch = json!({"status": {"operationState": {"message": p.message, "resources": hooks}}});
+        capstan_redact::scrub_json(&mut patch);
         let written = Instant::now();
         if let Err(err) = apps
             .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))

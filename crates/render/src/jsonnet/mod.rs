@@ -85,6 +85,9 @@ pub(crate) async fn render(
     let text = serde_json::to_vec(&job).map_err(|e| RenderError::Task(format!("jsonnet job: {e}")))?;
     std::fs::write(&job_path, text).map_err(|e| RenderError::io(format!("cannot write {}", job_path.display()), e))?;
     let mut cmd = crate::tools::sandboxed(&binary, scratch.path());
+    // The worker reads the repository (imports are also resolved inside it by the evaluator) and
+    // writes nothing but its scratch.
+    cmd.read(root);
     cmd.arg(WORKER_ARG).arg(&job_path);
     let out = crate::tools::run(cmd, COMMAND, app_rel, timeout).await?;
     let values: Vec<Value> = serde_json::from_str(&out).map_err(|e| RenderError::ToolFailed {

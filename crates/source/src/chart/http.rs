@@ -37,6 +37,11 @@ pub(crate) struct Origin {
 }
 
 impl Origin {
+    /// Whether both are on one host (whatever their scheme and port).
+    pub(crate) fn same_host(&self, other: &Origin) -> bool {
+        self.host == other.host
+    }
+
     pub(crate) fn of(uri: &Uri) -> Option<Origin> {
         let scheme = uri.scheme_str()?.to_ascii_lowercase();
         let default = if scheme == "https" { 443 } else { 80 };

@@ -358,7 +358,14 @@ impl Registry<'_> {
         }
         let realm_uri = check_url(&url)?;
         let origin = Origin::of(&realm_uri);
-        let basic = Auth::basic(self.creds);
+        // The registry's credentials go to a token realm on the registry's own host only: a realm
+        // elsewhere (named by whoever answers as the registry) is asked for an anonymous token.
+        let registry = Origin::of(&check_url(&self.repo.base)?);
+        let same_host = matches!((&origin, &registry), (Some(realm), Some(registry)) if realm.same_host(registry));
+        let basic = Auth::basic(self.creds).filter(|_| same_host);
+        if !same_host && Auth::basic(self.creds).is_some() {
+            tracing::warn!(registry = %self.repo.shown, realm = %crate::redact(realm, &[]), "token realm on another host: asked without the registry's credentials");
+        }
         let answer = self
             .http
             .get(
