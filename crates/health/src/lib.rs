@@ -120,47 +120,85 @@ impl Health {
     }
 }
 
+/// Whether the CustomResourceDefinition of an object's kind declares the status subresource
+/// (`spec.versions[].subresources.status`). The crate never reads the cluster, so the caller says what
+/// it knows; it only matters for kinds without a built-in rule that have no status at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum StatusSubresource {
+    /// Not known (or not a custom resource): an object without status is Healthy, as before.
+    #[default]
+    Unspecified,
+    /// The CRD has a status subresource, so a controller is expected to write one: an object without
+    /// status is Progressing until it does.
+    Present,
+    /// The CRD has no status subresource: the object is configuration, Healthy once it exists.
+    Absent,
+}
+
+/// What the caller knows about an object beyond its JSON. [`Context::default`] gives the verdicts of
+/// [`assess`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Context {
+    /// Whether the object's CRD has a status subresource.
+    pub status_subresource: StatusSubresource,
+}
+
 /// Health of one live object. `obj` is the full object JSON (apiVersion, kind, metadata, spec, status).
+/// The same as [`assess_with`] with [`Context::default`].
+pub fn assess(obj: &Value) -> Health {
+    assess_with(obj, &Context::default())
+}
+
+/// Health of one live object, knowing `ctx` about it.
 ///
 /// Objects being deleted are Progressing. Built-in kinds are recognised by API group and kind (an object
-/// without `apiVersion` is matched on kind alone); Capstan and Argo CD Applications report their own
-/// recorded health and sync state; any other kind is judged by its `Ready`/`Available` condition and is
-/// Healthy if it has neither. A value that is not a JSON object is Unknown.
-pub fn assess(obj: &Value) -> Health {
+/// without `apiVersion` is matched on kind alone among the core kinds); Capstan and Argo CD Applications
+/// report their own recorded health and sync state; the custom kinds of the families listed in the crate
+/// documentation follow their Argo CD checks; Crossplane managed resources, claims and composite
+/// resources are recognised by shape in any group; any other kind follows the kstatus fallback. A value
+/// that is not a JSON object, and a status or condition list of the wrong type, are Unknown.
+pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
     if !obj.is_object() {
         return Health::unknown("not a Kubernetes object");
     }
     let kind = json::str_at(obj, &["kind"]).unwrap_or("");
     let group = json::str_at(obj, &["apiVersion"]).map(api_group);
-    let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
 
     if is_being_deleted(obj) {
-        return if kind == "Pod" && in_group(&[""]) {
+        return if kind == "Pod" && group.is_none_or(|g| g.is_empty()) {
             Health::progressing("Pod is terminating")
         } else {
             Health::progressing("Resource is being deleted")
         };
     }
+    dispatch(obj, group, kind, ctx).unwrap_or_else(Health::from)
+}
 
-    let check: fn(&Value) -> Health = match kind {
-        "Deployment" if in_group(&["apps", "extensions"]) => workloads::deployment,
-        "StatefulSet" if in_group(&["apps"]) => workloads::stateful_set,
-        "DaemonSet" if in_group(&["apps", "extensions"]) => workloads::daemon_set,
-        "ReplicaSet" if in_group(&["apps", "extensions"]) => workloads::replica_set,
-        "HorizontalPodAutoscaler" if in_group(&["autoscaling"]) => workloads::horizontal_pod_autoscaler,
-        "Pod" if in_group(&[""]) => pod::pod,
-        "Job" if in_group(&["batch"]) => batch::job,
-        "CronJob" if in_group(&["batch"]) => batch::cron_job,
-        "PodDisruptionBudget" if in_group(&["policy"]) => policy::pod_disruption_budget,
-        "PersistentVolumeClaim" if in_group(&[""]) => storage::persistent_volume_claim,
-        "Service" if in_group(&[""]) => services::service,
-        "Ingress" if in_group(&["networking.k8s.io", "extensions"]) => services::ingress,
-        "APIService" if in_group(&["apiregistration.k8s.io"]) => apis::api_service,
-        "CustomResourceDefinition" if in_group(&["apiextensions.k8s.io"]) => apis::custom_resource_definition,
-        "Application" if in_group(&["capstan.dev", "argoproj.io"]) => application::application,
-        _ => generic::generic,
+/// The one place where a group and kind choose their rule.
+fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json::Verdict {
+    let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
+    let core: Option<fn(&Value) -> Health> = match kind {
+        "Deployment" if in_group(&["apps", "extensions"]) => Some(workloads::deployment),
+        "StatefulSet" if in_group(&["apps"]) => Some(workloads::stateful_set),
+        "DaemonSet" if in_group(&["apps", "extensions"]) => Some(workloads::daemon_set),
+        "ReplicaSet" if in_group(&["apps", "extensions"]) => Some(workloads::replica_set),
+        "HorizontalPodAutoscaler" if in_group(&["autoscaling"]) => Some(workloads::horizontal_pod_autoscaler),
+        "Pod" if in_group(&[""]) => Some(pod::pod),
+        "Job" if in_group(&["batch"]) => Some(batch::job),
+        "CronJob" if in_group(&["batch"]) => Some(batch::cron_job),
+        "PodDisruptionBudget" if in_group(&["policy"]) => Some(policy::pod_disruption_budget),
+        "PersistentVolumeClaim" if in_group(&[""]) => Some(storage::persistent_volume_claim),
+        "Service" if in_group(&[""]) => Some(services::service),
+        "Ingress" if in_group(&["networking.k8s.io", "extensions"]) => Some(services::ingress),
+        "APIService" if in_group(&["apiregistration.k8s.io"]) => Some(apis::api_service),
+        "CustomResourceDefinition" if in_group(&["apiextensions.k8s.io"]) => Some(apis::custom_resource_definition),
+        "Application" if in_group(&["capstan.dev", "argoproj.io"]) => Some(application::application),
+        _ => None,
     };
-    check(obj)
+    if let Some(check) = core {
+        return Ok(check(obj));
+    }
+    generic::generic(obj, ctx)
 }
 
 /// Aggregate: the worst of the given codes, order from best to worst:
