@@ -147,6 +147,11 @@ pub(crate) fn conditions_in<'a>(
     }
 }
 
+/// The first condition of type `type_` in `conditions`.
+pub(crate) fn find<'c, 'a>(conditions: &'c [Condition<'a>], type_: &str) -> Option<&'c Condition<'a>> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 mod apis;
 mod application;
 mod batch;
+mod crossplane;
 mod generic;
 mod json;
 mod pod;
@@ -176,6 +177,8 @@ pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
 
 /// The one place where a group and kind choose their rule.
 fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json::Verdict {
+    use crossplane::{Flavour, Package};
+
     let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
     let core: Option<fn(&Value) -> Health> = match kind {
         "Deployment" if in_group(&["apps", "extensions"]) => Some(workloads::deployment),
@@ -198,7 +201,31 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
     if let Some(check) = core {
         return Ok(check(obj));
     }
-    generic::generic(obj, ctx)
+    let Some(group) = group else {
+        return generic::generic(obj, ctx);
+    };
+    match (group, kind) {
+        ("pkg.crossplane.io", "Provider") => crossplane::package(obj, Package::Provider),
+        ("pkg.crossplane.io", "Function") => crossplane::package(obj, Package::Function),
+        ("pkg.crossplane.io", "Configuration") => crossplane::package(obj, Package::Configuration),
+        ("pkg.crossplane.io", "ProviderRevision") => crossplane::package_revision(obj, Package::Provider),
+        ("pkg.crossplane.io", "FunctionRevision") => crossplane::package_revision(obj, Package::Function),
+        ("pkg.crossplane.io", "ConfigurationRevision") => crossplane::package_revision(obj, Package::Configuration),
+
+        _ => match crossplane::flavour_of_group(group) {
+            Some(flavour) => crossplane::resource(obj, flavour),
+            None if is_custom_group(group) && crossplane::looks_like_crossplane(obj) => {
+                crossplane::resource(obj, Flavour::Crossplane)
+            }
+            None => generic::generic(obj, ctx),
+        },
+    }
+}
+
+/// Whether `group` can hold custom resources: not the core group, and not a built-in Kubernetes group
+/// (single-word groups like `apps`, and `*.k8s.io` groups).
+fn is_custom_group(group: &str) -> bool {
+    group.contains('.') && !group.ends_with(".k8s.io")
 }
 
 /// Aggregate: the worst of the given codes, order from best to worst:
