@@ -54,6 +54,7 @@ pub(crate) struct Condition<'a> {
     pub(crate) status: &'a str,
     pub(crate) reason: &'a str,
     pub(crate) message: &'a str,
+    pub(crate) last_transition_time: &'a str,
     pub(crate) observed_generation: Option<i64>,
 }
 
@@ -65,6 +66,7 @@ impl<'a> Condition<'a> {
             status: field("status"),
             reason: field("reason"),
             message: field("message"),
+            last_transition_time: field("lastTransitionTime"),
             observed_generation: int_at(v, &["observedGeneration"]),
         })
     }
@@ -75,6 +77,15 @@ impl<'a> Condition<'a> {
 
     pub(crate) fn is_false(&self) -> bool {
         self.status == "False"
+    }
+
+    /// The message, or `fallback` when it is empty.
+    pub(crate) fn message_or(&self, fallback: &str) -> String {
+        if self.message.is_empty() {
+            fallback.to_owned()
+        } else {
+            self.message.to_owned()
+        }
     }
 
     /// The message, else the reason, else `fallback`.

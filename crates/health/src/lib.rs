@@ -10,13 +10,16 @@
 mod apis;
 mod application;
 mod batch;
+mod certmanager;
 mod crossplane;
+mod externalsecrets;
 mod generic;
 mod json;
 mod pod;
 mod policy;
 mod services;
 mod storage;
+mod verdicts;
 mod workloads;
 
 use serde_json::Value;
@@ -178,6 +181,7 @@ pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
 /// The one place where a group and kind choose their rule.
 fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json::Verdict {
     use crossplane::{Flavour, Package};
+    use externalsecrets::StoreKind;
 
     let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
     let core: Option<fn(&Value) -> Health> = match kind {
@@ -211,6 +215,17 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
         ("pkg.crossplane.io", "ProviderRevision") => crossplane::package_revision(obj, Package::Provider),
         ("pkg.crossplane.io", "FunctionRevision") => crossplane::package_revision(obj, Package::Function),
         ("pkg.crossplane.io", "ConfigurationRevision") => crossplane::package_revision(obj, Package::Configuration),
+
+        ("cert-manager.io", "Certificate") => certmanager::certificate(obj),
+        ("cert-manager.io", "CertificateRequest") => certmanager::certificate_request(obj),
+        ("cert-manager.io", "Issuer") => certmanager::issuer(obj),
+        ("cert-manager.io", "ClusterIssuer") => certmanager::cluster_issuer(obj),
+
+        ("external-secrets.io", "ExternalSecret") => externalsecrets::external_secret(obj),
+        ("external-secrets.io", "ClusterExternalSecret") => externalsecrets::cluster_external_secret(obj),
+        ("external-secrets.io", "SecretStore") => externalsecrets::by_ready(obj, StoreKind::SecretStore),
+        ("external-secrets.io", "ClusterSecretStore") => externalsecrets::by_ready(obj, StoreKind::ClusterSecretStore),
+        ("external-secrets.io", "PushSecret") => externalsecrets::by_ready(obj, StoreKind::PushSecret),
 
         _ => match crossplane::flavour_of_group(group) {
             Some(flavour) => crossplane::resource(obj, flavour),
