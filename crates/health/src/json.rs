@@ -55,6 +55,8 @@ pub(crate) struct Condition<'a> {
     pub(crate) reason: &'a str,
     pub(crate) message: &'a str,
     pub(crate) last_transition_time: &'a str,
+    /// Cluster API's `severity` (Error, Warning, Info) of a False condition.
+    pub(crate) severity: &'a str,
     pub(crate) observed_generation: Option<i64>,
 }
 
@@ -67,6 +69,7 @@ impl<'a> Condition<'a> {
             reason: field("reason"),
             message: field("message"),
             last_transition_time: field("lastTransitionTime"),
+            severity: field("severity"),
             observed_generation: int_at(v, &["observedGeneration"]),
         })
     }

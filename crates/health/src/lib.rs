@@ -11,6 +11,7 @@ mod apis;
 mod application;
 mod batch;
 mod certmanager;
+mod clusterapi;
 mod crossplane;
 mod externalsecrets;
 mod generic;
@@ -226,6 +227,15 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
         ("external-secrets.io", "SecretStore") => externalsecrets::by_ready(obj, StoreKind::SecretStore),
         ("external-secrets.io", "ClusterSecretStore") => externalsecrets::by_ready(obj, StoreKind::ClusterSecretStore),
         ("external-secrets.io", "PushSecret") => externalsecrets::by_ready(obj, StoreKind::PushSecret),
+
+        ("cluster.x-k8s.io", "Cluster") => clusterapi::cluster(obj),
+        ("cluster.x-k8s.io", "Machine") => clusterapi::machine(obj),
+        ("cluster.x-k8s.io", "MachineDeployment") => clusterapi::machine_deployment(obj),
+        ("cluster.x-k8s.io", "MachinePool") => clusterapi::machine_pool(obj),
+        ("cluster.x-k8s.io", "MachineHealthCheck") => clusterapi::machine_health_check(obj),
+        ("addons.cluster.x-k8s.io", "ClusterResourceSet") => clusterapi::cluster_resource_set(obj),
+        ("controlplane.cluster.x-k8s.io", "KubeadmControlPlane") => clusterapi::kubeadm_control_plane(obj),
+        ("controlplane.cluster.x-k8s.io", "AWSManagedControlPlane") => clusterapi::aws_managed_control_plane(obj),
 
         _ => match crossplane::flavour_of_group(group) {
             Some(flavour) => crossplane::resource(obj, flavour),
