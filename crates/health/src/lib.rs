@@ -14,6 +14,7 @@ mod certmanager;
 mod clusterapi;
 mod crossplane;
 mod externalsecrets;
+mod flux;
 mod generic;
 mod json;
 mod pod;
@@ -183,6 +184,7 @@ pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
 fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json::Verdict {
     use crossplane::{Flavour, Package};
     use externalsecrets::StoreKind;
+    use flux::FluxKind;
 
     let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
     let core: Option<fn(&Value) -> Health> = match kind {
@@ -236,6 +238,13 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
         ("addons.cluster.x-k8s.io", "ClusterResourceSet") => clusterapi::cluster_resource_set(obj),
         ("controlplane.cluster.x-k8s.io", "KubeadmControlPlane") => clusterapi::kubeadm_control_plane(obj),
         ("controlplane.cluster.x-k8s.io", "AWSManagedControlPlane") => clusterapi::aws_managed_control_plane(obj),
+
+        ("kustomize.toolkit.fluxcd.io", "Kustomization") => flux::flux(obj, FluxKind::Kustomization),
+        ("helm.toolkit.fluxcd.io", "HelmRelease") => flux::flux(obj, FluxKind::HelmRelease),
+        ("source.toolkit.fluxcd.io", "GitRepository" | "HelmRepository" | "OCIRepository" | "Bucket" | "HelmChart") => {
+            flux::flux(obj, FluxKind::Source)
+        }
+        ("image.toolkit.fluxcd.io", "ImagePolicy") => flux::flux(obj, FluxKind::ImagePolicy),
 
         _ => match crossplane::flavour_of_group(group) {
             Some(flavour) => crossplane::resource(obj, flavour),
