@@ -16,11 +16,16 @@ mod crossplane;
 mod externalsecrets;
 mod flux;
 mod generic;
+mod istio;
 mod json;
+mod keda;
+mod knative;
 mod pod;
 mod policy;
+mod prometheus;
 mod services;
 mod storage;
+mod strimzi;
 mod verdicts;
 mod workloads;
 
@@ -185,6 +190,8 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
     use crossplane::{Flavour, Package};
     use externalsecrets::StoreKind;
     use flux::FluxKind;
+    use keda::KedaKind;
+    use strimzi::StrimziKind;
 
     let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
     let core: Option<fn(&Value) -> Health> = match kind {
@@ -245,6 +252,20 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
             flux::flux(obj, FluxKind::Source)
         }
         ("image.toolkit.fluxcd.io", "ImagePolicy") => flux::flux(obj, FluxKind::ImagePolicy),
+
+        ("monitoring.coreos.com", "Prometheus" | "Alertmanager" | "ThanosRuler") => prometheus::prometheus(obj),
+        ("keda.sh", "ScaledObject") => keda::keda(obj, KedaKind::ScaledObject),
+        ("keda.sh", "ScaledJob") => keda::keda(obj, KedaKind::ScaledJob),
+
+        ("kafka.strimzi.io", "Kafka") => strimzi::strimzi(obj, StrimziKind::Kafka),
+        ("kafka.strimzi.io", "KafkaTopic") => strimzi::strimzi(obj, StrimziKind::KafkaTopic),
+        ("kafka.strimzi.io", "KafkaUser") => strimzi::strimzi(obj, StrimziKind::KafkaUser),
+        ("kafka.strimzi.io", "KafkaConnect") => strimzi::strimzi(obj, StrimziKind::KafkaConnect),
+        ("kafka.strimzi.io", "KafkaConnector") => strimzi::strimzi(obj, StrimziKind::KafkaConnector),
+        ("kafka.strimzi.io", "KafkaBridge") => strimzi::strimzi(obj, StrimziKind::KafkaBridge),
+
+        ("install.istio.io", "IstioOperator") => istio::istio_operator(obj),
+        ("serving.knative.dev", "Service") => knative::service(obj),
 
         _ => match crossplane::flavour_of_group(group) {
             Some(flavour) => crossplane::resource(obj, flavour),
