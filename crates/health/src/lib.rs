@@ -23,10 +23,12 @@ mod knative;
 mod pod;
 mod policy;
 mod prometheus;
+mod rollouts;
 mod services;
 mod storage;
 mod strimzi;
 mod verdicts;
+mod workflows;
 mod workloads;
 
 use serde_json::Value;
@@ -256,6 +258,11 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
         ("monitoring.coreos.com", "Prometheus" | "Alertmanager" | "ThanosRuler") => prometheus::prometheus(obj),
         ("keda.sh", "ScaledObject") => keda::keda(obj, KedaKind::ScaledObject),
         ("keda.sh", "ScaledJob") => keda::keda(obj, KedaKind::ScaledJob),
+
+        ("argoproj.io", "Rollout") => rollouts::rollout(obj),
+        ("argoproj.io", "AnalysisRun") => rollouts::analysis_run(obj),
+        ("argoproj.io", "Experiment") => rollouts::experiment(obj),
+        ("argoproj.io", "Workflow") => workflows::workflow(obj),
 
         ("kafka.strimzi.io", "Kafka") => strimzi::strimzi(obj, StrimziKind::Kafka),
         ("kafka.strimzi.io", "KafkaTopic") => strimzi::strimzi(obj, StrimziKind::KafkaTopic),
