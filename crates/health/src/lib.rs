@@ -6,6 +6,13 @@
 //! The rules follow Argo CD's gitops-engine `pkg/health`, so users see the same verdicts they are used
 //! to. Everything here is a pure function over `serde_json::Value`: no network access, no client types,
 //! and odd input (missing fields, wrong types, negative numbers) never panics.
+//!
+//! Custom kinds that platforms run have built-in rules, one module per family, each mirroring the
+//! Argo CD `resource_customizations/<group>/<kind>/health.lua` check Argo CD users get: Crossplane,
+//! cert-manager, External Secrets, Cluster API, Flux, Prometheus Operator, KEDA, Argo Rollouts and
+//! Workflows, Strimzi, Gateway API, Istio and Knative. [`assess_with`] dispatches on API group and kind
+//! in one place; kinds without a rule follow kstatus conventions (module `generic`). docs/health.md
+//! lists every rule.
 
 mod apis;
 mod application;
@@ -15,6 +22,7 @@ mod clusterapi;
 mod crossplane;
 mod externalsecrets;
 mod flux;
+mod gatewayapi;
 mod generic;
 mod istio;
 mod json;
@@ -192,6 +200,7 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
     use crossplane::{Flavour, Package};
     use externalsecrets::StoreKind;
     use flux::FluxKind;
+    use gatewayapi::RouteKind;
     use keda::KedaKind;
     use strimzi::StrimziKind;
 
@@ -270,6 +279,14 @@ fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json
         ("kafka.strimzi.io", "KafkaConnect") => strimzi::strimzi(obj, StrimziKind::KafkaConnect),
         ("kafka.strimzi.io", "KafkaConnector") => strimzi::strimzi(obj, StrimziKind::KafkaConnector),
         ("kafka.strimzi.io", "KafkaBridge") => strimzi::strimzi(obj, StrimziKind::KafkaBridge),
+
+        ("gateway.networking.k8s.io", "GatewayClass") => gatewayapi::gateway_class(obj),
+        ("gateway.networking.k8s.io", "Gateway") => gatewayapi::gateway(obj),
+        ("gateway.networking.k8s.io", "HTTPRoute") => gatewayapi::route(obj, RouteKind::Http),
+        ("gateway.networking.k8s.io", "GRPCRoute") => gatewayapi::route(obj, RouteKind::Grpc),
+        ("gateway.networking.k8s.io", "TLSRoute") => gatewayapi::route(obj, RouteKind::Tls),
+        ("gateway.networking.k8s.io", "TCPRoute") => gatewayapi::route(obj, RouteKind::Tcp),
+        ("gateway.networking.k8s.io", "UDPRoute") => gatewayapi::route(obj, RouteKind::Udp),
 
         ("install.istio.io", "IstioOperator") => istio::istio_operator(obj),
         ("serving.knative.dev", "Service") => knative::service(obj),
