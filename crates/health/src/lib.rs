@@ -39,6 +39,9 @@ mod verdicts;
 mod workflows;
 mod workloads;
 
+#[cfg(test)]
+mod fuzz;
+
 use serde_json::Value;
 
 /// The health of an object, from best to worst: Healthy, Suspended, Progressing, Missing, Degraded,
@@ -192,7 +195,24 @@ pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
             Health::progressing("Resource is being deleted")
         };
     }
-    dispatch(obj, group, kind, ctx).unwrap_or_else(Health::from)
+    bounded(dispatch(obj, group, kind, ctx).unwrap_or_else(Health::from))
+}
+
+/// The longest message kept, in bytes: a verdict is shown in Application status, and some rules join
+/// the messages of every condition, which a huge or hostile status could make arbitrarily long.
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// `h` with its message cut to [`MAX_MESSAGE_BYTES`] (on a character boundary) and marked with "…".
+fn bounded(mut h: Health) -> Health {
+    if h.message.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !h.message.is_char_boundary(end) {
+            end -= 1;
+        }
+        h.message.truncate(end);
+        h.message.push('…');
+    }
+    h
 }
 
 /// The one place where a group and kind choose their rule.
