@@ -68,7 +68,7 @@ const CUSTOM_KINDS: &[(&str, &str)] = &[
     ("install.istio.io/v1alpha1", "IstioOperator"),
     ("serving.knative.dev/v1", "Service"),
     // A shape-recognised Crossplane claim and a kind for the kstatus fallback.
-    ("platform.acme.io/v1alpha1", "PostgreSQLInstance"),
+    ("platform.example.org/v1alpha1", "PostgreSQLInstance"),
     ("example.com/v1", "Widget"),
 ];
 

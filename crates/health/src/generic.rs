@@ -1,5 +1,5 @@
 //! Health of any kind without a dedicated rule (ConfigMaps, Secrets, RBAC, most custom resources),
-//! following the kstatus conventions of sigs.k8s.io/cli-utils (`pkg/kstatus/status`:
+//! following the kstatus conventions of the Kubernetes cli-utils project (`pkg/kstatus/status`:
 //! `checkGenericProperties` and `checkGeneration`) and Capstan's reading of the common `Ready` and
 //! `Available` conditions:
 //!

@@ -5,7 +5,7 @@ use crate::{Health, HealthCode::*, assess};
 /// A claim of a platform's own API group, recognised by shape.
 fn claim(status: Value) -> Value {
     json!({
-        "apiVersion": "platform.acme.io/v1alpha1",
+        "apiVersion": "platform.example.org/v1alpha1",
         "kind": "PostgreSQLInstance",
         "metadata": {"name": "orders-db", "namespace": "shop", "generation": 1},
         "spec": {
@@ -131,7 +131,7 @@ fn composite_resource_in_v2_shape_is_recognised() {
 fn shape_is_not_guessed_in_built_in_groups_or_from_unrelated_fields() {
     // A custom kind without Crossplane's fields keeps the generic rule: Healthy without status.
     let other = json!({
-        "apiVersion": "platform.acme.io/v1", "kind": "Team", "metadata": {"name": "a"},
+        "apiVersion": "platform.example.org/v1", "kind": "Team", "metadata": {"name": "a"},
         "spec": {"resourceRef": "not-an-object", "providerConfigRef": {"kind": "no name"}}
     });
     assert_eq!(assess(&other).code, Healthy);
@@ -169,7 +169,7 @@ fn xrd_established_and_offered_is_healthy() {
     let xrd = |conditions: Value| {
         json!({
             "apiVersion": "apiextensions.crossplane.io/v1", "kind": "CompositeResourceDefinition",
-            "metadata": {"name": "xpostgresqlinstances.platform.acme.io"}, "spec": {},
+            "metadata": {"name": "xpostgresqlinstances.platform.example.org"}, "spec": {},
             "status": {"conditions": conditions}
         })
     };

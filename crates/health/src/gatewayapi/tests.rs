@@ -80,7 +80,7 @@ fn gateway_states() {
 }
 
 fn parent(name: &str, conditions: Value) -> Value {
-    json!({"parentRef": {"name": name}, "controllerName": "example.io/gateway", "conditions": conditions})
+    json!({"parentRef": {"name": name}, "controllerName": "example.com/gateway", "conditions": conditions})
 }
 
 #[test]
