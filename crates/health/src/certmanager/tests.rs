@@ -1,3 +1,5 @@
+//! Fixture tests of the cert-manager rules: issued, renewing, failing, pending, denied and malformed objects.
+
 use serde_json::{Value, json};
 
 use crate::{Health, HealthCode::*, assess};

@@ -1,3 +1,5 @@
+//! Fixture tests of the Cluster API rules: provisioned, paused, rolling out, failed, scaling and malformed objects.
+
 use serde_json::{Value, json};
 
 use crate::{Health, HealthCode::*, assess};

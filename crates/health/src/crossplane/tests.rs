@@ -1,3 +1,6 @@
+//! Fixture tests of the Crossplane rules: claims, managed and composite resources through their life (no status, creating,
+//! ready, failing), configuration kinds, packages and malformed statuses.
+
 use serde_json::{Value, json};
 
 use crate::{Health, HealthCode::*, assess};

@@ -1,3 +1,5 @@
+//! Fixture tests of the External Secrets rules: synced, failing, waiting, stale (`OnChange`) and malformed objects.
+
 use serde_json::{Value, json};
 
 use crate::{Health, HealthCode::*, assess};

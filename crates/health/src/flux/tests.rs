@@ -1,3 +1,5 @@
+//! Fixture tests of the Flux rules: ready, reconciling, failed, stalled, suspended, stale and malformed objects.
+
 use serde_json::{Value, json};
 
 use crate::{Health, HealthCode::*, assess};

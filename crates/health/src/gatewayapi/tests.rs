@@ -1,3 +1,5 @@
+//! Fixture tests of the Gateway API rules: accepted, programming, refused, stale and malformed objects.
+
 use serde_json::{Value, json};
 
 use crate::{Health, HealthCode::*, assess};

@@ -1,3 +1,5 @@
+//! Fixture tests of the Argo Rollouts rules: promoted, stepping, paused, aborted, unobserved and malformed objects.
+
 use serde_json::{Value, json};
 
 use crate::{Health, HealthCode::*, assess};
