@@ -140,6 +140,18 @@ fn shape_is_not_guessed_in_built_in_groups_or_from_unrelated_fields() {
     assert_eq!(assess(&other).code, Healthy);
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "spec": {"forProvider": {}}});
     assert_eq!(assess(&cm).code, Healthy);
+    // A PersistentVolume's claimRef has Crossplane's shape, but the core group is never guessed.
+    let pv = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-1"},
+        "spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "name": "data"}}
+    });
+    assert_eq!(assess(&pv).code, Healthy);
+    // So are the built-in *.k8s.io groups.
+    let binding = json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "va"},
+        "spec": {"resourceRef": {"apiVersion": "v1", "kind": "Node"}}
+    });
+    assert_eq!(assess(&binding).code, Healthy);
 }
 
 #[test]
