@@ -1,7 +1,9 @@
 //! Tolerant accessors over an object's JSON: every reader returns `None` (or a neutral default) for
 //! absent fields and fields of the wrong type, so the health checks never panic on odd input.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+use crate::Health;
 
 /// The value at `path` (a sequence of object keys), if every step exists.
 pub(crate) fn get<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
@@ -52,17 +54,22 @@ pub(crate) struct Condition<'a> {
     pub(crate) status: &'a str,
     pub(crate) reason: &'a str,
     pub(crate) message: &'a str,
+    pub(crate) last_transition_time: &'a str,
+    /// Cluster API's `severity` (Error, Warning, Info) of a False condition.
+    pub(crate) severity: &'a str,
     pub(crate) observed_generation: Option<i64>,
 }
 
 impl<'a> Condition<'a> {
-    fn from_value(v: &'a Value) -> Option<Self> {
+    pub(crate) fn from_value(v: &'a Value) -> Option<Self> {
         let field = |key: &str| str_at(v, &[key]).unwrap_or("");
         Some(Condition {
             type_: str_at(v, &["type"])?,
             status: field("status"),
             reason: field("reason"),
             message: field("message"),
+            last_transition_time: field("lastTransitionTime"),
+            severity: field("severity"),
             observed_generation: int_at(v, &["observedGeneration"]),
         })
     }
@@ -73,6 +80,15 @@ impl<'a> Condition<'a> {
 
     pub(crate) fn is_false(&self) -> bool {
         self.status == "False"
+    }
+
+    /// The message, or `fallback` when it is empty.
+    pub(crate) fn message_or(&self, fallback: &str) -> String {
+        if self.message.is_empty() {
+            fallback.to_owned()
+        } else {
+            self.message.to_owned()
+        }
     }
 
     /// The message, else the reason, else `fallback`.
@@ -97,6 +113,57 @@ pub(crate) fn conditions(obj: &Value) -> impl Iterator<Item = Condition<'_>> {
     array_at(obj, &["status", "conditions"])
         .iter()
         .filter_map(Condition::from_value)
+}
+
+/// A field that is present but of the wrong type (a `status` that is a string, `conditions` that are
+/// not a list): the object says nothing usable there, so the rule reading it answers Unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Malformed(pub(crate) &'static str);
+
+impl From<Malformed> for Health {
+    fn from(m: Malformed) -> Health {
+        Health::unknown(format!("{} has an unexpected type", m.0))
+    }
+}
+
+/// The verdict of a rule that reads fields which may be malformed.
+pub(crate) type Verdict = Result<Health, Malformed>;
+
+/// `status` as an object: `None` when absent or `null`, [`Malformed`] when of another type.
+pub(crate) fn status_object(obj: &Value) -> Result<Option<&Map<String, Value>>, Malformed> {
+    match obj.get("status") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(status)) => Ok(Some(status)),
+        Some(_) => Err(Malformed("status")),
+    }
+}
+
+/// The well-formed entries of `status.conditions`, in order: `None` when there is no status or no
+/// conditions, [`Malformed`] when `status` is not an object or `conditions` not a list. Entries that
+/// are not objects or have no string `type` are skipped.
+pub(crate) fn status_conditions(obj: &Value) -> Result<Option<Vec<Condition<'_>>>, Malformed> {
+    let Some(status) = status_object(obj)? else {
+        return Ok(None);
+    };
+    conditions_in(status.get("conditions"), "status.conditions")
+}
+
+/// The well-formed conditions of a list found anywhere (a Gateway listener's, a route parent's):
+/// `None` when absent or `null`, [`Malformed`] (naming `what`) when not a list.
+pub(crate) fn conditions_in<'a>(
+    list: Option<&'a Value>,
+    what: &'static str,
+) -> Result<Option<Vec<Condition<'a>>>, Malformed> {
+    match list {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => Ok(Some(items.iter().filter_map(Condition::from_value).collect())),
+        Some(_) => Err(Malformed(what)),
+    }
+}
+
+/// The first condition of type `type_` in `conditions`.
+pub(crate) fn find<'c, 'a>(conditions: &'c [Condition<'a>], type_: &str) -> Option<&'c Condition<'a>> {
+    conditions.iter().find(|c| c.type_ == type_)
 }
 
 #[cfg(test)]

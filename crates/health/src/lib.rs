@@ -6,17 +6,41 @@
 //! The rules follow Argo CD's gitops-engine `pkg/health`, so users see the same verdicts they are used
 //! to. Everything here is a pure function over `serde_json::Value`: no network access, no client types,
 //! and odd input (missing fields, wrong types, negative numbers) never panics.
+//!
+//! Custom kinds that platforms run have built-in rules, one module per family, each mirroring the
+//! Argo CD `resource_customizations/<group>/<kind>/health.lua` check Argo CD users get: Crossplane,
+//! cert-manager, External Secrets, Cluster API, Flux, Prometheus Operator, KEDA, Argo Rollouts and
+//! Workflows, Strimzi, Gateway API, Istio and Knative. [`assess_with`] dispatches on API group and kind
+//! in one place; kinds without a rule follow kstatus conventions (module `generic`). docs/health.md
+//! lists every rule.
 
 mod apis;
 mod application;
 mod batch;
+mod certmanager;
+mod clusterapi;
+mod crossplane;
+mod externalsecrets;
+mod flux;
+mod gatewayapi;
 mod generic;
+mod istio;
 mod json;
+mod keda;
+mod knative;
 mod pod;
 mod policy;
+mod prometheus;
+mod rollouts;
 mod services;
 mod storage;
+mod strimzi;
+mod verdicts;
+mod workflows;
 mod workloads;
+
+#[cfg(test)]
+mod fuzz;
 
 use serde_json::Value;
 
@@ -120,47 +144,187 @@ impl Health {
     }
 }
 
+/// Whether the CustomResourceDefinition of an object's kind declares the status subresource
+/// (`spec.versions[].subresources.status`). The crate never reads the cluster, so the caller says what
+/// it knows; it only matters for kinds without a built-in rule that have no status at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum StatusSubresource {
+    /// Not known (or not a custom resource): an object without status is Healthy, as before.
+    #[default]
+    Unspecified,
+    /// The CRD has a status subresource, so a controller is expected to write one: an object without
+    /// status is Progressing until it does.
+    Present,
+    /// The CRD has no status subresource: the object is configuration, Healthy once it exists.
+    Absent,
+}
+
+/// What the caller knows about an object beyond its JSON. [`Context::default`] gives the verdicts of
+/// [`assess`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Context {
+    /// Whether the object's CRD has a status subresource.
+    pub status_subresource: StatusSubresource,
+}
+
 /// Health of one live object. `obj` is the full object JSON (apiVersion, kind, metadata, spec, status).
+/// The same as [`assess_with`] with [`Context::default`].
+pub fn assess(obj: &Value) -> Health {
+    assess_with(obj, &Context::default())
+}
+
+/// Health of one live object, knowing `ctx` about it.
 ///
 /// Objects being deleted are Progressing. Built-in kinds are recognised by API group and kind (an object
-/// without `apiVersion` is matched on kind alone); Capstan and Argo CD Applications report their own
-/// recorded health and sync state; any other kind is judged by its `Ready`/`Available` condition and is
-/// Healthy if it has neither. A value that is not a JSON object is Unknown.
-pub fn assess(obj: &Value) -> Health {
+/// without `apiVersion` is matched on kind alone among the core kinds); Capstan and Argo CD Applications
+/// report their own recorded health and sync state; the custom kinds of the families listed in the crate
+/// documentation follow their Argo CD checks; Crossplane managed resources, claims and composite
+/// resources are recognised by shape in any group; any other kind follows the kstatus fallback. A value
+/// that is not a JSON object, and a status or condition list of the wrong type, are Unknown.
+pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
     if !obj.is_object() {
         return Health::unknown("not a Kubernetes object");
     }
     let kind = json::str_at(obj, &["kind"]).unwrap_or("");
     let group = json::str_at(obj, &["apiVersion"]).map(api_group);
-    let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
 
     if is_being_deleted(obj) {
-        return if kind == "Pod" && in_group(&[""]) {
+        return if kind == "Pod" && group.is_none_or(|g| g.is_empty()) {
             Health::progressing("Pod is terminating")
         } else {
             Health::progressing("Resource is being deleted")
         };
     }
+    bounded(dispatch(obj, group, kind, ctx).unwrap_or_else(Health::from))
+}
 
-    let check: fn(&Value) -> Health = match kind {
-        "Deployment" if in_group(&["apps", "extensions"]) => workloads::deployment,
-        "StatefulSet" if in_group(&["apps"]) => workloads::stateful_set,
-        "DaemonSet" if in_group(&["apps", "extensions"]) => workloads::daemon_set,
-        "ReplicaSet" if in_group(&["apps", "extensions"]) => workloads::replica_set,
-        "HorizontalPodAutoscaler" if in_group(&["autoscaling"]) => workloads::horizontal_pod_autoscaler,
-        "Pod" if in_group(&[""]) => pod::pod,
-        "Job" if in_group(&["batch"]) => batch::job,
-        "CronJob" if in_group(&["batch"]) => batch::cron_job,
-        "PodDisruptionBudget" if in_group(&["policy"]) => policy::pod_disruption_budget,
-        "PersistentVolumeClaim" if in_group(&[""]) => storage::persistent_volume_claim,
-        "Service" if in_group(&[""]) => services::service,
-        "Ingress" if in_group(&["networking.k8s.io", "extensions"]) => services::ingress,
-        "APIService" if in_group(&["apiregistration.k8s.io"]) => apis::api_service,
-        "CustomResourceDefinition" if in_group(&["apiextensions.k8s.io"]) => apis::custom_resource_definition,
-        "Application" if in_group(&["capstan.dev", "argoproj.io"]) => application::application,
-        _ => generic::generic,
+/// The longest message kept, in bytes: a verdict is shown in Application status, and some rules join
+/// the messages of every condition, which a huge or hostile status could make arbitrarily long.
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// `h` with its message cut to [`MAX_MESSAGE_BYTES`] (on a character boundary) and marked with "…".
+fn bounded(mut h: Health) -> Health {
+    if h.message.len() > MAX_MESSAGE_BYTES {
+        let mut end = MAX_MESSAGE_BYTES;
+        while !h.message.is_char_boundary(end) {
+            end -= 1;
+        }
+        h.message.truncate(end);
+        h.message.push('…');
+    }
+    h
+}
+
+/// The one place where a group and kind choose their rule.
+fn dispatch(obj: &Value, group: Option<&str>, kind: &str, ctx: &Context) -> json::Verdict {
+    use crossplane::{Flavour, Package};
+    use externalsecrets::StoreKind;
+    use flux::FluxKind;
+    use gatewayapi::RouteKind;
+    use keda::KedaKind;
+    use strimzi::StrimziKind;
+
+    let in_group = |groups: &[&str]| group.is_none_or(|g| groups.contains(&g));
+    let core: Option<fn(&Value) -> Health> = match kind {
+        "Deployment" if in_group(&["apps", "extensions"]) => Some(workloads::deployment),
+        "StatefulSet" if in_group(&["apps"]) => Some(workloads::stateful_set),
+        "DaemonSet" if in_group(&["apps", "extensions"]) => Some(workloads::daemon_set),
+        "ReplicaSet" if in_group(&["apps", "extensions"]) => Some(workloads::replica_set),
+        "HorizontalPodAutoscaler" if in_group(&["autoscaling"]) => Some(workloads::horizontal_pod_autoscaler),
+        "Pod" if in_group(&[""]) => Some(pod::pod),
+        "Job" if in_group(&["batch"]) => Some(batch::job),
+        "CronJob" if in_group(&["batch"]) => Some(batch::cron_job),
+        "PodDisruptionBudget" if in_group(&["policy"]) => Some(policy::pod_disruption_budget),
+        "PersistentVolumeClaim" if in_group(&[""]) => Some(storage::persistent_volume_claim),
+        "Service" if in_group(&[""]) => Some(services::service),
+        "Ingress" if in_group(&["networking.k8s.io", "extensions"]) => Some(services::ingress),
+        "APIService" if in_group(&["apiregistration.k8s.io"]) => Some(apis::api_service),
+        "CustomResourceDefinition" if in_group(&["apiextensions.k8s.io"]) => Some(apis::custom_resource_definition),
+        "Application" if in_group(&["capstan.dev", "argoproj.io"]) => Some(application::application),
+        _ => None,
     };
-    check(obj)
+    if let Some(check) = core {
+        return Ok(check(obj));
+    }
+    let Some(group) = group else {
+        return generic::generic(obj, ctx);
+    };
+    match (group, kind) {
+        ("pkg.crossplane.io", "Provider") => crossplane::package(obj, Package::Provider),
+        ("pkg.crossplane.io", "Function") => crossplane::package(obj, Package::Function),
+        ("pkg.crossplane.io", "Configuration") => crossplane::package(obj, Package::Configuration),
+        ("pkg.crossplane.io", "ProviderRevision") => crossplane::package_revision(obj, Package::Provider),
+        ("pkg.crossplane.io", "FunctionRevision") => crossplane::package_revision(obj, Package::Function),
+        ("pkg.crossplane.io", "ConfigurationRevision") => crossplane::package_revision(obj, Package::Configuration),
+
+        ("cert-manager.io", "Certificate") => certmanager::certificate(obj),
+        ("cert-manager.io", "CertificateRequest") => certmanager::certificate_request(obj),
+        ("cert-manager.io", "Issuer") => certmanager::issuer(obj),
+        ("cert-manager.io", "ClusterIssuer") => certmanager::cluster_issuer(obj),
+
+        ("external-secrets.io", "ExternalSecret") => externalsecrets::external_secret(obj),
+        ("external-secrets.io", "ClusterExternalSecret") => externalsecrets::cluster_external_secret(obj),
+        ("external-secrets.io", "SecretStore") => externalsecrets::by_ready(obj, StoreKind::SecretStore),
+        ("external-secrets.io", "ClusterSecretStore") => externalsecrets::by_ready(obj, StoreKind::ClusterSecretStore),
+        ("external-secrets.io", "PushSecret") => externalsecrets::by_ready(obj, StoreKind::PushSecret),
+
+        ("cluster.x-k8s.io", "Cluster") => clusterapi::cluster(obj),
+        ("cluster.x-k8s.io", "Machine") => clusterapi::machine(obj),
+        ("cluster.x-k8s.io", "MachineDeployment") => clusterapi::machine_deployment(obj),
+        ("cluster.x-k8s.io", "MachinePool") => clusterapi::machine_pool(obj),
+        ("cluster.x-k8s.io", "MachineHealthCheck") => clusterapi::machine_health_check(obj),
+        ("addons.cluster.x-k8s.io", "ClusterResourceSet") => clusterapi::cluster_resource_set(obj),
+        ("controlplane.cluster.x-k8s.io", "KubeadmControlPlane") => clusterapi::kubeadm_control_plane(obj),
+        ("controlplane.cluster.x-k8s.io", "AWSManagedControlPlane") => clusterapi::aws_managed_control_plane(obj),
+
+        ("kustomize.toolkit.fluxcd.io", "Kustomization") => flux::flux(obj, FluxKind::Kustomization),
+        ("helm.toolkit.fluxcd.io", "HelmRelease") => flux::flux(obj, FluxKind::HelmRelease),
+        ("source.toolkit.fluxcd.io", "GitRepository" | "HelmRepository" | "OCIRepository" | "Bucket" | "HelmChart") => {
+            flux::flux(obj, FluxKind::Source)
+        }
+        ("image.toolkit.fluxcd.io", "ImagePolicy") => flux::flux(obj, FluxKind::ImagePolicy),
+
+        ("monitoring.coreos.com", "Prometheus" | "Alertmanager" | "ThanosRuler") => prometheus::prometheus(obj),
+        ("keda.sh", "ScaledObject") => keda::keda(obj, KedaKind::ScaledObject),
+        ("keda.sh", "ScaledJob") => keda::keda(obj, KedaKind::ScaledJob),
+
+        ("argoproj.io", "Rollout") => rollouts::rollout(obj),
+        ("argoproj.io", "AnalysisRun") => rollouts::analysis_run(obj),
+        ("argoproj.io", "Experiment") => rollouts::experiment(obj),
+        ("argoproj.io", "Workflow") => workflows::workflow(obj),
+
+        ("kafka.strimzi.io", "Kafka") => strimzi::strimzi(obj, StrimziKind::Kafka),
+        ("kafka.strimzi.io", "KafkaTopic") => strimzi::strimzi(obj, StrimziKind::KafkaTopic),
+        ("kafka.strimzi.io", "KafkaUser") => strimzi::strimzi(obj, StrimziKind::KafkaUser),
+        ("kafka.strimzi.io", "KafkaConnect") => strimzi::strimzi(obj, StrimziKind::KafkaConnect),
+        ("kafka.strimzi.io", "KafkaConnector") => strimzi::strimzi(obj, StrimziKind::KafkaConnector),
+        ("kafka.strimzi.io", "KafkaBridge") => strimzi::strimzi(obj, StrimziKind::KafkaBridge),
+
+        ("gateway.networking.k8s.io", "GatewayClass") => gatewayapi::gateway_class(obj),
+        ("gateway.networking.k8s.io", "Gateway") => gatewayapi::gateway(obj),
+        ("gateway.networking.k8s.io", "HTTPRoute") => gatewayapi::route(obj, RouteKind::Http),
+        ("gateway.networking.k8s.io", "GRPCRoute") => gatewayapi::route(obj, RouteKind::Grpc),
+        ("gateway.networking.k8s.io", "TLSRoute") => gatewayapi::route(obj, RouteKind::Tls),
+        ("gateway.networking.k8s.io", "TCPRoute") => gatewayapi::route(obj, RouteKind::Tcp),
+        ("gateway.networking.k8s.io", "UDPRoute") => gatewayapi::route(obj, RouteKind::Udp),
+
+        ("install.istio.io", "IstioOperator") => istio::istio_operator(obj),
+        ("serving.knative.dev", "Service") => knative::service(obj),
+
+        _ => match crossplane::flavour_of_group(group) {
+            Some(flavour) => crossplane::resource(obj, flavour),
+            None if is_custom_group(group) && crossplane::looks_like_crossplane(obj) => {
+                crossplane::resource(obj, Flavour::Crossplane)
+            }
+            None => generic::generic(obj, ctx),
+        },
+    }
+}
+
+/// Whether `group` can hold custom resources: not the core group, and not a built-in Kubernetes group
+/// (single-word groups like `apps`, and `*.k8s.io` groups).
+fn is_custom_group(group: &str) -> bool {
+    group.contains('.') && !group.ends_with(".k8s.io")
 }
 
 /// Aggregate: the worst of the given codes, order from best to worst:
