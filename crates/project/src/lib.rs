@@ -30,6 +30,8 @@
 //! entry naming the group `capstan.dev` literally. Only the implicit `default` project (no
 //! AppProject named default exists, and the operator has not made it deny-all) is exempt.
 
+mod spelling;
+
 use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination};
 use globset::GlobBuilder;
 
@@ -210,6 +212,12 @@ fn check_named(project_name: &str, field: &str, list: &[String], what: &str, nam
 /// May an Application of this project use the repository at `repo_url`?
 pub fn check_source(project_name: &str, spec: &AppProjectSpec, repo_url: &str) -> Result<(), Violation> {
     let violation = |message: String| Violation::new(project_name, SOURCE_REPOS, message);
+    if let Some(reason) = spelling::ambiguous(repo_url) {
+        return Err(violation(format!(
+            "repository \"{}\" is refused before any sourceRepos rule: {reason}",
+            repo_url.chars().take(200).collect::<String>()
+        )));
+    }
     if spec.source_repos.is_empty() {
         return Err(violation(format!(
             "repository \"{repo_url}\" is not permitted: the project's sourceRepos list is empty"
