@@ -209,6 +209,56 @@ commonLabels: {App: x}\nimages: [{name: a, newTag: b}]\n";
         assert_eq!(doc["namespace"], "web");
     }
 
+    /// Mutations of real kustomizations (bytes changed, keys re-cased, documents added): the reader
+    /// never panics, and what it accepts names no key outside Kustomize's exact spelling.
+    #[test]
+    fn mutated_kustomizations_never_panic_and_accepted_ones_are_exact() {
+        let seeds = [
+            "resources: [../base, cm.yaml]\npatches:\n- path: p.yaml\nnamespace: web\n",
+            "helmCharts:\n- name: redis\n  releaseName: r\n  valuesInline: {a: 1}\nhelmGlobals: {chartHome: charts}\n",
+            "configMapGenerator:\n- name: c\n  files: [a=b.txt]\n  envs: [e.env]\nopenapi: {path: s.json}\n",
+        ];
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..6000 {
+            let mut text: Vec<u8> = seeds[round % seeds.len()].as_bytes().to_vec();
+            for _ in 0..(next() % 4 + 1) {
+                let at = (next() as usize) % text.len();
+                match next() % 5 {
+                    0 => text[at] = text[at].to_ascii_uppercase(),
+                    1 => text[at] = b"-:[]{}\n .#&*!|>'\"%@`"[(next() % 20) as usize],
+                    2 => text.insert(at, b'\n'),
+                    3 => text.extend_from_slice(b"\n---\nresources: [x]\n"),
+                    _ => {
+                        text.remove(at);
+                        if text.is_empty() {
+                            text.push(b'a');
+                        }
+                    }
+                }
+            }
+            let Ok(text) = String::from_utf8(text) else { continue };
+            if let Ok(doc) = read(&text, "k") {
+                let Object(fields) = KUSTOMIZATION else { unreachable!() };
+                for key in doc
+                    .as_object()
+                    .map(|m| m.keys().collect::<Vec<_>>())
+                    .unwrap_or_default()
+                {
+                    assert!(
+                        fields.iter().any(|(name, _)| name == key),
+                        "accepted {key:?} in {text:?}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn refuses_what_it_cannot_read_as_kustomize_does() {
         assert!(refusal("resources: [a]\n---\nresources: [../../other]\n").contains("more than one YAML document"));

@@ -51,6 +51,13 @@ pub use decrypt::Decryption;
 pub use error::RenderError;
 pub use paths::resolve_in_repo;
 
+/// Read a kustomization file's text as the renderer does before Kustomize runs: it is refused unless
+/// Capstan understands all of it (one document, Kustomize's fields spelled exactly, see
+/// [`kustomize`]). For the fuzzer and tools; `file` names it in the error.
+pub fn check_kustomization(text: &str, file: &str) -> Result<(), RenderError> {
+    kustomization::read(text, file).map(|_| ())
+}
+
 /// Parse a repository file's manifests as the directory renderer does: a multi-document YAML stream,
 /// or, when `json` is set, one JSON object or `List`. `origin` names the file in errors. (Public for
 /// the fuzz targets in `fuzz/`.)
