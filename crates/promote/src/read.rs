@@ -9,6 +9,9 @@ use tracing::debug;
 
 use crate::PromoteError;
 
+/// Largest file a promotion reads (values files are far smaller).
+pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
 /// Where to read from.
 #[derive(Debug, Clone)]
 pub struct Reader {
@@ -105,9 +108,27 @@ impl Reader {
             .await
             .map_err(|_| PromoteError::NotFound(format!("revision {revision}")))?;
         let resolved = String::from_utf8_lossy(&resolved).trim().to_string();
+        // Bounded: the file's size is asked first, and a file larger than any values file is not
+        // read (a pipeline naming a huge blob must not fill the controller's memory).
+        let object = format!("{resolved}:{path}");
+        let size = self
+            .git("reading")
+            .run(d, &["cat-file", "-s", &object])
+            .await
+            .map_err(|_| PromoteError::MissingFile {
+                path: path.into(),
+                revision: revision.into(),
+            })?;
+        let size: u64 = String::from_utf8_lossy(&size).trim().parse().unwrap_or(u64::MAX);
+        if size > MAX_FILE_BYTES {
+            return Err(PromoteError::BadFile {
+                path: path.into(),
+                reason: format!("it is larger than {} MiB", MAX_FILE_BYTES >> 20),
+            });
+        }
         let text = self
             .git("reading")
-            .run(d, &["show", &format!("{resolved}:{path}")])
+            .run(d, &["show", &object])
             .await
             .map_err(|_| PromoteError::MissingFile {
                 path: path.into(),

@@ -64,13 +64,14 @@ fn pushed(envelope: &Envelope) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Whether an updater's `image` is the repository `(host, path)` a notification names: the same path,
-/// and the same host when the notification gives one.
+/// Whether an updater's `image` is the repository `(host, path)` a notification names: the same host
+/// and the same path. A notification that names no host matches nothing: one registry's push must
+/// not make every registry's updaters check (and a path alone names no repository).
 fn matches(image: &str, host: &str, path: &str) -> bool {
     let Some((image_host, image_path)) = image.split_once('/') else {
         return false;
     };
-    image_path == path && (host.is_empty() || image_host.eq_ignore_ascii_case(host))
+    !host.is_empty() && image_path == path && image_host.eq_ignore_ascii_case(host)
 }
 
 /// `POST /api/webhook/registry`.
@@ -171,6 +172,6 @@ mod tests {
             "registry.test:5000",
             "services/payments"
         ));
-        assert!(matches("registry.test:5000/services/payments", "", "services/payments"));
+        assert!(!matches("registry.test:5000/services/payments", "", "services/payments"));
     }
 }
