@@ -6,7 +6,7 @@
 //!
 //! [`setup`] holds what the controller benchmarks share; each benchmark is a module of its own
 //! ([`first_sync`] 1–2, [`fleet`] 3, [`self_heal`] 4, [`untracked`] 5, [`appset`] 6, [`webhook`] 7,
-//! [`ui`] 8, [`charts`] 9, [`secrets`] 10, [`images`] 11).
+//! [`ui`] 8, [`charts`] 9, [`secrets`] 10, [`images`] 11, [`sandbox`] 12).
 
 use std::path::PathBuf;
 
@@ -17,6 +17,7 @@ mod charts;
 mod first_sync;
 mod fleet;
 mod images;
+mod sandbox;
 mod secrets;
 mod self_heal;
 mod setup;
@@ -31,10 +32,10 @@ struct Args {
     /// The capstan binary to benchmark.
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
-    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images.
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images,sandbox.
     #[arg(
         long,
-        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images"
+        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images,sandbox"
     )]
     only: String,
     /// ConfigMaps in the first-sync benchmark.
@@ -61,6 +62,9 @@ struct Args {
     /// Applications in the web UI list benchmark.
     #[arg(long, default_value_t = 1000)]
     ui_apps: usize,
+    /// Runs of each tool, confined and not, in the sandbox benchmark.
+    #[arg(long, default_value_t = 40)]
+    sandbox_runs: usize,
 }
 
 #[tokio::main]
@@ -77,7 +81,11 @@ async fn main() -> anyhow::Result<()> {
         "# capstan benchmarks ({} cores)",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     );
-    if only.iter().any(|b| *b != "ui") {
+    if only.contains(&"sandbox") {
+        // No control plane: the real tools, confined and not.
+        sandbox::sandbox_cost(args.sandbox_runs.max(1)).await?;
+    }
+    if only.iter().any(|b| *b != "ui" && *b != "sandbox") {
         controller_benchmarks(&args, &only, capstan.clone()).await?;
     }
     if only.contains(&"ui") {
