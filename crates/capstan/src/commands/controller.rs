@@ -76,6 +76,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         cache_dir: config.cache_dir.clone(),
         poll_interval: config.poll_interval,
         allow_local_repositories: config.allow_local_repositories,
+        deny_implicit_default_project: config.deny_implicit_default_project,
         ..Default::default()
     };
     let images = capstan_imageupdate::Config {
