@@ -59,7 +59,7 @@ fn updater(name: &str, image: &str, repo: &str, policy: Value, interval: u64) ->
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ImageUpdater",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "image": image, "policy": policy, "intervalSeconds": interval,
+            "image": image, "policy": policy, "intervalSeconds": interval, "project": "default",
             "write": {"repoURL": repo, "branch": "main", "path": "services-root/services/payments/staging.yaml", "key": "imageTag"},
         }
     })

@@ -100,6 +100,7 @@ pub(crate) fn api_error(err: PromoteError) -> ApiError {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
         ErrorKind::Internal => StatusCode::BAD_GATEWAY,
     };
     ApiError::new(status, err.to_string())
