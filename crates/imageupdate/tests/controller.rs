@@ -172,6 +172,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
             cache_root: cache.path().to_path_buf(),
             metrics_addr: None,
             webhook_allow_unsigned: false,
+            deny_implicit_default_project: false,
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

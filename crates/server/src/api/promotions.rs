@@ -144,7 +144,8 @@ pub async fn preview(
     Json(body): Json<PromoteBody>,
 ) -> Result<Json<PreviewAnswer>, ApiError> {
     let request = authorized_request(&state, &auth, body).await?;
-    let promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    let mut promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    promoter.deny_implicit_default = state.config.deny_implicit_default_project;
     let plan = promoter.plan(&request).await.map_err(api_error)?;
     Ok(Json(PreviewAnswer {
         diff: plan.diff(),
@@ -168,7 +169,8 @@ pub async fn promote(
     Json(body): Json<PromoteBody>,
 ) -> Result<Json<PromoteAnswer>, ApiError> {
     let request = authorized_request(&state, &auth, body).await?;
-    let promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    let mut promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    promoter.deny_implicit_default = state.config.deny_implicit_default_project;
     let answer = match promoter.promote(&request).await.map_err(api_error)? {
         Outcome::Unchanged { pipeline } => PromoteAnswer {
             result: "unchanged".into(),
