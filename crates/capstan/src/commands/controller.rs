@@ -90,6 +90,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         author_email: args.git_author_email.clone(),
         default_interval: config.poll_interval.min(Duration::from_secs(60)),
         allow_local_repositories: config.allow_local_repositories,
+        deny_implicit_default_project: config.deny_implicit_default_project,
         ..Default::default()
     };
     eprintln!(
