@@ -14,10 +14,13 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
             without_defaults(ApplicationSet::crd()),
         ),
         ("appprojects.capstan.dev.yaml", without_defaults(AppProject::crd())),
-        ("imageupdaters.capstan.dev.yaml", without_defaults(ImageUpdater::crd())),
+        (
+            "imageupdaters.capstan.dev.yaml",
+            requiring_project(without_defaults(ImageUpdater::crd())),
+        ),
         (
             "promotionpipelines.capstan.dev.yaml",
-            without_defaults(PromotionPipeline::crd()),
+            requiring_project(without_defaults(PromotionPipeline::crd())),
         ),
     ]
 }
@@ -48,6 +51,26 @@ fn without_defaults(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     serde_json::from_value(value).unwrap_or(crd)
 }
 
+/// Make `spec.project` required by the API server. The Rust types read a missing project as empty
+/// (`#[serde(default)]`), so that an object stored before the field was required is still read —
+/// and refused with a message naming the field — rather than breaking the list it is in.
+fn requiring_project(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    if let Some(versions) = value["spec"]["versions"].as_array_mut() {
+        for version in versions {
+            let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+            match spec.get_mut("required").and_then(serde_json::Value::as_array_mut) {
+                Some(required) if required.iter().any(|r| r == "project") => {}
+                Some(required) => required.push("project".into()),
+                None => spec["required"] = serde_json::json!(["project"]),
+            }
+        }
+    }
+    serde_json::from_value(value).unwrap_or(crd)
+}
+
 /// A CRD as the YAML document written to `deploy/crds/`.
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::SerializeError> {
     let body = serde_saphyr::to_string(crd)?;
@@ -71,6 +94,24 @@ mod tests {
                 want == have,
                 "deploy/crds/{file} is stale: run `make crds` and commit the result"
             );
+        }
+    }
+
+    #[test]
+    fn writers_require_a_project() {
+        for (file, crd) in all() {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).expect("schema");
+            let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
+            let required = spec["required"].as_array().cloned().unwrap_or_default();
+            let writer = file.starts_with("imageupdaters") || file.starts_with("promotionpipelines");
+            assert_eq!(
+                required.iter().any(|r| r == "project"),
+                writer,
+                "{file}: spec.project required: {required:?}"
+            );
+            if writer {
+                assert_eq!(spec["properties"]["project"]["minLength"], 1, "{file}");
+            }
         }
     }
 

@@ -38,8 +38,12 @@ pub struct ImageUpdaterSpec {
     /// `/api/webhook/registry` checks at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_seconds: Option<u64>,
-    /// The AppProject whose `sourceRepos` must permit the Git repository written to (`default` if empty).
+    /// The AppProject the updater belongs to (required by the CRD): its `sourceRepos` must permit the Git
+    /// repository, and one of its `sourceRepoPaths` entries the file and the branch written. An
+    /// updater stored without one (before the field was required) counts as `default`, and is
+    /// refused unless `default` is the implicit project that allows everything.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(min = 1))]
     pub project: String,
 }
 

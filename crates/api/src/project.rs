@@ -52,6 +52,28 @@ pub struct AppProjectSpec {
     /// (`*` for any). Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_stores: Vec<String>,
+    /// What the project's ImageUpdaters and PromotionPipelines may commit: which files of which
+    /// repositories, on which branches. A write needs the repository in `sourceRepos` too. Empty:
+    /// no write at all (Applications only read, and `sourceRepos` is all they need).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_repo_paths: Vec<RepoPaths>,
+}
+
+/// Files of repositories a project's ImageUpdaters and PromotionPipelines may commit to
+/// (`AppProject.spec.sourceRepoPaths[]`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RepoPaths {
+    /// Repository URL glob, matched as `sourceRepos` entries are (`*` for any; no `!`).
+    pub repo: String,
+    /// Globs over paths relative to the repository root (`services/team-a/**`): `*` stays within
+    /// one directory, `**` crosses directories. Empty: no file.
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Globs over the branches written to (`main`, `image-updates/*`; `*` alone is any branch).
+    /// Empty: no branch.
+    #[serde(default)]
+    pub branches: Vec<String>,
 }
 
 /// A permitted destination: globs on the cluster's server URL or name, and on the namespace.

@@ -24,6 +24,14 @@ pub const HISTORY_LIMIT: usize = 50;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionPipelineSpec {
+    /// The AppProject the pipeline belongs to (required by the CRD): its `sourceRepos` must permit
+    /// `repoURL`, one of its `sourceRepoPaths` entries each file a promotion writes and the branch,
+    /// and the environments' Applications must belong to it. A pipeline stored without one (before
+    /// the field was required) counts as `default`, and is refused unless `default` is the implicit
+    /// project that allows everything.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(min = 1))]
+    pub project: String,
     /// The repository holding the per-environment files.
     #[serde(rename = "repoURL")]
     pub repo_url: String,

@@ -24,6 +24,11 @@
 //! resourceVersion as preconditions. Credentials in repository URLs are redacted from every condition
 //! and log line.
 //!
+//! A set belongs to the project its template names (see `controller/project.rs`): its git
+//! generators read only repositories that project permits, and every generated Application —
+//! checked as generated, after templating and patching — must belong to it; a refusal is a
+//! generation error like any other.
+//!
 //! With `strategy.type: RollingSync`, generated Applications lose `syncPolicy.automated` and the
 //! [`crate::rollout`] plan decides which ones to sync (by operation request, `initiatedBy:
 //! applicationset-rollingsync`); progress is recorded in `status.applicationStatus` and the
@@ -34,6 +39,7 @@ mod children;
 mod desired;
 mod generation;
 pub mod inputs;
+mod project;
 mod status;
 
 use std::collections::HashMap;
@@ -93,6 +99,9 @@ pub struct AppSetConfig {
     pub allow_local_repositories: bool,
     /// ApplicationSets reconciled at once.
     pub concurrency: u16,
+    /// Without an AppProject named `default`, the `default` project permits nothing (the operator's
+    /// `--deny-implicit-default-project`): a set must then belong to a project an operator created.
+    pub deny_implicit_default_project: bool,
 }
 
 impl Default for AppSetConfig {
@@ -104,6 +113,7 @@ impl Default for AppSetConfig {
             git_timeout: Duration::from_secs(120),
             allow_local_repositories: false,
             concurrency: 8,
+            deny_implicit_default_project: false,
         }
     }
 }

@@ -918,3 +918,188 @@ async fn rolling_sync_goes_step_by_step_and_stops_on_a_failure() -> anyhow::Resu
     assert_eq!(app_status_of(&set, "roll-two").map(|s| s.0), Some("Waiting".into()));
     Ok(())
 }
+
+/// Create or replace the AppProject `name` in the test's Capstan namespace: `repos` as its
+/// sourceRepos, any namespace starting with `name` on any cluster.
+async fn project(env: &Env, name: &str, repos: &[String]) -> anyhow::Result<()> {
+    let body = json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
+        "metadata": {"name": name, "namespace": env.ns},
+        "spec": {
+            "sourceRepos": repos,
+            "destinations": [{"server": "*", "namespace": format!("{name}*")}],
+        },
+    });
+    let api: kube::Api<capstan_api::AppProject> = kube::Api::namespaced(env.client.clone(), &env.ns);
+    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(body))
+        .await?;
+    Ok(())
+}
+
+/// A list-generator set of project `team-a`: `web-<name>` from `<repo>/<name>`.
+fn team_set(name: &str, repo: &str, elements: Value) -> Value {
+    json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",
+        "metadata": {"name": name, "namespace": "capstan"},
+        "spec": {
+            "generators": [{"list": {"elements": elements}}],
+            "template": {
+                "metadata": {"name": format!("{name}-{{{{name}}}}")},
+                "spec": {
+                    "project": "team-a",
+                    "source": {"repoURL": repo, "targetRevision": "main", "path": "{{name}}"},
+                    "destination": {"server": "https://kubernetes.default.svc", "namespace": "team-a-{{name}}"},
+                },
+            },
+        },
+    })
+}
+
+/// Issue 27: an ApplicationSet of project team-a (what the app-of-apps rule checks, on
+/// `spec.template.spec.project`) must not generate an Application of another project — here the
+/// implicit `default`, which permits everything — whichever part of the set puts it there: the
+/// `templatePatch` (literally or through a parameter), or a generator's own `template`. The set
+/// reports the Application and the project, creates nothing and deletes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn generated_applications_stay_in_the_sets_project_whatever_patches_them() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("team-a")?;
+    env.git
+        .commit("team-a", "main", &[("a/cm.yaml", Some(&configmap("red")))], "team a")?;
+    let repo = env.git.git_url("team-a");
+    project(&env, "team-a", std::slice::from_ref(&repo)).await?;
+
+    // A set that stays in its project works, and its Application exists before the attacks.
+    let good = team_set("escape", &repo, json!([{"name": "a"}]));
+    env.apply_set(&good).await?;
+    env.wait_set("escape", "up to date", Duration::from_secs(30), up_to_date)
+        .await?;
+    let kept = env.app("escape-a").await?.expect("escape-a generated");
+    assert_eq!(kept.spec.project, "team-a");
+    let kept_uid = kept.uid();
+
+    let elements = json!([{"name": "a"}, {"name": "b", "project": "default"}]);
+    let mut attacks = Vec::new();
+    // 1. templatePatch naming the project literally.
+    let mut patched = team_set("escape", &repo, elements.clone());
+    patched["spec"]["templatePatch"] = json!("spec:\n  project: default\n");
+    attacks.push(("templatePatch", patched, "escape-a"));
+    // 2. templatePatch taking the project from a parameter (only element b escapes).
+    let mut param = team_set("escape", &repo, elements.clone());
+    param["spec"]["templatePatch"] = json!("spec:\n  project: '{{project}}'\n");
+    param["spec"]["generators"][0]["list"]["elements"] =
+        json!([{"name": "a", "project": "team-a"}, {"name": "b", "project": "default"}]);
+    attacks.push(("templatePatch with a parameter", param, "escape-b"));
+    // 3. the list generator's own template.
+    let mut own = team_set("escape", &repo, elements.clone());
+    own["spec"]["generators"][0]["list"]["template"] = json!({"spec": {"project": "default"}});
+    attacks.push(("a generator's template", own, "escape-a"));
+    // 4. a matrix child's template.
+    let mut matrix = team_set("escape", &repo, json!([]));
+    matrix["spec"]["generators"] = json!([{"matrix": {"generators": [
+        {"list": {"elements": [{"name": "b"}]}},
+        {"list": {"elements": [{"x": "1"}]}},
+    ]}}]);
+    matrix["spec"]["generators"][0]["matrix"]["template"] = json!({"spec": {"project": "default"}});
+    attacks.push(("a matrix generator's template", matrix, "escape-b"));
+
+    for (what, attack, named) in attacks {
+        env.apply_set(&attack).await?;
+        let set = env
+            .wait_set(
+                "escape",
+                &format!("{what}: ErrorOccurred ApplicationProjectNotPermitted"),
+                Duration::from_secs(30),
+                |s| error_with(s, "ApplicationProjectNotPermitted"),
+            )
+            .await?;
+        let (_, _, message) = condition(&set, "ErrorOccurred").expect("condition");
+        assert!(
+            message.contains(&format!("Application {named} names project \"default\""))
+                && message.contains("belongs to project \"team-a\""),
+            "{what}: the condition names the Application and both projects: {message}"
+        );
+        // The controller looked again; nothing was created, the existing Application is kept.
+        env.refresh_set_and_wait("escape").await?;
+        assert_eq!(
+            env.app_names().await?,
+            ["escape-a"],
+            "{what}: nothing created or deleted"
+        );
+        let now = env.app("escape-a").await?.expect("escape-a kept");
+        assert_eq!(now.uid(), kept_uid, "{what}: escape-a is the same object");
+        assert_eq!(now.spec.project, "team-a", "{what}: escape-a still in team-a");
+        // Back to the good set before the next attack.
+        env.apply_set(&good).await?;
+        env.wait_set("escape", "up to date again", Duration::from_secs(30), up_to_date)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Issue 27: a git generator of a set of project team-a reads only repositories team-a's
+/// `sourceRepos` permit — directly or named by a matrix child during generation. Refused: a
+/// condition naming the repository and the project, nothing generated, nothing deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn git_generators_read_only_repositories_the_sets_project_permits() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    for repo in ["team-a-config", "team-b-config"] {
+        env.git.create_repo(repo)?;
+        env.git.commit(
+            repo,
+            "main",
+            &[
+                ("services/a.yaml", Some("name: a\n")),
+                ("services/secret.yaml", Some("name: secret\n")),
+            ],
+            "config",
+        )?;
+    }
+    let ours = env.git.git_url("team-a-config");
+    let theirs = env.git.git_url("team-b-config");
+    project(&env, "team-a", std::slice::from_ref(&ours)).await?;
+    let files =
+        |url: &str| json!({"git": {"repoURL": url, "revision": "main", "files": [{"path": "services/a.yaml"}]}});
+
+    let mut set = team_set("gitgen", &ours, json!([]));
+    set["spec"]["generators"] = json!([files(&ours)]);
+    env.apply_set(&set).await?;
+    env.wait_set("gitgen", "up to date", Duration::from_secs(30), up_to_date)
+        .await?;
+    assert_eq!(env.app_names().await?, ["gitgen-a"], "the permitted repository is read");
+
+    let mut direct = set.clone();
+    direct["spec"]["generators"] = json!([files(&theirs)]);
+    let mut matrix = set.clone();
+    // The second child's repository is known only during generation, from the first's parameters.
+    matrix["spec"]["generators"] = json!([{"matrix": {"generators": [
+        {"list": {"elements": [{"team": "team-b"}]}},
+        files(&theirs.replace("team-b", "{{team}}")),
+    ]}}]);
+    for (what, attack) in [("a git generator", direct), ("a matrix child", matrix)] {
+        env.apply_set(&attack).await?;
+        let refused = env
+            .wait_set(
+                "gitgen",
+                &format!("{what}: ErrorOccurred RepositoryNotPermitted"),
+                Duration::from_secs(30),
+                |s| error_with(s, "RepositoryNotPermitted"),
+            )
+            .await?;
+        let (_, _, message) = condition(&refused, "ErrorOccurred").expect("condition");
+        assert!(
+            message.contains(&theirs) && message.contains("project \"team-a\"") && message.contains("sourceRepos"),
+            "{what}: the condition names the repository and the project: {message}"
+        );
+        env.refresh_set_and_wait("gitgen").await?;
+        assert_eq!(
+            env.app_names().await?,
+            ["gitgen-a"],
+            "{what}: nothing generated or deleted"
+        );
+        env.apply_set(&set).await?;
+        env.wait_set("gitgen", "up to date again", Duration::from_secs(30), up_to_date)
+            .await?;
+    }
+    Ok(())
+}

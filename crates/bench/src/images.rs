@@ -107,7 +107,7 @@ impl Bench {
                 "apiVersion": "capstan.dev/v1alpha1", "kind": "ImageUpdater",
                 "metadata": {"name": name, "namespace": "capstan"},
                 "spec": {"image": format!("{host}/services/{name}"), "policy": {"semver": {"range": "^1"}},
-                         "intervalSeconds": 600,
+                         "intervalSeconds": 600, "project": "default",
                          "write": {"repoURL": repo, "branch": "main", "path": format!("services/{name}/staging.yaml"), "key": "imageTag"}},
             });
             updaters

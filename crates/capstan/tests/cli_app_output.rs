@@ -1,6 +1,7 @@
 //! `capstan app …` through the binary, for what `cli_app.rs` does not cover: machine-readable output
 //! (`get -o yaml|json`, `list -o json`), `wait --sync` (success and timeout), `sync --prune --wait`
-//! against a sync without `--prune`, `get --hard-refresh`, the exit codes of `diff`, and
+//! against a sync without `--prune`, `get --hard-refresh`, the exit codes of `diff` (and its
+//! `--deny-implicit-default-project`), and
 //! `delete --cascade=false` — against a real control plane, a real git server and a real
 //! `capstan controller`.
 
@@ -133,6 +134,15 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
         String::from_utf8_lossy(&diff.stderr).starts_with("error: ") && text(&diff).contains("\"nope\" not found"),
         "{}",
         text(&diff)
+    );
+    // Issue 27: the operator's --deny-implicit-default-project holds in the CLI too: `out` names no
+    // project, and without an AppProject named default that project then permits nothing.
+    let denied = capstan(&kc, &["app", "diff", "out", "--deny-implicit-default-project"]);
+    assert_eq!(denied.status.code(), Some(2), "{}", text(&denied));
+    assert!(
+        text(&denied).contains("project \"default\"") && text(&denied).contains("sourceRepos"),
+        "{}",
+        text(&denied)
     );
 
     // wait --sync: times out while OutOfSync, non-zero, saying what it waited for and the state.

@@ -132,7 +132,7 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         work.path(),
         "updater.yaml",
         &format!(
-            "apiVersion: capstan.dev/v1alpha1\nkind: ImageUpdater\nmetadata: {{name: payments-staging, namespace: capstan}}\nspec:\n  image: {host}/services/payments\n  policy: {{semver: {{range: '^1'}}}}\n  intervalSeconds: 5\n  write: {{repoURL: '{repo}', branch: main, path: {STAGING}, key: imageTag}}\n"
+            "apiVersion: capstan.dev/v1alpha1\nkind: ImageUpdater\nmetadata: {{name: payments-staging, namespace: capstan}}\nspec:\n  image: {host}/services/payments\n  policy: {{semver: {{range: '^1'}}}}\n  intervalSeconds: 5\n  project: services\n  write: {{repoURL: '{repo}', branch: main, path: {STAGING}, key: imageTag}}\n"
         ),
     );
     apply_services_appset(&kc, work.path(), &repo)?;
@@ -144,24 +144,35 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         &lab_app("lab-production", &repo),
     );
     let services = SERVICES_PATH;
-    apply(&kc, work.path(), "p1.yaml", &pipeline("services", &repo, services, ""));
+    apply(
+        &kc,
+        work.path(),
+        "p1.yaml",
+        &pipeline("services", "services", &repo, services, ""),
+    );
     apply(
         &kc,
         work.path(),
         "p2.yaml",
-        &pipeline("strict", &repo, services, "  fields: [imageTag, owner]\n"),
+        &pipeline("strict", "services", &repo, services, "  fields: [imageTag, owner]\n"),
     );
     apply(
         &kc,
         work.path(),
         "p3.yaml",
-        &pipeline("lab", &repo, "lab/{service}/{env}.yaml", ""),
+        &pipeline("lab", "default", &repo, "lab/{service}/{env}.yaml", ""),
     );
     apply(
         &kc,
         work.path(),
         "p4.yaml",
-        &pipeline("moved", &repo, "moved/{service}/{env}.yaml", "  fields: [imageTag]\n"),
+        &pipeline(
+            "moved",
+            "default",
+            &repo,
+            "moved/{service}/{env}.yaml",
+            "  fields: [imageTag]\n",
+        ),
     );
 
     let cache = work.path().join("cache");

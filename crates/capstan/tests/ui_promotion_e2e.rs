@@ -81,7 +81,13 @@ async fn a_person_previews_and_confirms_a_promotion_in_the_browser() -> anyhow::
         &kc,
         work.path(),
         "pipeline.yaml",
-        &pipeline("services", &repo, SERVICES_PATH, "  fields: [imageTag, owner]\n"),
+        &pipeline(
+            "services",
+            "services",
+            &repo,
+            SERVICES_PATH,
+            "  fields: [imageTag, owner]\n",
+        ),
     );
 
     let cache = work.path().join("cache");

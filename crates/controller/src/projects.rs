@@ -88,17 +88,11 @@ impl Projects {
                     .map(|p| p.spec)
             }
         };
-        match found {
-            Some(spec) => Ok((name.to_string(), spec)),
-            None if name == DEFAULT_PROJECT && self.deny_implicit_default.load(Ordering::Relaxed) => {
-                // Empty lists permit nothing.
-                Ok((name.to_string(), AppProjectSpec::default()))
-            }
-            None if name == DEFAULT_PROJECT => Ok((name.to_string(), capstan_project::allow_all())),
-            None => Err(PipelineError::UnknownProject {
-                name: name.to_string(),
+        capstan_project::resolve(name, found, self.deny_implicit_default.load(Ordering::Relaxed)).map_err(|e| {
+            PipelineError::UnknownProject {
+                name: e.name,
                 namespace: self.namespace.clone(),
-            }),
-        }
+            }
+        })
     }
 }

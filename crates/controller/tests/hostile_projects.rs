@@ -216,3 +216,109 @@ async fn an_operator_can_make_the_implicit_default_project_deny_everything() -> 
     assert!(namespaces.get_opt("plain").await?.is_none(), "nothing was applied");
     Ok(())
 }
+
+/// An ImageUpdater and a PromotionPipeline a team's repository renders: `PROJECT` is replaced by
+/// the project they claim, `NS` by Capstan's namespace.
+const WRITERS: &str = r#"apiVersion: capstan.dev/v1alpha1
+kind: ImageUpdater
+metadata: {name: NAME, namespace: NS}
+spec:
+  project: PROJECT
+  image: 127.0.0.1:9/team-b/api
+  policy: {semver: {range: ^1}}
+  write: {repoURL: 'git://127.0.0.1:9/team-b.git', path: api.yaml, key: imageTag}
+---
+apiVersion: capstan.dev/v1alpha1
+kind: PromotionPipeline
+metadata: {name: NAME, namespace: NS}
+spec:
+  project: PROJECT
+  repoURL: 'git://127.0.0.1:9/team-b.git'
+  path: '{service}/{env}.yaml'
+  environments: [{name: staging}, {name: production}]
+"#;
+
+/// Issue 27: a team granted Capstan's writer kinds in its own namespace may render ImageUpdaters
+/// and PromotionPipelines of its own project only — one claiming another team's project (to commit
+/// with that project's write permissions) is refused like an Application of another project, and
+/// nothing is created; the same objects claiming the team's own project are created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_team_cannot_render_writers_of_another_project() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    let writers = json!([
+        {"group": "capstan.dev", "kind": "ImageUpdater"},
+        {"group": "capstan.dev", "kind": "PromotionPipeline"},
+    ]);
+    env.apply_project(
+        "team-a",
+        json!({"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": env.ns}],
+               "namespaceResourceWhitelist": writers}),
+    )
+    .await?;
+    env.apply_project(
+        "team-b",
+        json!({"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "team-b"}]}),
+    )
+    .await?;
+    let render = |name: &str, project: &str| {
+        WRITERS
+            .replace("NAME", name)
+            .replace("NS", &env.ns)
+            .replace("PROJECT", project)
+    };
+    env.git.create_repo("writers")?;
+    env.git.commit(
+        "writers",
+        "main",
+        &[
+            ("theirs/all.yaml", Some(&render("steal", "team-b"))),
+            ("ours/all.yaml", Some(&render("own", "team-a"))),
+        ],
+        "writers",
+    )?;
+    for (name, path) in [("writers-theirs", "theirs"), ("writers-ours", "ours")] {
+        let mut application = app(name, &env.git.git_url("writers"), path, &env.ns, true);
+        application["spec"]["project"] = json!("team-a");
+        application["spec"]["syncPolicy"]["syncOptions"] = json!([]);
+        env.create_app(application).await?;
+    }
+    let refused = env
+        .wait_app("writers-theirs", "the sync is refused", Duration::from_secs(60), |a| {
+            op_phase(a) == "Failed"
+        })
+        .await?;
+    let message = op_message(&refused);
+    assert!(
+        message.contains("ImageUpdater/steal names project \"team-b\"")
+            && message.contains("PromotionPipeline/steal names project \"team-b\""),
+        "both writers are refused by name: {message}"
+    );
+    env.wait_app("writers-ours", "synced", Duration::from_secs(60), |a| {
+        op_phase(a) == "Succeeded"
+    })
+    .await?;
+    let updaters = env.api("capstan.dev/v1alpha1", "ImageUpdater", "imageupdaters", Some(&env.ns));
+    let pipelines = env.api(
+        "capstan.dev/v1alpha1",
+        "PromotionPipeline",
+        "promotionpipelines",
+        Some(&env.ns),
+    );
+    assert!(
+        updaters.get_opt("own").await?.is_some(),
+        "the team's own updater is created"
+    );
+    assert!(
+        pipelines.get_opt("own").await?.is_some(),
+        "the team's own pipeline is created"
+    );
+    assert!(
+        updaters.get_opt("steal").await?.is_none(),
+        "no updater of team-b created"
+    );
+    assert!(
+        pipelines.get_opt("steal").await?.is_none(),
+        "no pipeline of team-b created"
+    );
+    Ok(())
+}

@@ -4,14 +4,21 @@
 //! newest tag by policy is compared with the value the file holds at the branch head; the changes of
 //! one round are committed together, one commit per repository and branch, through the Git writer
 //! (credentials from the repository Secret, bounded retries, never a force-push), and the
-//! Applications and ApplicationSets reading that repository are refreshed at once. Status says what
-//! was chosen, skipped, committed, or why not.
+//! Applications and ApplicationSets reading that repository are refreshed at once. An updater whose
+//! file cannot be edited is left out of its batch with its own error, and the others are committed
+//! without it. Status says what was chosen, skipped, committed, or why not.
+//!
+//! Every updater belongs to an AppProject (`spec.project`, required unless `default` is the
+//! implicit project that allows everything): the project's `sourceRepos` must permit the repository
+//! and one of its `sourceRepoPaths` entries the file and the branch pushed to, checked before the
+//! registry or the repository is read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use capstan_api::image_updater::{CHECK_ANNOTATION, ImageUpdater, ImageUpdaterStatus};
+use capstan_api::project::DEFAULT_PROJECT;
 use capstan_gitwrite::{Change, Edit, GitWriter, KeyPath, WriteOutcome, WriteRequest, WriterConfig};
 use capstan_source::{ImageClient, RepoCache};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -39,6 +46,10 @@ pub struct Config {
     pub default_interval: Duration,
     /// Whether `file://` repositories may be written (tests and local playgrounds only).
     pub allow_local_repositories: bool,
+    /// Without an AppProject named `default`, the `default` project permits nothing (the operator's
+    /// `--deny-implicit-default-project`): every updater must then name a project an operator
+    /// created.
+    pub deny_implicit_default_project: bool,
 }
 
 impl Default for Config {
@@ -51,6 +62,7 @@ impl Default for Config {
             tick: Duration::from_secs(1),
             default_interval: Duration::from_secs(60),
             allow_local_repositories: false,
+            deny_implicit_default_project: false,
         }
     }
 }
@@ -181,30 +193,26 @@ async fn round(
         statuses.insert(name, status);
     }
     for ((repo, branch, _), planned) in groups {
-        let requests: Vec<WriteRequest> = planned.iter().filter_map(|p| p.request.clone()).collect();
-        let mut requests = requests;
-        let outcome = match (requests.pop(), requests.is_empty()) {
-            (Some(only), true) => writer.commit(only).await,
-            (Some(last), false) => {
-                requests.push(last);
-                writer.commit_batch(requests).await
-            }
-            (None, _) => continue,
-        };
-        if let Ok(WriteOutcome::Committed { .. }) = &outcome {
+        let (outcome, refused) = commit_isolated(writer, &planned).await;
+        if let Some(Ok(WriteOutcome::Committed { .. })) = &outcome {
             capstan_kube::refresh_readers(client, &config.namespace, &repo).await;
         }
         for p in &planned {
             let Some(status) = statuses.get_mut(&p.name) else {
                 continue;
             };
+            if let Some(error) = refused.get(&p.name) {
+                tracing::info!(updater = %p.name, %repo, %branch, %error, "image update not committed");
+                status.error = format!("writing to Git: {error}");
+                continue;
+            }
             match &outcome {
-                Ok(WriteOutcome::Committed { sha, .. }) => {
+                Some(Ok(WriteOutcome::Committed { sha, .. })) => {
                     tracing::info!(updater = %p.name, %repo, %branch, commit = %sha, value = %p.checked.value, "image update committed");
                     status.last_commit = sha.clone();
                 }
-                Ok(WriteOutcome::Unchanged) => {}
-                Err(e) => status.error = format!("writing to Git: {e}"),
+                Some(Ok(WriteOutcome::Unchanged)) | None => {}
+                Some(Err(e)) => status.error = format!("writing to Git: {e}"),
             }
         }
     }
@@ -234,6 +242,65 @@ async fn round(
     }
 }
 
+/// Commit the planned writes of one repository and branch as one commit, isolating the updaters
+/// whose file cannot be edited: when the commit fails on one file (it cannot be edited, a key or
+/// the file is missing, an unsafe path), the updaters writing that file are left out with that
+/// error and the others are committed together again — one team's file never fails another
+/// team's update. Returns the outcome of the last commit tried (`None` when every updater was left
+/// out) and the errors of those left out, by updater.
+async fn commit_isolated(
+    writer: &GitWriter,
+    planned: &[Planned],
+) -> (
+    Option<Result<WriteOutcome, capstan_gitwrite::WriteError>>,
+    HashMap<String, String>,
+) {
+    let mut pending: Vec<&Planned> = planned.iter().filter(|p| p.request.is_some()).collect();
+    let mut refused = HashMap::new();
+    // Every pass leaves at least one updater out, or ends.
+    loop {
+        let mut requests: Vec<WriteRequest> = pending.iter().filter_map(|p| p.request.clone()).collect();
+        let outcome = match (requests.pop(), requests.is_empty()) {
+            (Some(only), true) => writer.commit(only).await,
+            (Some(last), false) => {
+                requests.push(last);
+                writer.commit_batch(requests).await
+            }
+            (None, _) => return (None, refused),
+        };
+        let path = match &outcome {
+            Err(error) if pending.len() > 1 => failed_file(error).map(str::to_string),
+            _ => None,
+        };
+        let writes = |p: &Planned, path: &str| {
+            p.request
+                .as_ref()
+                .is_some_and(|r| r.edits.iter().any(|e| e.path == path))
+        };
+        let Some(path) = path.filter(|path| pending.iter().any(|p| writes(p, path))) else {
+            return (Some(outcome), refused);
+        };
+        let message = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+        let (out, keep): (Vec<&Planned>, Vec<&Planned>) = pending.into_iter().partition(|p| writes(p, &path));
+        for p in out {
+            refused.insert(p.name.clone(), message.clone());
+        }
+        pending = keep;
+    }
+}
+
+/// The file a write error is about, when it is one file's fault (the others can still be written).
+fn failed_file(error: &capstan_gitwrite::WriteError) -> Option<&str> {
+    use capstan_gitwrite::WriteError as E;
+    match error {
+        E::UnsafePath { path, .. }
+        | E::MissingFile { path }
+        | E::MissingKey { path, .. }
+        | E::CannotEdit { path, .. } => Some(path),
+        _ => None,
+    }
+}
+
 /// Check one updater and, if the file holds another value, the write that would change it.
 async fn plan(
     client: &Client,
@@ -260,23 +327,50 @@ async fn plan(
             ));
         }
     };
+    let branch = if write.branch.is_empty() { "main" } else { &write.branch };
+    // The project decides which repository, file and branch the updater may write.
     let project_name = if spec.project.is_empty() {
-        "default"
+        DEFAULT_PROJECT
     } else {
         &spec.project
     };
     if !cache.projects.contains_key(project_name) {
-        let spec = project_spec(client, &config.namespace, project_name).await?;
-        cache.projects.insert(project_name.to_string(), spec);
+        let found = project_spec(client, &config.namespace, project_name).await?;
+        let (_, rules) = capstan_project::resolve(project_name, found, config.deny_implicit_default_project)
+            .map_err(|e| UpdateError::Spec(format!("spec.project: {e} in namespace {:?}", config.namespace)))?;
+        cache.projects.insert(project_name.to_string(), rules);
     }
-    if let Some(project) = cache.projects.get(project_name) {
-        capstan_project::check_source(project_name, project, &write.repo_url)?;
+    let Some(project) = cache.projects.get(project_name) else {
+        return Err(UpdateError::Spec(format!(
+            "spec.project: AppProject {project_name:?} not read"
+        )));
+    };
+    if spec.project.is_empty() && !capstan_project::is_implicit_default(project_name, project) {
+        return Err(UpdateError::Spec(
+            "spec.project is required: the `default` project is not the implicit one that allows everything (an \
+             AppProject named default exists, or the operator denies the implicit one), so every ImageUpdater must \
+             name the AppProject it belongs to"
+                .into(),
+        ));
     }
+    let pushed = if write.push_branch.is_empty() {
+        branch
+    } else {
+        &write.push_branch
+    };
+    capstan_project::check_write(
+        project_name,
+        project,
+        &capstan_project::WriteTarget {
+            repo_url: &write.repo_url,
+            path: &write.path,
+            branch: pushed,
+        },
+    )?;
     let checked = check::check(client, &config.namespace, images, spec).await?;
     let creds = capstan_cluster::repository::for_repo(client, &config.namespace, &write.repo_url)
         .await
         .unwrap_or_default();
-    let branch = if write.branch.is_empty() { "main" } else { &write.branch };
     let head_key = (write.repo_url.clone(), branch.to_string());
     let sha = match cache.heads.get(&head_key) {
         Some(sha) => sha.clone(),
@@ -322,17 +416,18 @@ async fn plan(
     })
 }
 
-/// The AppProject `name`, or the implicit default project when none named `default` exists.
+/// The stored AppProject `name`, if there is one.
 async fn project_spec(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> Result<capstan_api::AppProjectSpec, UpdateError> {
+) -> Result<Option<capstan_api::AppProjectSpec>, UpdateError> {
     let api: Api<capstan_api::AppProject> = Api::namespaced(client.clone(), namespace);
     match api.get_opt(name).await {
-        Ok(Some(p)) => Ok(p.spec),
-        Ok(None) if name == "default" => Ok(capstan_project::allow_all()),
-        Ok(None) => Err(UpdateError::Spec(format!("AppProject {name:?} not found"))),
-        Err(e) => Err(UpdateError::Spec(format!("reading AppProject {name:?}: {e}"))),
+        Ok(found) => Ok(found.map(|p| p.spec)),
+        Err(e) => Err(UpdateError::Spec(format!(
+            "reading AppProject {name:?}: {}",
+            capstan_kube::describe_kube_error(&e)
+        ))),
     }
 }

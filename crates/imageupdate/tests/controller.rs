@@ -59,7 +59,7 @@ fn updater(name: &str, image: &str, repo: &str, policy: Value, interval: u64) ->
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ImageUpdater",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
-            "image": image, "policy": policy, "intervalSeconds": interval,
+            "image": image, "policy": policy, "intervalSeconds": interval, "project": "default",
             "write": {"repoURL": repo, "branch": "main", "path": "services-root/services/payments/staging.yaml", "key": "imageTag"},
         }
     })
@@ -172,6 +172,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
             cache_root: cache.path().to_path_buf(),
             metrics_addr: None,
             webhook_allow_unsigned: false,
+            deny_implicit_default_project: false,
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -346,6 +347,208 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     })
     .await?;
     assert_eq!(run_git(&bare, &["rev-parse", "main"])?, head);
+    Ok(())
+}
+
+/// An AppProject `name` that may read `repos` and write `writes` (`sourceRepoPaths`).
+fn team_project(name: &str, repos: &[&str], writes: Value) -> Value {
+    json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "sourceRepos": repos,
+            "destinations": [{"server": "*", "namespace": name}],
+            "sourceRepoPaths": writes,
+        },
+    })
+}
+
+/// Issue 27: an ImageUpdater belongs to its AppProject, which says which repositories, which files
+/// in them and which branches it may commit to. Team A's updaters cannot write team B's file in a
+/// shared repository, team B's own repository, a branch team A may not write, or a path that
+/// climbs out of team A's directory; with `--deny-implicit-default-project`, an updater of the
+/// `default` project writes nothing either. Each is refused in status naming the rule, and nothing reaches
+/// Git — while team A's own file gets its commit in the same round. An updater without a project is
+/// refused by the API server (the CRD requires `spec.project`). And one team's file the editor
+/// cannot change (flow style) fails that team's updater only, not the batched commit of the branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_team_commits_only_where_its_project_lets_it() -> anyhow::Result<()> {
+    capstan_testkit::init_logging();
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    install(&client).await?;
+    let git = GitServer::start().await?;
+    let registry = Registry::start(RegistryOptions::default()).await?;
+    let image = format!("{}/services/web", registry.host());
+    push_image(&registry, "services/web", "1.1.0")?;
+    let file = |service: &str| format!("service: {service}\nimageTag: 1.0.0\n");
+    git.create_repo("shared")?;
+    git.commit(
+        "shared",
+        "main",
+        &[
+            ("services/team-a/web.yaml", Some(file("web").as_str())),
+            ("services/team-b/api.yaml", Some(file("api").as_str())),
+            // Team B's file in flow style, which the editor refuses to edit.
+            ("services/team-b/flow.yaml", Some("{service: flow, imageTag: 1.0.0}\n")),
+        ],
+        "two teams",
+    )?;
+    git.create_repo("team-b")?;
+    git.commit("team-b", "main", &[("api.yaml", Some(file("api").as_str()))], "team b")?;
+    let (shared, theirs) = (git.http_url("shared"), git.http_url("team-b"));
+    for (name, url) in [("shared", &shared), ("team-b", &theirs)] {
+        secret(
+            &client,
+            name,
+            json!({"url": url, "username": USER, "password": PASSWORD}),
+        )
+        .await?;
+    }
+    secret(
+        &client,
+        "registry",
+        json!({"url": format!("oci://{}", registry.host()), "insecureOCIForceHttp": "true"}),
+    )
+    .await?;
+    let projects: Api<capstan_api::AppProject> = Api::namespaced(client.clone(), NS);
+    let pp = PatchParams::apply("test").force();
+    let team_a = team_project(
+        "team-a",
+        &[&shared],
+        json!([{"repo": shared, "paths": ["services/team-a/**"], "branches": ["main"]}]),
+    );
+    let team_b = team_project(
+        "team-b",
+        &[&shared, &theirs],
+        json!([{"repo": "*", "paths": ["services/team-b/**", "api.yaml"], "branches": ["*"]}]),
+    );
+    projects.patch("team-a", &pp, &Patch::Apply(team_a)).await?;
+    projects.patch("team-b", &pp, &Patch::Apply(team_b)).await?;
+
+    let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), NS);
+    let team_a_updater = |name: &str, repo: &str, path: &str, branch: &str, push: &str| {
+        let mut u = updater(name, &image, repo, json!({"semver": {"range": "^1"}}), 5);
+        u["spec"]["project"] = json!("team-a");
+        u["spec"]["write"]["path"] = json!(path);
+        u["spec"]["write"]["branch"] = json!(branch);
+        if !push.is_empty() {
+            u["spec"]["write"]["pushBranch"] = json!(push);
+        }
+        u
+    };
+    let head = |repo: &str| run_git(&git.repo_path(repo), &["rev-parse", "main"]);
+    let (shared_before, theirs_before) = (head("shared")?, head("team-b")?);
+    let attacks = [
+        (
+            "team-b-file",
+            team_a_updater("team-b-file", &shared, "services/team-b/api.yaml", "main", ""),
+            "sourceRepoPaths",
+        ),
+        (
+            "team-b-repo",
+            team_a_updater("team-b-repo", &theirs, "api.yaml", "main", ""),
+            "sourceRepos",
+        ),
+        (
+            "other-branch",
+            team_a_updater("other-branch", &shared, "services/team-a/web.yaml", "main", "release"),
+            "sourceRepoPaths",
+        ),
+        (
+            "climbing",
+            team_a_updater("climbing", &shared, "services/team-a/../team-b/api.yaml", "main", ""),
+            "`..`",
+        ),
+        // The operator denies the implicit default project (below): it permits nothing.
+        (
+            "implicit-default",
+            {
+                let mut u = team_a_updater("implicit-default", &shared, "services/team-a/web.yaml", "main", "");
+                u["spec"]["project"] = json!("default");
+                u
+            },
+            "sourceRepos",
+        ),
+    ];
+    for (name, body, _) in &attacks {
+        updaters.patch(name, &pp, &Patch::Apply(body.clone())).await?;
+    }
+    let own = team_a_updater("own-file", &shared, "services/team-a/web.yaml", "main", "");
+    updaters.patch("own-file", &pp, &Patch::Apply(own)).await?;
+    // Team B's updater of its flow-style file, on the same branch of the same repository.
+    let mut flow = team_a_updater("team-b-flow", &shared, "services/team-b/flow.yaml", "main", "");
+    flow["spec"]["project"] = json!("team-b");
+    updaters.patch("team-b-flow", &pp, &Patch::Apply(flow)).await?;
+
+    // The loop starts once every updater exists, so that its first round sees them all and
+    // batches team A's and team B's writes to the shared branch into one commit.
+    let cache = tempfile::tempdir()?;
+    let images_config = capstan_imageupdate::Config {
+        cache_dir: cache.path().join("images"),
+        deny_implicit_default_project: true,
+        ..Default::default()
+    };
+    let c = client.clone();
+    let _tasks = Tasks(vec![tokio::spawn(async move {
+        let _ = capstan_imageupdate::run(c, images_config, std::future::pending()).await;
+    })]);
+
+    // The positive signal: team A's own file got its commit, and each attack its refusal.
+    eventually("team A's own file committed", Duration::from_secs(60), || async {
+        Ok(status(&updaters, "own-file").await?["lastCommit"].is_string())
+    })
+    .await?;
+    for (name, body, rule) in &attacks {
+        let project = format!("project {}", body["spec"]["project"]);
+        eventually(&format!("{name} refused"), Duration::from_secs(60), || async {
+            let st = status(&updaters, name).await?;
+            Ok(st["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&project) && e.contains(rule)))
+        })
+        .await?;
+        let st = status(&updaters, name).await?;
+        assert!(st["lastCommit"].is_null(), "{name}: no commit: {st}");
+    }
+    // Team B's file that cannot be edited fails team B's updater only, naming the file.
+    let st = status(&updaters, "team-b-flow").await?;
+    assert!(
+        st["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("services/team-b/flow.yaml") && e.contains("flow style")),
+        "{st}"
+    );
+    assert!(st["lastCommit"].is_null(), "{st}");
+    let bare = git.repo_path("shared");
+    assert_eq!(
+        run_git(&bare, &["show", "main:services/team-a/web.yaml"])?,
+        "service: web\nimageTag: 1.1.0"
+    );
+    assert_eq!(
+        run_git(&bare, &["show", "main:services/team-b/api.yaml"])?,
+        file("api").trim_end(),
+        "team B's file untouched"
+    );
+    assert_eq!(
+        run_git(&bare, &["rev-parse", "main~1"])?,
+        shared_before,
+        "one commit: team A's"
+    );
+    assert_eq!(head("team-b")?, theirs_before, "team B's repository untouched");
+    assert!(
+        run_git(&bare, &["rev-parse", "--verify", "--quiet", "refs/heads/release"]).is_err(),
+        "no release branch pushed"
+    );
+
+    // The CRD requires the project: an updater naming none is refused by the API server.
+    let mut anonymous = team_a_updater("anonymous", &shared, "services/team-a/web.yaml", "main", "");
+    anonymous["spec"].as_object_mut().map(|s| s.remove("project"));
+    let refused = updaters.patch("anonymous", &pp, &Patch::Apply(anonymous)).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 422 && e.message.contains("project")),
+        "{refused:?}"
+    );
     Ok(())
 }
 

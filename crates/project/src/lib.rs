@@ -21,6 +21,14 @@
 //!   `namespaceResourceWhitelist` when that is non-empty and not in `namespaceResourceBlacklist`.
 //!   Group `""` is the core group; group and kind are globs.
 //!
+//! - **writes** (ImageUpdaters and PromotionPipelines, beyond Argo CD): the repository must be in
+//!   `sourceRepos` and one `sourceRepoPaths` entry must match it, the file and the branch pushed to
+//!   ([`check_write`]).
+//!
+//! What a project name stands for when no AppProject carries it (the implicit `default`, allowing
+//! everything or — with `--deny-implicit-default-project` — nothing) is decided in one place,
+//! [`resolve`], for every component.
+//!
 //! A pattern that is not a valid glob never allows anything; in a deny entry or a blacklist it
 //! refuses everything it is asked about (fail closed), with a message naming the bad pattern.
 //!
@@ -32,7 +40,7 @@
 
 mod spelling;
 
-use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination};
+use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination, RepoPaths};
 use globset::GlobBuilder;
 
 /// A project rule an Application's sync would break.
@@ -67,6 +75,7 @@ const NAMESPACE_WHITELIST: &str = "namespaceResourceWhitelist";
 const NAMESPACE_BLACKLIST: &str = "namespaceResourceBlacklist";
 const DECRYPTION_SECRETS: &str = "decryptionSecrets";
 const SECRET_STORES: &str = "secretStores";
+const SOURCE_REPO_PATHS: &str = "sourceRepoPaths";
 
 /// The implicit `default` project when no AppProject named default exists: allows everything.
 pub fn allow_all() -> AppProjectSpec {
@@ -87,7 +96,51 @@ pub fn allow_all() -> AppProjectSpec {
         namespace_resource_blacklist: Vec::new(),
         decryption_secrets: vec!["*".into()],
         secret_stores: vec!["*".into()],
+        source_repo_paths: vec![RepoPaths {
+            repo: "*".into(),
+            paths: vec!["**".into()],
+            branches: vec!["*".into()],
+        }],
     }
+}
+
+/// Which rules a project name stands for, once the caller has looked the AppProject up: the one
+/// place that decides what a missing project means, for every component (the Application and
+/// ApplicationSet controllers, the image updater, the server and the CLI). `found` is the stored
+/// AppProject's spec, if one exists. `""` is `default`.
+///
+/// - an AppProject that exists: its own rules;
+/// - no AppProject named `default`: the implicit `default` project, which allows everything
+///   ([`allow_all`], as in Argo CD) — or nothing at all when the operator turned it off
+///   (`--deny-implicit-default-project`, `deny_implicit_default`);
+/// - any other missing project: [`UnknownProject`].
+pub fn resolve(
+    name: &str,
+    found: Option<AppProjectSpec>,
+    deny_implicit_default: bool,
+) -> Result<(String, AppProjectSpec), UnknownProject> {
+    let name = if name.is_empty() {
+        capstan_api::project::DEFAULT_PROJECT
+    } else {
+        name
+    };
+    match found {
+        Some(spec) => Ok((name.to_string(), spec)),
+        // Empty lists permit nothing.
+        None if name == capstan_api::project::DEFAULT_PROJECT && deny_implicit_default => {
+            Ok((name.to_string(), AppProjectSpec::default()))
+        }
+        None if name == capstan_api::project::DEFAULT_PROJECT => Ok((name.to_string(), allow_all())),
+        None => Err(UnknownProject { name: name.to_string() }),
+    }
+}
+
+/// A project name no AppProject carries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("AppProject \"{name}\" does not exist")]
+pub struct UnknownProject {
+    /// The name asked for.
+    pub name: String,
 }
 
 /// One object a rule is asked about.
@@ -402,6 +455,84 @@ pub fn check_resource(
     Ok(())
 }
 
+/// A file an ImageUpdater or a PromotionPipeline would commit to.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteTarget<'a> {
+    /// The repository.
+    pub repo_url: &'a str,
+    /// The file, relative to the repository root.
+    pub path: &'a str,
+    /// The branch the commit is pushed to.
+    pub branch: &'a str,
+}
+
+/// May an ImageUpdater or a PromotionPipeline of this project commit to this file on this branch?
+/// The repository must be permitted by `sourceRepos` ([`check_source`]) and one `sourceRepoPaths`
+/// entry must match it, the path and the branch. The path must be a plain relative path (no `.`,
+/// `..` or empty segment, no leading `/`, no backslash), so that a glob matches what is written.
+pub fn check_write(project_name: &str, spec: &AppProjectSpec, target: &WriteTarget<'_>) -> Result<(), Violation> {
+    let WriteTarget { repo_url, path, branch } = *target;
+    check_source(project_name, spec, repo_url)?;
+    let violation = |message: String| Violation::new(project_name, SOURCE_REPO_PATHS, message);
+    if let Some(why) = unusual_path(path) {
+        return Err(violation(format!(
+            "file \"{path}\" of repository \"{repo_url}\" is refused: {why}"
+        )));
+    }
+    let repo = normalize_repo_url(repo_url);
+    let permitted = spec.source_repo_paths.iter().any(|entry| {
+        let repo_matches =
+            !entry.repo.starts_with('!') && repo_glob_match(&normalize_repo_url(&entry.repo), &repo).unwrap_or(false);
+        repo_matches
+            && entry.paths.iter().any(|p| glob_match(p, path, true).unwrap_or(false))
+            && entry
+                .branches
+                .iter()
+                .any(|b| glob_match(b, branch, true).unwrap_or(false))
+    });
+    if permitted {
+        return Ok(());
+    }
+    let listed = if spec.source_repo_paths.is_empty() {
+        "the list is empty".to_string()
+    } else {
+        let entries: Vec<String> = spec
+            .source_repo_paths
+            .iter()
+            .map(|e| {
+                format!(
+                    "{{repo: \"{}\", paths: [{}], branches: [{}]}}",
+                    e.repo,
+                    e.paths.join(", "),
+                    e.branches.join(", ")
+                )
+            })
+            .collect();
+        format!("it allows {}", entries.join(", "))
+    };
+    Err(violation(format!(
+        "file \"{path}\" on branch \"{branch}\" of repository \"{repo_url}\" may not be written by the \
+         project's ImageUpdaters and PromotionPipelines: no sourceRepoPaths entry matches ({listed})"
+    )))
+}
+
+/// Why `path` is not a plain relative path, if it is not.
+fn unusual_path(path: &str) -> Option<&'static str> {
+    if path.is_empty() {
+        return Some("the path is empty");
+    }
+    if path.starts_with('/') {
+        return Some("the path is absolute");
+    }
+    if path.contains('\\') {
+        return Some("the path contains a backslash");
+    }
+    if path.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+        return Some("the path has an empty, `.` or `..` segment");
+    }
+    None
+}
+
 /// `("!x", …)` → `(true, "x")`.
 fn split_negation(pattern: &str) -> (bool, &str) {
     match pattern.strip_prefix('!') {
@@ -509,6 +640,90 @@ mod tests;
 #[cfg(test)]
 mod named_tests {
     use super::*;
+
+    fn team_a_writes() -> AppProjectSpec {
+        AppProjectSpec {
+            source_repos: vec!["https://git.example/*".into()],
+            source_repo_paths: vec![RepoPaths {
+                repo: "https://git.example/services-root".into(),
+                paths: vec!["services/team-a/**".into(), "team-a.yaml".into()],
+                branches: vec!["main".into(), "image-updates/*".into()],
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn write<'a>(repo_url: &'a str, path: &'a str, branch: &'a str) -> WriteTarget<'a> {
+        WriteTarget { repo_url, path, branch }
+    }
+
+    #[test]
+    fn writes_need_a_source_repo_paths_entry_for_repository_path_and_branch() {
+        let spec = team_a_writes();
+        let root = "https://git.example/services-root.git";
+        for (path, branch) in [
+            ("services/team-a/web/staging.yaml", "main"),
+            ("services/team-a/x.yaml", "image-updates/web"),
+            ("team-a.yaml", "main"),
+        ] {
+            assert!(
+                check_write("team-a", &spec, &write(root, path, branch)).is_ok(),
+                "{path} {branch}"
+            );
+        }
+        for (repo, path, branch, needle) in [
+            (root, "services/team-b/web/staging.yaml", "main", "sourceRepoPaths"),
+            (root, "services/team-a/web.yaml", "production", "sourceRepoPaths"),
+            (root, "services/team-a/web.yaml", "image-updates/a/b", "sourceRepoPaths"),
+            (root, "services/team-a/../team-b/web.yaml", "main", "`..`"),
+            (root, "services/team-a//web.yaml", "main", "empty"),
+            (root, "./services/team-a/web.yaml", "main", "`.`"),
+            (root, "/services/team-a/web.yaml", "main", "absolute"),
+            (root, "services\\team-a/web.yaml", "main", "backslash"),
+            (
+                "https://git.example/other",
+                "services/team-a/web.yaml",
+                "main",
+                "sourceRepoPaths",
+            ),
+            (
+                "https://elsewhere.example/services-root",
+                "services/team-a/web.yaml",
+                "main",
+                "sourceRepos",
+            ),
+        ] {
+            let err = check_write("team-a", &spec, &write(repo, path, branch)).unwrap_err();
+            assert!(err.to_string().contains(needle), "{repo} {path} {branch}: {err}");
+        }
+        let err = check_write(
+            "team-a",
+            &AppProjectSpec {
+                source_repos: vec!["*".into()],
+                ..Default::default()
+            },
+            &write(root, "a.yaml", "main"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("the list is empty"), "{err}");
+        assert!(check_write("default", &allow_all(), &write(root, "any/where.yaml", "any/branch")).is_ok());
+    }
+
+    #[test]
+    fn a_missing_project_is_the_implicit_default_only_by_name() {
+        assert_eq!(resolve("", None, false), Ok(("default".into(), allow_all())));
+        assert_eq!(
+            resolve("default", None, true),
+            Ok(("default".into(), AppProjectSpec::default()))
+        );
+        let own = team_a_writes();
+        assert_eq!(resolve("default", Some(own.clone()), true), Ok(("default".into(), own)));
+        assert_eq!(
+            resolve("team-a", None, false),
+            Err(UnknownProject { name: "team-a".into() })
+        );
+    }
 
     #[test]
     fn decryption_secrets_and_stores_are_listed_by_name() {

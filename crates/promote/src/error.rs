@@ -13,6 +13,9 @@ pub enum ErrorKind {
     Conflict,
     /// The files cannot be promoted (a missing file or key, a value that is not a scalar).
     Unprocessable,
+    /// The pipeline's AppProject refuses the promotion (repository, file, branch, an Application of
+    /// another project, no project named).
+    Forbidden,
     /// Git or the cluster failed.
     Internal,
 }
@@ -83,6 +86,23 @@ pub enum PromoteError {
         /// What is wrong.
         reason: String,
     },
+    /// The pipeline's AppProject does not permit the repository, the file or the branch written.
+    #[error("pipeline {pipeline}: {source}")]
+    Project {
+        /// The pipeline.
+        pipeline: String,
+        /// The rule broken.
+        #[source]
+        source: capstan_project::Violation,
+    },
+    /// The pipeline names no usable project, or an environment's Application belongs to another.
+    #[error("pipeline {pipeline}: {message}")]
+    ProjectRefused {
+        /// The pipeline.
+        pipeline: String,
+        /// What is refused, naming the project.
+        message: String,
+    },
     /// Reading from Git failed.
     #[error(transparent)]
     Git(#[from] capstan_source::SourceError),
@@ -122,6 +142,7 @@ impl PromoteError {
             PromoteError::Write(
                 WriteError::MissingFile { .. } | WriteError::MissingKey { .. } | WriteError::CannotEdit { .. },
             ) => ErrorKind::Unprocessable,
+            PromoteError::Project { .. } | PromoteError::ProjectRefused { .. } => ErrorKind::Forbidden,
             PromoteError::Write(WriteError::InvalidRequest(_) | WriteError::UnsafePath { .. }) => ErrorKind::BadRequest,
             PromoteError::Git(_) | PromoteError::Write(_) | PromoteError::Kube { .. } | PromoteError::Io { .. } => {
                 ErrorKind::Internal

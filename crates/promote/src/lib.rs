@@ -8,12 +8,17 @@
 //! committing: the dry run), [`promote`] (the commit of a plan through `capstan-gitwrite`, the
 //! history entry in the pipeline's status), [`history`] and [`places`] (which service and environment
 //! an Application deploys, where it can be promoted to, the promotions concerning it).
+//!
+//! Every pipeline belongs to an AppProject (`spec.project`): the project must permit the repository
+//! (`sourceRepos`), the target file and the branch (`sourceRepoPaths`), and both environments'
+//! Applications must be of that project — checked before anything is read from Git.
 
 mod check;
 mod error;
 pub mod history;
 pub mod places;
 mod plan;
+mod project;
 mod promote;
 pub mod read;
 mod values;

@@ -10,6 +10,7 @@ use capstan_gitwrite::{Change, Edit};
 use capstan_source::Credentials;
 use kube::Api;
 
+use crate::project::PipelineProject;
 use crate::read::Reader;
 use crate::{PromoteError, PromoteRequest, Promoter, check, find_pipeline, values};
 
@@ -81,6 +82,10 @@ impl Promoter {
         let spec = pipeline.spec;
         let (service, from, to) = (&request.service, &request.from, &request.to);
         check::check_names(&spec, service, from, to)?;
+        // The project first: nothing of a repository, file or branch it refuses is read.
+        let project =
+            PipelineProject::of(&self.client, &self.namespace, &name, &spec, self.deny_implicit_default).await?;
+        project.check_write(&spec.repo_url, &spec.file(service, to), spec.branch())?;
         // Unknown environments are refused even with force; going backwards is overridable.
         check::check_order(&spec, from, to, true)?;
         let backwards = check::check_order(&spec, from, to, false).err();
@@ -91,6 +96,15 @@ impl Promoter {
             .await
             .map_err(PromoteError::kube(format!("reading Application {source_app}")))?
             .ok_or_else(|| PromoteError::NotFound(format!("Application {source_app:?}")))?;
+        project.check_application(&source)?;
+        let target_app = spec.application(service, to);
+        if let Some(target) = apps
+            .get_opt(&target_app)
+            .await
+            .map_err(PromoteError::kube(format!("reading Application {target_app}")))?
+        {
+            project.check_application(&target)?;
+        }
         let revision = check::check_source(&source, true)?;
         let check_failure = backwards.or_else(|| check::check_source(&source, false).err());
         if refuse && let Some(failure) = check_failure {

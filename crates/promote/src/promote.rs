@@ -65,6 +65,9 @@ pub struct Promoter {
     pub timeout: Duration,
     /// Domain of the commit author's e-mail (`USER@DOMAIN`).
     pub email_domain: String,
+    /// Without an AppProject named `default`, the `default` project permits nothing (the operator's
+    /// `--deny-implicit-default-project`).
+    pub deny_implicit_default: bool,
 }
 
 impl Promoter {
@@ -76,6 +79,7 @@ impl Promoter {
             allow_local: false,
             timeout: Duration::from_secs(60),
             email_domain: "capstan.invalid".into(),
+            deny_implicit_default: false,
         }
     }
 

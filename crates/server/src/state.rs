@@ -53,6 +53,10 @@ pub struct ServerConfig {
     pub cache_root: std::path::PathBuf,
     /// Accept webhook events of providers without a configured secret (unsigned); off by default.
     pub webhook_allow_unsigned: bool,
+    /// Without an AppProject named `default`, the `default` project permits nothing (the operator's
+    /// `--deny-implicit-default-project`): diffs, manifests and promotions follow the same rules as
+    /// the controller.
+    pub deny_implicit_default_project: bool,
 }
 
 /// Shared state of the server.
@@ -99,6 +103,9 @@ impl State {
             std::time::Duration::from_secs(30),
         );
         pipeline.clusters.spawn_watch();
+        pipeline
+            .projects
+            .deny_implicit_default(config.deny_implicit_default_project);
         let (apps, apps_w) = reflector::store();
         let (appsets, appsets_w) = reflector::store();
         let (secret, secret_w) = reflector::store();

@@ -212,6 +212,7 @@ async fn the_server_refuses_abuse() -> anyhow::Result<()> {
         cache_root: cache.path().to_path_buf(),
         metrics_addr: None,
         webhook_allow_unsigned: false,
+        deny_implicit_default_project: false,
     };
     let state = State::start(client.clone(), config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -160,6 +160,7 @@ async fn every_page_and_file_of_the_ui_is_served_under_a_strict_policy_and_build
         cache_root: cache.path().to_path_buf(),
         metrics_addr: None,
         webhook_allow_unsigned: false,
+        deny_implicit_default_project: false,
     };
     let state = State::start(client, config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -12,6 +12,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::project::SetProject;
 use super::*;
 use crate::rollout::{self, Summary};
 use crate::{GenerateError, Inputs};
@@ -141,9 +142,13 @@ pub(super) async fn generate_all(
             message: e.to_string(),
         })?;
     }
+    // The set's project decides which repositories its git generators read and which projects its
+    // Applications may name.
+    let project = SetProject::of(&ctx.client, namespace, set, ctx.config.deny_implicit_default_project).await?;
     // Held until generation is done: the checkouts are not evicted while generators read them.
     let mut leases = Vec::new();
     let checkout = async |source: &crate::GitSource| -> Result<capstan_source::Checkout, Problem> {
+        project.check_repository(source)?;
         inputs::checkout(&ctx.client, namespace, &ctx.repos, &ctx.config.cache_dir, source, force)
             .await
             .map_err(|message| Problem {
@@ -177,6 +182,8 @@ pub(super) async fn generate_all(
                         ),
                     });
                 }
+                // The final objects, after templating, patching and every generator's template.
+                project.check_generated(&apps)?;
                 return Ok(apps);
             }
             Err(err) => match err.missing_git_source() {

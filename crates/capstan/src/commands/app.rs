@@ -37,6 +37,11 @@ pub struct AppArgs {
     /// Namespace of the Applications.
     #[arg(long = "app-namespace", short = 'N', global = true, default_value = capstan_api::NAMESPACE)]
     namespace: String,
+    /// Without an AppProject named `default`, the `default` project denies everything (instead of
+    /// allowing everything), as the controller started with the same flag does (`app diff`). Set
+    /// CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT=true once for every component.
+    #[arg(long, global = true, env = "CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT")]
+    deny_implicit_default_project: bool,
     #[command(subcommand)]
     command: AppCommand,
 }
@@ -165,7 +170,10 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
             print_app(&app, output)?;
             Ok(ExitCode::SUCCESS)
         }
-        AppCommand::Diff { name, revision } => Ok(diff(client, &api, &args.namespace, &name, revision).await),
+        AppCommand::Diff { name, revision } => {
+            let deny = args.deny_implicit_default_project;
+            Ok(diff(client, &api, &args.namespace, &name, revision, deny).await)
+        }
         AppCommand::Sync {
             name,
             prune,

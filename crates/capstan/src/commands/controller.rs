@@ -32,8 +32,11 @@ pub struct ControllerArgs {
     #[arg(long)]
     allow_local_repositories: bool,
     /// Without an AppProject named `default`, the `default` project denies everything (instead of
-    /// allowing everything): every Application must name a project an operator created.
-    #[arg(long)]
+    /// allowing everything): every Application, ApplicationSet, ImageUpdater and PromotionPipeline
+    /// must name a project an operator created. Pass it (or set
+    /// CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT=true) to `capstan server`, `capstan app` and
+    /// `capstan promote` too; with `--listen` the server here follows this flag.
+    #[arg(long, env = "CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT")]
     deny_implicit_default_project: bool,
     /// Applications reconciled at once.
     #[arg(long, default_value_t = 32)]
@@ -59,6 +62,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| super::default_cache().join("controller"));
     std::fs::create_dir_all(&cache_dir).with_context(|| format!("creating {}", cache_dir.display()))?;
     let namespace = args.namespace.clone();
+    let deny_implicit_default_project = args.deny_implicit_default_project;
     let server_cache = cache_dir.clone();
     let config = capstan_controller::Config {
         namespace: args.namespace,
@@ -76,6 +80,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         cache_dir: config.cache_dir.clone(),
         poll_interval: config.poll_interval,
         allow_local_repositories: config.allow_local_repositories,
+        deny_implicit_default_project: config.deny_implicit_default_project,
         ..Default::default()
     };
     let images = capstan_imageupdate::Config {
@@ -85,6 +90,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         author_email: args.git_author_email.clone(),
         default_interval: config.poll_interval.min(Duration::from_secs(60)),
         allow_local_repositories: config.allow_local_repositories,
+        deny_implicit_default_project: config.deny_implicit_default_project,
         ..Default::default()
     };
     eprintln!(
@@ -123,7 +129,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let Some(listen) = args.listen else {
             return Ok(());
         };
-        let config = crate::commands::server::config(&namespace, server_cache, &args.serve);
+        let config =
+            crate::commands::server::config(&namespace, server_cache, &args.serve, deny_implicit_default_project);
         let result = match crate::commands::server::bind(client.clone(), config, listen).await {
             Ok(server) => server
                 .serve(stopped(stop_rx.clone()))

@@ -46,6 +46,12 @@ pub struct PromoteArgs {
     /// Show what would change (the fields, the target file's diff, the checks) and commit nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Without an AppProject named `default`, the `default` project denies everything (instead of
+    /// allowing everything), as the controller started with the same flag does. Set
+    /// CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT=true once for every component.
+    #[arg(long, global = true, env = "CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT")]
+    deny_implicit_default_project: bool,
+
     #[command(subcommand)]
     command: Option<PromoteCommand>,
 }
@@ -82,7 +88,8 @@ pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
         user: format!("cli:{}", login_name()),
         expected_source_revision: None,
     };
-    let promoter = Promoter::new(client, args.namespace);
+    let mut promoter = Promoter::new(client, args.namespace);
+    promoter.deny_implicit_default = args.deny_implicit_default_project;
     if args.dry_run {
         let plan = promoter.plan(&request).await?;
         println!(

@@ -42,11 +42,22 @@ pub struct ServerArgs {
     cache_dir: Option<PathBuf>,
     #[command(flatten)]
     serve: ServeArgs,
+    /// Without an AppProject named `default`, the `default` project denies everything (instead of
+    /// allowing everything), as the controller started with the same flag does. Set
+    /// CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT=true once for every component.
+    #[arg(long, env = "CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT")]
+    deny_implicit_default_project: bool,
 }
 
 /// The server's settings.
-pub fn config(namespace: &str, cache_root: PathBuf, serve: &ServeArgs) -> capstan_server::ServerConfig {
+pub fn config(
+    namespace: &str,
+    cache_root: PathBuf,
+    serve: &ServeArgs,
+    deny_implicit_default_project: bool,
+) -> capstan_server::ServerConfig {
     capstan_server::ServerConfig {
+        deny_implicit_default_project,
         namespace: namespace.to_string(),
         secure_cookies: !serve.insecure_cookies,
         cache_dir: cache_root.join("server"),
@@ -77,7 +88,12 @@ pub async fn bind(
 pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let client = args.kube.client().await?;
     let cache_root = args.cache_dir.unwrap_or_else(crate::commands::default_cache);
-    let config = config(&args.namespace, cache_root, &args.serve);
+    let config = config(
+        &args.namespace,
+        cache_root,
+        &args.serve,
+        args.deny_implicit_default_project,
+    );
     let server = bind(client, config, args.listen).await?;
     server.serve(crate::commands::local::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)

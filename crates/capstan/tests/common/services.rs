@@ -50,10 +50,11 @@ pub fn apply_services_appset(kc: &str, dir: &Path, repo: &str) -> anyhow::Result
     Ok(())
 }
 
-/// A PromotionPipeline `name` over `repo` with environments staging (auto) → production (manual),
-/// Applications named `{service}-{env}`; `fields` is a YAML line (`  fields: [...]\n`) or empty.
-pub fn pipeline(name: &str, repo: &str, path: &str, fields: &str) -> String {
+/// A PromotionPipeline `name` of AppProject `project` over `repo` with environments staging (auto) →
+/// production (manual), Applications named `{service}-{env}`; `fields` is a YAML line
+/// (`  fields: [...]\n`) or empty.
+pub fn pipeline(name: &str, project: &str, repo: &str, path: &str, fields: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: PromotionPipeline\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  repoURL: '{repo}'\n  branch: main\n  path: '{path}'\n  application: '{{service}}-{{env}}'\n{fields}  environments:\n    - {{name: staging, promotion: auto}}\n    - {{name: production, promotion: manual}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: PromotionPipeline\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  project: {project}\n  repoURL: '{repo}'\n  branch: main\n  path: '{path}'\n  application: '{{service}}-{{env}}'\n{fields}  environments:\n    - {{name: staging, promotion: auto}}\n    - {{name: production, promotion: manual}}\n"
     )
 }

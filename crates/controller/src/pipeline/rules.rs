@@ -59,9 +59,10 @@ impl<'a> ObjectRules<'a> {
             .or_else(|| self.child_application_violation(&d.object))
     }
 
-    /// Applications and ApplicationSets rendered by this one (app-of-apps) may only be in this
-    /// Application's own project, and AppProjects are never rendered by an Application: otherwise a
-    /// team could hand itself a more permissive project. The implicit `default` project, which
+    /// Applications, ApplicationSets, ImageUpdaters and PromotionPipelines rendered by this one
+    /// (app-of-apps) may only be in this Application's own project, and AppProjects are never
+    /// rendered by an Application: otherwise a team could hand itself a more permissive project (or
+    /// commit with another team's). The implicit `default` project, which
     /// permits everything anyway, may create Applications of any project (the usual bootstrap).
     fn child_application_violation(&self, object: &Value) -> Option<String> {
         let kind = object.get("kind").and_then(Value::as_str)?;
@@ -72,7 +73,7 @@ impl<'a> ObjectRules<'a> {
         }
         let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("?");
         let pointer = match kind {
-            "Application" => "/spec/project",
+            "Application" | "ImageUpdater" | "PromotionPipeline" => "/spec/project",
             "ApplicationSet" => "/spec/template/spec/project",
             "AppProject" => {
                 return Some(format!(
@@ -91,7 +92,7 @@ impl<'a> ObjectRules<'a> {
         (child != self.project).then(|| {
             format!(
                 "project \"{}\": {kind}/{name} names project \"{child}\"; an Application may only create \
-                 Applications of its own project",
+                 Applications (and ApplicationSets, ImageUpdaters, PromotionPipelines) of its own project",
                 self.project
             )
         })

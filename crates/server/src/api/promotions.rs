@@ -100,6 +100,7 @@ pub(crate) fn api_error(err: PromoteError) -> ApiError {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
         ErrorKind::Internal => StatusCode::BAD_GATEWAY,
     };
     ApiError::new(status, err.to_string())
@@ -143,7 +144,8 @@ pub async fn preview(
     Json(body): Json<PromoteBody>,
 ) -> Result<Json<PreviewAnswer>, ApiError> {
     let request = authorized_request(&state, &auth, body).await?;
-    let promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    let mut promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    promoter.deny_implicit_default = state.config.deny_implicit_default_project;
     let plan = promoter.plan(&request).await.map_err(api_error)?;
     Ok(Json(PreviewAnswer {
         diff: plan.diff(),
@@ -167,7 +169,8 @@ pub async fn promote(
     Json(body): Json<PromoteBody>,
 ) -> Result<Json<PromoteAnswer>, ApiError> {
     let request = authorized_request(&state, &auth, body).await?;
-    let promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    let mut promoter = Promoter::new(state.client.clone(), state.config.namespace.clone());
+    promoter.deny_implicit_default = state.config.deny_implicit_default_project;
     let answer = match promoter.promote(&request).await.map_err(api_error)? {
         Outcome::Unchanged { pipeline } => PromoteAnswer {
             result: "unchanged".into(),

@@ -15,8 +15,9 @@ pub(super) async fn diff(
     namespace: &str,
     name: &str,
     revision: Option<String>,
+    deny_implicit_default_project: bool,
 ) -> ExitCode {
-    match diff_inner(client, api, namespace, name, revision).await {
+    match diff_inner(client, api, namespace, name, revision, deny_implicit_default_project).await {
         Ok(true) => ExitCode::from(1),
         Ok(false) => ExitCode::SUCCESS,
         Err(err) => {
@@ -32,10 +33,12 @@ pub(super) async fn diff_inner(
     namespace: &str,
     name: &str,
     revision: Option<String>,
+    deny_implicit_default_project: bool,
 ) -> anyhow::Result<bool> {
     let app = get(api, name).await?;
     let cache = crate::commands::default_cache().join("cli");
     let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60), Duration::ZERO);
+    pipeline.projects.deny_implicit_default(deny_implicit_default_project);
     pipeline.clusters.load().await?;
     let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
     let state = pipeline.compare(&app, resolved).await?;
