@@ -2,10 +2,14 @@
 //!
 //! It parses arguments, sets up logging and turns every error into one readable message and a non-zero
 //! exit code (never a panic or a backtrace). The work is done by the library crates; each subcommand
-//! lives in its own module under [`commands`].
+//! lives in its own module under [`commands`]; what they print to stdout goes through [`output`].
+
+#![deny(clippy::print_stdout)]
 
 mod commands;
 mod kube_client;
+mod logging;
+mod output;
 
 use std::process::ExitCode;
 
@@ -23,6 +27,13 @@ struct Cli {
         default_value = "warn,kube_client::client::builder=off"
     )]
     log: String,
+    /// When to colour output (diffs, the log): `auto` colours a terminal unless NO_COLOR is set,
+    /// `always`, or `never`.
+    #[arg(long, global = true, value_enum, default_value = "auto", env = "CAPSTAN_COLOR")]
+    color: output::ColorChoice,
+    /// Format of the log on stderr: `text`, or `json` (one object per line).
+    #[arg(long, global = true, value_enum, default_value = "text", env = "CAPSTAN_LOG_FORMAT")]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -63,7 +74,8 @@ fn main() -> ExitCode {
         return capstan_render::jsonnet::worker_main(std::env::args_os().skip(2));
     }
     let cli = Cli::parse();
-    init_tracing(&cli.log);
+    output::set_color(cli.color);
+    logging::init(&cli.log, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
@@ -92,14 +104,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
