@@ -59,7 +59,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ id: number, deployedAt?: string, revision?: string, source?: Source, sources?: Source[] }} HistoryEntry
  * @typedef {{ name: string, project?: string, generators?: string, applications?: number, conditions?: Condition[], rollingSync?: { steps?: unknown[] } | null }} AppSetSummary
  * @typedef {{ application?: string, step?: number | string, status?: string, message?: string }} AppSetStep
- * @typedef {{ status?: { conditions?: Condition[], applicationStatus?: AppSetStep[], resources?: { name?: string, status?: string, health?: { status?: string } }[] } }} AppSet
+ * @typedef {{ status?: { conditions?: Condition[], applicationStatus?: AppSetStep[], resources?: { name?: string, status?: string, health?: string }[] } }} AppSet
  */
 
 /**
@@ -74,7 +74,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
 /**
  * A promotion being confirmed: its preview (what would change), then the answer of the promotion.
  * @typedef {{ kind: 'promote', target: PromoteTarget, preview: Load<PromotionPreview>, result?: PromoteAnswer, busy?: boolean }} PromoteDialog
- * @typedef {{ kind: 'sync' } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined } | PromoteDialog} Dialog
+ * @typedef {{ kind: 'sync', error?: string } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined, error?: string } | PromoteDialog} Dialog
  */
 /**
  * The page shown and what it has loaded. Loaders keep the page object they started for and drop
@@ -257,6 +257,14 @@ function navigate(path, replace = false) {
 }
 
 window.addEventListener('popstate', () => route());
+// Esc closes the open dialog, as Cancel does.
+document.addEventListener('keydown', (e) => {
+  const page = state.page;
+  if (e.key === 'Escape' && page && page.page === 'app' && page.dialog) {
+    page.dialog = null;
+    update();
+  }
+});
 document.addEventListener('click', (e) => {
   const target = e.target instanceof Element ? e.target : null;
   const a = target && target.closest('a[data-link]');
@@ -497,7 +505,22 @@ function openList() {
 }
 
 const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
-const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation'];
+const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation', 'Message'];
+
+/**
+ * What is wrong with an Application, in one line, as `capstan app list` shows it: its first
+ * condition, else the message of its last operation if that failed, else why it is not Healthy.
+ * @param {ApplicationSummary} a
+ */
+function statusMessage(a) {
+  const op = /** @type {OperationState | null | undefined} */ (a.operation);
+  const condition = (a.conditions || []).find((c) => c.message);
+  let message = '';
+  if (condition) message = `${condition.type}: ${condition.message}`;
+  else if (op && (op.phase === 'Failed' || op.phase === 'Error') && op.message) message = op.message;
+  else if (a.health !== 'Healthy' && a.healthMessage) message = a.healthMessage;
+  return message.split('\n')[0].trim();
+}
 
 /** @param {ApplicationSummary} a */
 function rowView(a) {
@@ -512,6 +535,7 @@ function rowView(a) {
       <td role="cell">${a.cluster}</td>
       <td role="cell">${a.destNamespace}</td>
       <td role="cell">${phaseBadge(op ? op.phase : undefined)}</td>
+      <td role="cell" class="message" title=${statusMessage(a)} data-testid="app-message">${statusMessage(a)}</td>
     </tr>`;
 }
 
@@ -536,7 +560,7 @@ function listView(page) {
     <table class="apps" role="table">
       <thead role="rowgroup"><tr role="row">${COLUMNS.map((h) => html`<th role="columnheader">${h}</th>`)}</tr></thead>
       <tbody id="rows" role="rowgroup">${empty
-        ? html`<tr role="row"><td colspan="8" class="empty" role="cell">${empty}</td></tr>`
+        ? html`<tr role="row"><td colspan="9" class="empty" role="cell">${empty}</td></tr>`
         : repeat(shown, (a) => a.name, rowView)}</tbody>
     </table>`;
 }
@@ -936,8 +960,8 @@ function historyView(page, h) {
   if (!h.value) return nothing;
   if (!h.value.length) return html`<p class="empty">No syncs yet.</p>`;
   return html`<table><thead><tr><th>ID</th><th>Deployed at</th><th>Revision</th><th>Path</th><th></th></tr></thead><tbody>
-      ${repeat(h.value, (e) => e.id, (e) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${e.deployedAt}</td><td class="mono">${short(e.revision)}</td><td class="mono">${sourceLabel(e)}</td>
-        <td>${canSync(page) ? html`<button type="button" data-testid="rollback-button" @click=${() => { page.dialog = { kind: 'rollback', id: e.id, entry: e }; update(); }}>Rollback</button>` : nothing}</td></tr>`)}
+      ${repeat(h.value, (e) => e.id, (e, i) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${e.deployedAt}</td><td class="mono">${short(e.revision)}</td><td class="mono">${sourceLabel(e)}</td>
+        <td>${i === 0 ? html`<span class="muted" data-testid="history-current">current</span>` : canSync(page) ? html`<button type="button" data-testid="rollback-button" @click=${() => { page.dialog = { kind: 'rollback', id: e.id, entry: e }; update(); }}>Rollback</button>` : nothing}</td></tr>`)}
     </tbody></table>`;
 }
 
@@ -949,12 +973,22 @@ function historyView(page, h) {
  */
 function dialogView(page, d) {
   const close = () => { page.dialog = null; update(); };
+  // A refused request (409, 422…) is shown in the dialog, where the person is looking, not in the
+  // alert bar behind the dialog's overlay; the dialog stays open.
   /** @param {(form: HTMLFormElement) => Promise<unknown>} run */
   const submit = (run) => async (/** @type {SubmitEvent} */ e) => {
     e.preventDefault();
     const form = /** @type {HTMLFormElement} */ (e.currentTarget);
-    await act(async () => { await run(form); if (page.dialog === d) close(); });
+    if (d.kind !== 'promote') { d.error = ''; update(); }
+    try {
+      await run(form);
+      if (page.dialog === d) close();
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) return;
+      if (d.kind !== 'promote' && page.dialog === d) { d.error = messageOf(err); update(); } else showError(messageOf(err));
+    }
   };
+  const dialogError = () => (d.kind !== 'promote' && d.error ? html`<p class="dialog-error" role="alert" data-testid="dialog-error">${d.error}</p>` : nothing);
   const buttons = (/** @type {string} */ testid, /** @type {string} */ label) => html`<div class="buttons"><button type="button" data-cancel @click=${close}>Cancel</button><button type="submit" class="primary" data-testid=${testid}>${label}</button></div>`;
   const name = page.name;
   let body;
@@ -970,6 +1004,7 @@ function dialogView(page, d) {
       <div class="row">Only these objects (none checked: all)
         <div class="reslist">${resources.length ? repeat(resources, (r) => `${r.group}/${r.kind}/${r.namespace}/${r.name}`, (r) => html`<div><label><input type="checkbox" name="resource" value="${r.group}/${r.kind}/${r.namespace}/${r.name}"> ${r.kind}/${r.name} ${syncBadge(r.status)}</label></div>`)
           : html`<span class="muted">No objects yet.</span>`}</div></div>
+      ${dialogError()}
       ${buttons('sync-submit', 'Synchronize')}
     </form>`;
   } else if (d.kind === 'promote') {
@@ -980,6 +1015,7 @@ function dialogView(page, d) {
       <h2>Roll back ${name}</h2>
       <p>Sync history entry ${d.id}: revision <span class="mono">${short(entry && entry.revision)}</span>, path <span class="mono">${entry && entry.source && entry.source.path}</span>.</p>
       <div class="row"><label><input type="checkbox" name="prune"> Prune objects not in that revision</label></div>
+      ${dialogError()}
       ${buttons('rollback-confirm', 'Roll back')}
     </form>`;
   }
@@ -1133,8 +1169,15 @@ function openAppSets() {
   }, '/api/applicationsets', (r) => /** @type {AppSetSummary[]} */ (r.items || []));
 }
 
+/**
+ * Whether a condition is bad news: `ErrorOccurred` when True (an error is a True condition of that
+ * type, `ErrorOccurred=False` says there is none), any other type when not True
+ * (`ResourcesUpToDate=False`); `RolloutProgressing` is neither.
+ * @param {Condition} c
+ */
+const conditionBad = (c) => (c.type === 'ErrorOccurred' ? c.status === 'True' : c.type !== 'RolloutProgressing' && c.status !== 'True');
 /** @param {Condition} c */
-const conditionMark = (c) => (c.status === 'True' ? '✔' : '✖');
+const conditionMark = (c) => html`<span class=${conditionBad(c) ? 'cond-bad' : 'cond-ok'} data-testid="condition-mark" data-bad=${conditionBad(c) ? 'true' : 'false'}>${conditionBad(c) ? '✖' : '✔'}</span>`;
 
 /** @param {AppSetsPage} page */
 function appSetsView(page) {
@@ -1143,7 +1186,7 @@ function appSetsView(page) {
   if (!items.length) return html`<h1>ApplicationSets</h1><p class="empty">No ApplicationSets.</p>`;
   return html`<h1>ApplicationSets</h1><table><thead><tr><th>Name</th><th>Project</th><th>Generators</th><th>Applications</th><th>Conditions</th><th>Rollout</th></tr></thead><tbody>
       ${repeat(items, (s) => s.name, (s) => html`<tr data-testid="appset-row" data-appset=${s.name}><td><a href="/applicationsets/${s.name}" data-link>${s.name}</a></td><td>${s.project}</td><td>${s.generators}</td><td>${s.applications}</td>
-        <td>${(s.conditions || []).map((c) => html`<div>${conditionMark(c)} ${c.type}${c.message ? `: ${c.message}` : ''}</div>`)}</td>
+        <td>${(s.conditions || []).map((c) => html`<div>${conditionMark(c)} ${c.type}=${c.status}${c.message ? `: ${c.message}` : ''}</div>`)}</td>
         <td>${s.rollingSync ? `${(s.rollingSync.steps || []).length} steps` : html`<span class="muted">all at once</span>`}</td></tr>`)}
     </tbody></table>`;
 }
@@ -1165,12 +1208,12 @@ function appSetView(page) {
   const steps = st.applicationStatus || [];
   const resources = st.resources || [];
   return html`<h1>ApplicationSet ${page.name}</h1>
-    <div class="conditions">${(st.conditions || []).map((c) => html`<div class="notice">${conditionMark(c)} <strong>${c.type}</strong> ${c.message || ''}</div>`)}</div>
+    <div class="conditions">${(st.conditions || []).map((c) => html`<div class="notice">${conditionMark(c)} <strong>${c.type}=${c.status}</strong> ${c.message || ''}</div>`)}</div>
     <h2>Generated Applications</h2>
     <table><thead><tr><th>Application</th><th>Sync</th><th>Health</th><th>Rollout step</th><th>Rollout status</th><th>Message</th></tr></thead><tbody>
     ${resources.length ? repeat(resources, (r) => r.name, (r) => {
       const step = steps.find((x) => x.application === r.name) || {};
-      return html`<tr><td><a href="/applications/${r.name || ''}" data-link>${r.name}</a></td><td>${syncBadge(r.status)}</td><td>${healthBadge(r.health && r.health.status)}</td><td>${step.step ?? ''}</td><td>${step.status || ''}</td><td>${step.message || ''}</td></tr>`;
+      return html`<tr><td><a href="/applications/${r.name || ''}" data-link>${r.name}</a></td><td>${syncBadge(r.status)}</td><td>${healthBadge(r.health)}</td><td>${step.step ?? ''}</td><td>${step.status || ''}</td><td>${step.message || ''}</td></tr>`;
     }) : html`<tr><td colspan="6" class="empty">None.</td></tr>`}
     </tbody></table>`;
 }
