@@ -97,6 +97,9 @@ impl Destination {
     }
 }
 
+/// A cluster's labels.
+type Labels = BTreeMap<String, String>;
+
 /// Every known destination.
 pub struct Clusters {
     hub: kube::Client,
@@ -107,7 +110,7 @@ pub struct Clusters {
     /// Every cluster Secret's cluster name and labels, by Secret name: kept apart from the
     /// destinations (a change of labels alone keeps a destination's client and watches) and
     /// holding `in-cluster`'s too (whose Secret, if any, holds only metadata).
-    labels: RwLock<BTreeMap<String, (String, BTreeMap<String, String>)>>,
+    labels: RwLock<BTreeMap<String, (String, Labels)>>,
     /// Which Applications asked for which destination key (`server:URL` / `name:NAME`), so a change
     /// to that cluster re-reconciles them.
     users: Mutex<HashMap<String, HashSet<ObjectRef<Application>>>>,
