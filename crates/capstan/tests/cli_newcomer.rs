@@ -260,6 +260,21 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
     let never = on_a_terminal(&kc, &[], &["app", "diff", "manual", "--color", "never"]);
     assert!(never.contains("+  color: green") && !never.contains('\x1b'), "{never}");
 
+    // Who asked: $LOGNAME when $USER is unset (as in some service and container shells).
+    let sync = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["app", "sync", "manual", "--wait", "--timeout", "120"])
+        .env("KUBECONFIG", &kc)
+        .env_remove("USER")
+        .env("LOGNAME", "newcomer")
+        .output()?;
+    assert!(sync.status.success(), "{}", text(&sync));
+    let get = capstan(&kc, &["app", "get", "manual", "-o", "json"]);
+    let app: Value = serde_json::from_slice(&get.stdout)?;
+    let by = app["status"]["operationState"]["operation"]["initiatedBy"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(by.starts_with("cli:newcomer:"), "{app}");
+
     // Printed objects: neither kubectl's copy of what it applied (a cluster Secret's holds its
     // credentials) nor managed fields.
     let clusters = capstan(&kc, &["cluster", "list", "-o", "yaml"]);
