@@ -199,6 +199,11 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
     assert!(header.ends_with("MESSAGE"), "{list}");
     let broken_row = list.lines().find(|l| l.starts_with("broken ")).unwrap_or_default();
     assert!(broken_row.contains("ComparisonError: "), "{list}");
+    // The CLUSTER column names the cluster Capstan runs in, as the UI does (not its URL).
+    assert!(
+        broken_row.contains(" in-cluster ") && !broken_row.contains("https://"),
+        "{list}"
+    );
 
     // Filters: by label (the API server's selector), project, repository and cluster.
     let none = capstan(&kc, &["app", "list", "-l", "team=nobody"]);

@@ -386,10 +386,13 @@ async fn list(api: &Api<Application>, output: Output, filter: &ListFilter) -> an
                 let d = &app.spec.destination;
                 let mut row = vec![
                     app.name_any(),
-                    if d.name.is_empty() {
-                        d.server.clone()
-                    } else {
+                    // By name where there is one: `in-cluster` for the cluster Capstan runs in.
+                    if !d.name.is_empty() {
                         d.name.clone()
+                    } else if d.server.trim_end_matches('/') == capstan_api::cluster::IN_CLUSTER_SERVER {
+                        capstan_api::cluster::IN_CLUSTER_NAME.into()
+                    } else {
+                        d.server.clone()
                     },
                     d.namespace.clone(),
                     if app.spec.project.is_empty() {
