@@ -105,3 +105,34 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand, flag and positional argument of `capstan` says what it is in `--help`.
+    #[test]
+    fn every_command_and_argument_is_documented() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && !arg.is_hide_set() && arg.get_help().is_none() {
+                    missing.push(format!("{path} <{}>", arg.get_id()));
+                }
+            }
+            for sub in cmd
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+            {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "capstan", &mut missing);
+        assert!(missing.is_empty(), "undocumented in --help: {missing:#?}");
+    }
+}

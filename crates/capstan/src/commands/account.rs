@@ -34,21 +34,30 @@ enum AccountCommand {
     /// Set (or create) a local account's password (ending its sessions); read from --password or one
     /// line of stdin.
     SetPassword {
+        /// The account (lower-case letters, digits and '-').
         name: String,
+        /// The new password (default: one line of stdin).
         #[arg(long, env = "CAPSTAN_PASSWORD", hide_env_values = true)]
         password: Option<String>,
     },
     /// Create an API token for an account and print it (once).
     GenerateToken {
+        /// The account the token acts as.
         name: String,
         /// Let the token expire after this long: seconds, or 90s, 5m, 1h, 30d (default: never).
         #[arg(long, value_parser = lifetime)]
         expires_in: Option<u64>,
     },
     /// End every session of an account (session cookies issued before are refused).
-    RevokeSessions { name: String },
+    RevokeSessions {
+        /// The account.
+        name: String,
+    },
     /// Revoke an API token by its id (the part between `cst_` and the dot).
-    DeleteToken { id: String },
+    DeleteToken {
+        /// The token's id (see `capstan account list`).
+        id: String,
+    },
     /// List accounts and token ids (never secrets).
     List,
 }

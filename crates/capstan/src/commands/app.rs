@@ -112,7 +112,9 @@ enum AppCommand {
     },
     /// Show an Application and its resources.
     Get {
+        /// Name of the Application.
         name: String,
+        /// Output format: table, wide, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
         /// Ask the controller to compare with Git now, and wait for it.
@@ -124,6 +126,7 @@ enum AppCommand {
     },
     /// Show how the live objects differ from Git (exit 1 when they do, 2 on error).
     Diff {
+        /// Name of the Application.
         name: String,
         /// Compare with this revision instead of targetRevision.
         #[arg(long)]
@@ -131,6 +134,7 @@ enum AppCommand {
     },
     /// Sync an Application to Git.
     Sync {
+        /// Name of the Application.
         name: String,
         /// Delete tracked objects that are no longer in Git.
         #[arg(long)]
@@ -156,13 +160,20 @@ enum AppCommand {
     },
     /// Show the sync history, then the promotions into or out of the Application (from the
     /// PromotionPipelines).
-    History { name: String },
+    History {
+        /// Name of the Application.
+        name: String,
+    },
     /// Roll back to a history entry (not allowed while automated sync is enabled).
     Rollback {
+        /// Name of the Application.
         name: String,
+        /// The history entry to go back to (see `capstan app history`).
         id: i64,
+        /// Delete the objects that entry did not have.
         #[arg(long)]
         prune: bool,
+        /// Wait for the rollback to finish and the Application to be Healthy.
         #[arg(long)]
         wait: bool,
         /// How long to wait with --wait: seconds, or 90s, 5m, 1h.
@@ -171,9 +182,12 @@ enum AppCommand {
     },
     /// Wait until an Application is Synced and/or Healthy (both when neither flag is given).
     Wait {
+        /// Name of the Application.
         name: String,
+        /// Wait until it is Healthy.
         #[arg(long)]
         health: bool,
+        /// Wait until it is Synced.
         #[arg(long)]
         sync: bool,
         /// Also wait for a running operation to finish.
@@ -186,6 +200,7 @@ enum AppCommand {
     /// Delete an Application (with --cascade, the default, its objects too). Asks first, unless
     /// --yes; without a terminal to ask on, refuses unless --yes.
     Delete {
+        /// Name of the Application.
         name: String,
         /// Delete the Application's objects too.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]

@@ -47,14 +47,17 @@ enum AppsetCommand {
     List {
         #[command(flatten)]
         target: Target,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
     /// Show an ApplicationSet: its conditions, generated Applications and rollout.
     Get {
+        /// Name of the ApplicationSet.
         name: String,
         #[command(flatten)]
         target: Target,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },

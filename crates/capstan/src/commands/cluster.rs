@@ -49,6 +49,7 @@ enum ClusterCommand {
     List {
         #[command(flatten)]
         hub: KubeArgs,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -58,6 +59,7 @@ enum ClusterCommand {
         name: String,
         #[command(flatten)]
         hub: KubeArgs,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
