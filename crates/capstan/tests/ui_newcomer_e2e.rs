@@ -149,7 +149,15 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
         "no rollback to the entry already deployed"
     );
     browser.wait_for(&format!("{newest} {}", testid("history-current")), WAIT)?;
+    let title = browser.execute("return document.title", vec![])?;
+    assert_eq!(title, "auto · Capstan", "the tab says which Application");
     browser.click(&format!("{oldest} {}", testid("rollback-button")), WAIT)?;
+    browser.wait_for("[role=\"dialog\"]", WAIT)?;
+    let focused = browser.execute(
+        "return document.querySelector('[role=\"dialog\"]').contains(document.activeElement)",
+        vec![],
+    )?;
+    assert_eq!(focused, true, "the focus moves into the dialog");
     browser.click(&testid("rollback-confirm"), WAIT)?;
     let error = browser.wait_text(&format!("[role=\"dialog\"] {}", testid("dialog-error")), WAIT, |t| {
         !t.is_empty()

@@ -123,9 +123,30 @@ const state = {
   /** @type {Page | null} */ page: null,
 };
 
-/** Render the current page. */
+/**
+ * The tab's title for `page`: what it shows, then Capstan.
+ * @param {Page | null} page
+ */
+function titleOf(page) {
+  const what = !page ? '' : page.page === 'login' ? 'Log in'
+    : page.page === 'list' ? 'Applications'
+    : page.page === 'app' ? page.name
+    : page.page === 'appsets' ? 'ApplicationSets'
+    : page.page === 'appset' ? `${page.name} (ApplicationSet)`
+    : page.page === 'clusters' ? 'Clusters' : 'Not found';
+  return what ? `${what} · Capstan` : 'Capstan';
+}
+
+/** Render the current page; a dialog just opened gets the focus. */
 function update() {
   render(state.page ? view(state.page) : nothing, $main);
+  const title = titleOf(state.page);
+  if (document.title !== title) document.title = title;
+  const dialog = $main.querySelector('[role="dialog"]');
+  if (dialog && !dialog.contains(document.activeElement)) {
+    const first = /** @type {HTMLElement | null} */ (dialog.querySelector('input, select, button[type="submit"]'));
+    if (first) first.focus();
+  }
 }
 
 /**
