@@ -158,11 +158,25 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
         vec![],
     )?;
     assert_eq!(focused, true, "the focus moves into the dialog");
+    // Busy while the request is out: the button is disabled (seen by an observer set up before).
+    browser.execute(
+        "const b = document.querySelector('[data-testid=\"rollback-confirm\"]'); window.__busy = false;
+         new MutationObserver(() => { if (b.disabled && b.textContent.includes('Working')) window.__busy = true; })
+           .observe(b, {attributes: true, childList: true, subtree: true, characterData: true});",
+        vec![],
+    )?;
     browser.click(&testid("rollback-confirm"), WAIT)?;
     let error = browser.wait_text(&format!("[role=\"dialog\"] {}", testid("dialog-error")), WAIT, |t| {
         !t.is_empty()
     })?;
     assert!(error.contains("automated sync is enabled"), "{error}");
+    assert_eq!(
+        browser.execute("return window.__busy", vec![])?,
+        true,
+        "the button showed it was busy"
+    );
+    let button = browser.wait_for(&testid("rollback-confirm"), WAIT)?;
+    assert_eq!(button.attr("disabled")?, None, "usable again once the answer is in");
     let still_open = browser.find_all("[role=\"dialog\"]")?;
     assert_eq!(still_open.len(), 1, "the dialog stays open with the reason");
     // Esc closes it.

@@ -74,7 +74,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
 /**
  * A promotion being confirmed: its preview (what would change), then the answer of the promotion.
  * @typedef {{ kind: 'promote', target: PromoteTarget, preview: Load<PromotionPreview>, result?: PromoteAnswer, busy?: boolean }} PromoteDialog
- * @typedef {{ kind: 'sync', error?: string } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined, error?: string } | PromoteDialog} Dialog
+ * @typedef {{ kind: 'sync', error?: string, busy?: boolean } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined, error?: string, busy?: boolean } | PromoteDialog} Dialog
  */
 /**
  * The page shown and what it has loaded. Loaders keep the page object they started for and drop
@@ -1000,17 +1000,25 @@ function dialogView(page, d) {
   const submit = (run) => async (/** @type {SubmitEvent} */ e) => {
     e.preventDefault();
     const form = /** @type {HTMLFormElement} */ (e.currentTarget);
-    if (d.kind !== 'promote') { d.error = ''; update(); }
+    if (d.kind === 'promote' || d.busy) return;
+    // Busy until the server answers: the button says so and a second click sends nothing.
+    d.error = '';
+    d.busy = true;
+    update();
     try {
       await run(form);
       if (page.dialog === d) close();
     } catch (err) {
       if (err instanceof ApiError && err.status === 401) return;
-      if (d.kind !== 'promote' && page.dialog === d) { d.error = messageOf(err); update(); } else showError(messageOf(err));
+      if (page.dialog === d) d.error = messageOf(err); else showError(messageOf(err));
+    } finally {
+      d.busy = false;
+      if (page.dialog === d) update();
     }
   };
   const dialogError = () => (d.kind !== 'promote' && d.error ? html`<p class="dialog-error" role="alert" data-testid="dialog-error">${d.error}</p>` : nothing);
-  const buttons = (/** @type {string} */ testid, /** @type {string} */ label) => html`<div class="buttons"><button type="button" data-cancel @click=${close}>Cancel</button><button type="submit" class="primary" data-testid=${testid}>${label}</button></div>`;
+  const busy = d.kind !== 'promote' && Boolean(d.busy);
+  const buttons = (/** @type {string} */ testid, /** @type {string} */ label) => html`<div class="buttons"><button type="button" data-cancel @click=${close}>Cancel</button><button type="submit" class="primary" data-testid=${testid} ?disabled=${busy} aria-busy=${busy ? 'true' : 'false'}>${busy ? 'Working…' : label}</button></div>`;
   const name = page.name;
   let body;
   if (d.kind === 'sync') {
