@@ -136,6 +136,26 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
     let healthy = format!("{}[data-app=\"auto\"] {}", testid("app-row"), testid("app-message"));
     assert_eq!(browser.wait_for(&healthy, WAIT)?.text()?, "", "nothing wrong with auto");
 
+    // Filters are kept in the URL: a reload shows the same list.
+    browser.wait_for(&testid("app-search"), WAIT)?.send_keys("brok")?;
+    until("the URL to carry the filter", Duration::from_secs(10), || {
+        browser.url().is_ok_and(|u| u.ends_with("?search=brok"))
+    });
+    let url = browser.url()?;
+    browser.goto(&url)?;
+    browser.wait_for(&format!("{}[data-app=\"broken\"]", testid("app-row")), WAIT)?;
+    let value = browser.execute(
+        "return document.querySelector('[data-testid=\"app-search\"]').value",
+        vec![],
+    )?;
+    assert_eq!(value, "brok", "the search box is filled from the URL");
+    assert!(
+        browser
+            .find_all(&format!("{}[data-app=\"auto\"]", testid("app-row")))?
+            .is_empty(),
+        "the filter applies after the reload"
+    );
+
     // Rollback of an automated Application: refused, and the reason is in the dialog.
     browser.goto(&format!("{base}/applications/auto"))?;
     browser.click(&testid("tab-history"), WAIT)?;

@@ -498,7 +498,21 @@ function matches(a) {
 function onFilter(e) {
   const el = /** @type {HTMLInputElement | HTMLSelectElement} */ (e.target);
   const f = /** @type {keyof Filters | undefined} */ (el.dataset.filter);
-  if (f) { state.filters[f] = el.value; update(); }
+  if (f) {
+    state.filters[f] = el.value;
+    // Kept in the URL, so a reload, a bookmark or a link shows the same list.
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(state.filters)) if (v) query.set(k, v);
+    const search = query.toString();
+    history.replaceState({}, '', `${location.pathname}${search ? `?${search}` : ''}`);
+    update();
+  }
+}
+
+/** The list's filters from the URL's query (those it does not name are cleared). */
+function filtersFromUrl() {
+  const query = new URLSearchParams(location.search);
+  for (const k of /** @type {(keyof Filters)[]} */ (Object.keys(state.filters))) state.filters[k] = query.get(k) || '';
 }
 
 /**
@@ -512,6 +526,7 @@ function select(name, label, values) {
 }
 
 function openList() {
+  filtersFromUrl();
   /** @type {ListPage} */
   const page = { page: 'list', loaded: state.apps.size > 0 };
   show(page);
