@@ -136,6 +136,21 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
     let healthy = format!("{}[data-app=\"auto\"] {}", testid("app-row"), testid("app-message"));
     assert_eq!(browser.wait_for(&healthy, WAIT)?.text()?, "", "nothing wrong with auto");
 
+    // Counts per status; a click filters on one.
+    browser.wait_text(
+        &format!("{} [data-count=\"sync-Synced\"]", testid("status-counts")),
+        WAIT,
+        |t| t.contains("Synced") && t.trim_end().ends_with('2'),
+    )?;
+    browser.click("[data-count=\"sync-Synced\"]", WAIT)?;
+    until("only the Synced Applications listed", Duration::from_secs(10), || {
+        browser.url().is_ok_and(|u| u.ends_with("?sync=Synced"))
+            && browser
+                .find_all(&format!("{}[data-app=\"broken\"]", testid("app-row")))
+                .is_ok_and(|r| r.is_empty())
+    });
+    browser.goto(&format!("{base}/applications"))?;
+
     // Filters are kept in the URL: a reload shows the same list.
     browser.wait_for(&testid("app-search"), WAIT)?.send_keys("brok")?;
     until("the URL to carry the filter", Duration::from_secs(10), || {

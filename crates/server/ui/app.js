@@ -498,15 +498,41 @@ function matches(a) {
 function onFilter(e) {
   const el = /** @type {HTMLInputElement | HTMLSelectElement} */ (e.target);
   const f = /** @type {keyof Filters | undefined} */ (el.dataset.filter);
-  if (f) {
-    state.filters[f] = el.value;
-    // Kept in the URL, so a reload, a bookmark or a link shows the same list.
-    const query = new URLSearchParams();
-    for (const [k, v] of Object.entries(state.filters)) if (v) query.set(k, v);
-    const search = query.toString();
-    history.replaceState({}, '', `${location.pathname}${search ? `?${search}` : ''}`);
-    update();
+  if (f) setFilter(f, el.value);
+}
+
+/**
+ * Set one filter of the list, keeping them all in the URL, so a reload, a bookmark or a link shows
+ * the same list.
+ * @param {keyof Filters} f
+ * @param {string} value
+ */
+function setFilter(f, value) {
+  state.filters[f] = value;
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(state.filters)) if (v) query.set(k, v);
+  const search = query.toString();
+  history.replaceState({}, '', `${location.pathname}${search ? `?${search}` : ''}`);
+  update();
+}
+
+/**
+ * How many of `apps` have each health and each sync status; a click filters on it.
+ * @param {ApplicationSummary[]} apps
+ */
+function countsView(apps) {
+  /** @type {Map<string, number>} */
+  const health = new Map();
+  /** @type {Map<string, number>} */
+  const sync = new Map();
+  for (const a of apps) {
+    health.set(a.health || 'Unknown', (health.get(a.health || 'Unknown') || 0) + 1);
+    sync.set(a.sync || 'Unknown', (sync.get(a.sync || 'Unknown') || 0) + 1);
   }
+  return html`<div class="counts" data-testid="status-counts">
+    ${[...health].map(([h, n]) => html`<button type="button" class="count" data-count=${`health-${h}`} title="show only ${h}" @click=${() => setFilter('health', h)}>${healthBadge(h)} ${n}</button>`)}
+    ${[...sync].map(([s, n]) => html`<button type="button" class="count" data-count=${`sync-${s}`} title="show only ${s}" @click=${() => setFilter('sync', s)}>${syncBadge(s)} ${n}</button>`)}
+  </div>`;
 }
 
 /** The list's filters from the URL's query (those it does not name are cleared). */
@@ -584,6 +610,7 @@ function listView(page) {
   if (!shown.length) empty = all.length ? 'No Application matches the filters.' : page.loaded ? 'No Applications yet.' : 'Loading…';
   return html`
     <h1>Applications <span class="muted" id="count">(${shown.length} of ${all.length})</span></h1>
+    ${countsView(shown)}
     <div class="filters" id="filters">
       <label>Search<input type="search" data-filter="search" data-testid="app-search" .value=${f.search} placeholder="name" @input=${onFilter}></label>
       ${select('project', 'Project', uniq('project'))}
