@@ -184,6 +184,21 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
         "no rollback to the entry already deployed"
     );
     browser.wait_for(&format!("{newest} {}", testid("history-current")), WAIT)?;
+    // Refresh says it is refreshing until the controller has compared again.
+    browser.wait_for(&testid("refresh-button"), WAIT)?;
+    browser.execute(
+        "const b = document.querySelector('[data-testid=\"refresh-button\"]'); window.__refreshing = false;
+         new MutationObserver(() => { if (b.disabled && b.textContent.includes('Refreshing')) window.__refreshing = true; })
+           .observe(b, {attributes: true, childList: true, subtree: true, characterData: true});",
+        vec![],
+    )?;
+    browser.click(&testid("refresh-button"), WAIT)?;
+    browser.wait_text(&testid("refresh-button"), WAIT, |t| t == "Refresh")?;
+    assert_eq!(
+        browser.execute("return window.__refreshing", vec![])?,
+        true,
+        "Refresh showed it was busy"
+    );
     let title = browser.execute("return document.title", vec![])?;
     assert_eq!(title, "auto · Capstan", "the tab says which Application");
     browser.click(&format!("{oldest} {}", testid("rollback-button")), WAIT)?;

@@ -53,6 +53,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *     conditions?: Condition[],
  *     operationState?: OperationState,
  *     resources?: ResourceStatus[],
+ *     reconciledAt?: string | null,
  *   },
  * }} Application
  * @typedef {{ type?: string, reason?: string, object?: string, message?: string, count?: number, lastTimestamp?: string }} EventItem
@@ -85,6 +86,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *   page: 'app', name: string, app: Application | null, error: string, summary: ApplicationSummary | undefined,
  *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
  *   history: Load<HistoryEntry[]>, promotions: Load<AppPromotions>, dialog: Dialog | null,
+ *   refreshing?: string,
  * }} AppPage
  * @typedef {{ page: 'appsets', items: Load<AppSetSummary[]> }} AppSetsPage
  * @typedef {{ page: 'appset', name: string, data: Load<AppSet> }} AppSetPage
@@ -732,6 +734,21 @@ function appView(page) {
 }
 
 /**
+ * Ask for a refresh of `page`'s Application, compared last at `reconciledAt`: its button says
+ * Refreshing… until the comparison after it arrives on the live stream (at most a minute).
+ * @param {AppPage} page
+ * @param {string} reconciledAt
+ */
+function refresh(page, reconciledAt) {
+  page.refreshing = reconciledAt;
+  update();
+  setTimeout(() => { if (page.refreshing === reconciledAt) { page.refreshing = undefined; update(); } }, 60000);
+  act(() => api('POST', `/api/applications/${page.name}/refresh`, { hard: false })).then(() => {
+    if (page.refreshing === reconciledAt && $alert.textContent) { page.refreshing = undefined; update(); }
+  });
+}
+
+/**
  * @param {AppPage} page
  * @param {Application} app
  */
@@ -743,6 +760,8 @@ function appHeader(page, app) {
   const op = st.operationState;
   const running = op && op.phase === 'Running';
   const name = app.metadata.name;
+  // Refreshing until the controller has compared again (reconciledAt moves on).
+  const refreshing = page.refreshing !== undefined && page.refreshing === (st.reconciledAt || '');
   return html`
     <div class="header">
       <h1 data-testid="app-title">${name}</h1>
@@ -757,7 +776,7 @@ function appHeader(page, app) {
       </dl>
       <div class="actions">
         ${canSync(page) ? html`<button type="button" class="primary" id="sync-button" data-testid="sync-button" @click=${() => { page.dialog = { kind: 'sync' }; update(); }}>Sync</button>
-        <button type="button" id="refresh-button" data-testid="refresh-button" @click=${() => act(() => api('POST', `/api/applications/${name}/refresh`, { hard: false }))}>Refresh</button>
+        <button type="button" id="refresh-button" data-testid="refresh-button" ?disabled=${refreshing} aria-busy=${refreshing ? 'true' : 'false'} @click=${() => refresh(page, st.reconciledAt || '')}>${refreshing ? 'Refreshing…' : 'Refresh'}</button>
         ${running ? html`<button type="button" class="danger" id="terminate-button" data-testid="terminate-button" @click=${() => act(() => api('DELETE', `/api/applications/${name}/operation`))}>Terminate</button>` : nothing}` : nothing}
         ${promoteButtons(page)}
       </div>
