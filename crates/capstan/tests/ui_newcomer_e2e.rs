@@ -184,6 +184,11 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
         "no rollback to the entry already deployed"
     );
     browser.wait_for(&format!("{newest} {}", testid("history-current")), WAIT)?;
+    // Times read as how long ago, the exact time (to the second) on hover.
+    let deployed = browser.wait_for(&format!("{newest} {}", testid("time")), WAIT)?;
+    assert!(deployed.text()?.ends_with(" ago"), "{}", deployed.text()?);
+    let exact = deployed.attr("title")?.unwrap_or_default();
+    assert!(exact.len() == 20 && exact.ends_with('Z'), "{exact}");
     // Refresh says it is refreshing until the controller has compared again.
     browser.wait_for(&testid("refresh-button"), WAIT)?;
     browser.execute(

@@ -202,6 +202,21 @@ function phaseBadge(p, testid) {
   return html`<span class="badge p-${p}" data-testid=${testid ?? nothing}><span aria-hidden="true">${PHASE_ICON[p] || '•'}</span>${p}</span>`;
 }
 
+/**
+ * A time from the API (RFC 3339, to the second or the millisecond) as people read it: how long ago,
+ * with the exact time, to the second, on hover.
+ * @param {string | null | undefined} iso
+ */
+function when(iso) {
+  if (!iso) return nothing;
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return iso;
+  const exact = new Date(t).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const s = Math.max(0, Math.round((Date.now() - t) / 1000));
+  const ago = s < 60 ? `${s} s ago` : s < 3600 ? `${Math.floor(s / 60)} min ago` : s < 86400 ? `${Math.floor(s / 3600)} h ago` : `${Math.floor(s / 86400)} d ago`;
+  return html`<time datetime=${exact} title=${exact} data-testid="time">${ago}</time>`;
+}
+
 /** @param {string} message */
 function showError(message) {
   $alert.textContent = message;
@@ -815,7 +830,7 @@ function operationView(op) {
   }
   const who = op.operation && op.operation.initiatedBy ? ` by ${op.operation.initiatedBy}` : '';
   return html`<div class="operation">
-    <strong>Operation</strong> ${phaseBadge(op.phase, 'operation-phase')} <span class="muted">${op.startedAt}${who}</span>
+    <strong>Operation</strong> ${phaseBadge(op.phase, 'operation-phase')} <span class="muted">${when(op.startedAt)}${who}</span>
     <div>${op.message}</div>
     ${repeat(groups.entries(), ([k]) => k, ([k, rs]) => html`<div><em>${k}</em><ul>${rs.map((r) => html`<li>${r.kind}/${r.name}: ${r.status}${r.message ? ` — ${r.message}` : ''}</li>`)}</ul></div>`)}
   </div>`;
@@ -1029,7 +1044,7 @@ function eventsView(ev) {
   if (!ev.value) return html`<p class="muted">Loading events…</p>`;
   if (!ev.value.length) return html`<p class="empty">No events.</p>`;
   return html`<table><thead><tr><th>Type</th><th>Reason</th><th>Object</th><th>Message</th><th>Count</th><th>Last seen</th></tr></thead><tbody>
-      ${ev.value.map((e) => html`<tr><td>${e.type === 'Warning' ? '⚠ ' : ''}${e.type}</td><td>${e.reason}</td><td>${e.object}</td><td>${e.message}</td><td>${e.count}</td><td>${e.lastTimestamp}</td></tr>`)}
+      ${ev.value.map((e) => html`<tr><td>${e.type === 'Warning' ? '⚠ ' : ''}${e.type}</td><td>${e.reason}</td><td>${e.object}</td><td>${e.message}</td><td>${e.count}</td><td>${when(e.lastTimestamp)}</td></tr>`)}
     </tbody></table>`;
 }
 
@@ -1042,7 +1057,7 @@ function historyView(page, h) {
   if (!h.value) return nothing;
   if (!h.value.length) return html`<p class="empty">No syncs yet.</p>`;
   return html`<table><thead><tr><th>ID</th><th>Deployed at</th><th>Revision</th><th>Path</th><th></th></tr></thead><tbody>
-      ${repeat(h.value, (e) => e.id, (e, i) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${e.deployedAt}</td><td class="mono">${short(e.revision)}</td><td class="mono">${sourceLabel(e)}</td>
+      ${repeat(h.value, (e) => e.id, (e, i) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${when(e.deployedAt)}</td><td class="mono">${short(e.revision)}</td><td class="mono">${sourceLabel(e)}</td>
         <td>${i === 0 ? html`<span class="muted" data-testid="history-current">current</span>` : canSync(page) ? html`<button type="button" data-testid="rollback-button" @click=${() => { page.dialog = { kind: 'rollback', id: e.id, entry: e }; update(); }}>Rollback</button>` : nothing}</td></tr>`)}
     </tbody></table>`;
 }
