@@ -133,6 +133,14 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
     let broken = format!("{}[data-app=\"broken\"] {}", testid("app-row"), testid("app-message"));
     let message = browser.wait_text(&broken, WAIT, |t| t.contains("ComparisonError"))?;
     assert!(message.contains("bad.yaml"), "{message}");
+    // Cut cells show the whole text on hover.
+    let cluster = format!("{}[data-app=\"broken\"] {}", testid("app-row"), testid("app-cluster"));
+    assert_eq!(
+        browser.wait_for(&cluster, WAIT)?.attr("title")?.as_deref(),
+        Some("in-cluster")
+    );
+    let message_title = browser.wait_for(&broken, WAIT)?.attr("title")?.unwrap_or_default();
+    assert!(message_title.contains("ComparisonError"), "{message_title}");
     let healthy = format!("{}[data-app=\"auto\"] {}", testid("app-row"), testid("app-message"));
     assert_eq!(browser.wait_for(&healthy, WAIT)?.text()?, "", "nothing wrong with auto");
 

@@ -607,12 +607,12 @@ function rowView(a) {
   const op = /** @type {OperationState | null | undefined} */ (a.operation);
   return html`<tr role="row" data-testid="app-row" data-app=${name}>
       <td role="cell" title=${name}><a href="/applications/${name}" data-link data-testid="app-link">${name}</a></td>
-      <td role="cell">${a.project}</td>
+      <td role="cell" title=${a.project}>${a.project}</td>
       <td role="cell">${syncBadge(a.sync, 'app-sync-badge')}</td>
       <td role="cell">${healthBadge(a.health, 'app-health-badge')}</td>
-      <td role="cell" class="mono">${short(a.revision)}</td>
-      <td role="cell">${a.cluster}</td>
-      <td role="cell">${a.destNamespace}</td>
+      <td role="cell" class="mono" title=${a.revision || ''}>${short(a.revision)}</td>
+      <td role="cell" title=${a.cluster} data-testid="app-cluster">${a.cluster}</td>
+      <td role="cell" title=${a.destNamespace}>${a.destNamespace}</td>
       <td role="cell">${phaseBadge(op ? op.phase : undefined)}</td>
       <td role="cell" class="message" title=${statusMessage(a)} data-testid="app-message">${statusMessage(a)}</td>
     </tr>`;
