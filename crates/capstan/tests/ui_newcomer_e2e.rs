@@ -298,5 +298,29 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
         WAIT,
         |t| t.contains("env=staging"),
     )?;
+
+    // A phone's width (390 px): the list's rows are cards, each cell named, and nothing scrolls
+    // sideways.
+    browser.cdp(
+        "Emulation.setDeviceMetricsOverride",
+        serde_json::json!({"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true}),
+    )?;
+    browser.goto(&format!("{base}/applications"))?;
+    browser.wait_text(&broken, WAIT, |t| t.contains("ComparisonError"))?;
+    let layout = browser.execute(
+        "const cell = document.querySelector('[data-app=\"broken\"] [data-testid=\"app-message\"]');
+         return [document.documentElement.scrollWidth, window.innerWidth,
+                 getComputedStyle(cell, '::before').content, cell.getBoundingClientRect().right];",
+        vec![],
+    )?;
+    let width = layout[1].as_f64().unwrap_or(0.0);
+    assert_eq!(width, 390.0, "{layout}");
+    assert!(
+        layout[0].as_f64().unwrap_or(f64::MAX) <= width,
+        "no sideways scrolling: {layout}"
+    );
+    assert!(layout[2].as_str().is_some_and(|c| c.contains("Message")), "{layout}");
+    assert!(layout[3].as_f64().unwrap_or(f64::MAX) <= width, "{layout}");
+    browser.cdp("Emulation.clearDeviceMetricsOverride", serde_json::json!({}))?;
     Ok(())
 }

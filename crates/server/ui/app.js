@@ -605,16 +605,17 @@ function statusMessage(a) {
 function rowView(a) {
   const name = a.name || '';
   const op = /** @type {OperationState | null | undefined} */ (a.operation);
+  // data-label: the column's name, shown in each cell when rows are cards (narrow screens).
   return html`<tr role="row" data-testid="app-row" data-app=${name}>
-      <td role="cell" title=${name}><a href="/applications/${name}" data-link data-testid="app-link">${name}</a></td>
-      <td role="cell" title=${a.project}>${a.project}</td>
-      <td role="cell">${syncBadge(a.sync, 'app-sync-badge')}</td>
-      <td role="cell">${healthBadge(a.health, 'app-health-badge')}</td>
-      <td role="cell" class="mono" title=${a.revision || ''}>${short(a.revision)}</td>
-      <td role="cell" title=${a.cluster} data-testid="app-cluster">${a.cluster}</td>
-      <td role="cell" title=${a.destNamespace}>${a.destNamespace}</td>
-      <td role="cell">${phaseBadge(op ? op.phase : undefined)}</td>
-      <td role="cell" class="message" title=${statusMessage(a)} data-testid="app-message">${statusMessage(a)}</td>
+      <td role="cell" data-label="Name" title=${name}><a href="/applications/${name}" data-link data-testid="app-link">${name}</a></td>
+      <td role="cell" data-label="Project" title=${a.project}>${a.project}</td>
+      <td role="cell" data-label="Sync">${syncBadge(a.sync, 'app-sync-badge')}</td>
+      <td role="cell" data-label="Health">${healthBadge(a.health, 'app-health-badge')}</td>
+      <td role="cell" data-label="Revision" class="mono" title=${a.revision || ''}>${short(a.revision)}</td>
+      <td role="cell" data-label="Cluster" title=${a.cluster} data-testid="app-cluster">${a.cluster}</td>
+      <td role="cell" data-label="Namespace" title=${a.destNamespace}>${a.destNamespace}</td>
+      <td role="cell" data-label="Operation">${phaseBadge(op ? op.phase : undefined)}</td>
+      <td role="cell" data-label="Message" class="message" title=${statusMessage(a)} data-testid="app-message">${statusMessage(a)}</td>
     </tr>`;
 }
 
