@@ -549,6 +549,10 @@ pub struct RevisionHistory {
     pub sources: Vec<ApplicationSource>,
 }
 
+/// The condition type of a failed comparison with Git (render, repository or destination error):
+/// the Application can become neither Synced nor Healthy until it is fixed.
+pub const COMPARISON_ERROR: &str = "ComparisonError";
+
 /// An error or warning about the Application.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -571,6 +575,42 @@ pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> sche
     })
 }
 
+/// Why a new operation cannot be requested now (see [`Application::busy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Busy {
+    /// An operation is running.
+    #[error("another operation is already in progress")]
+    Running,
+    /// A request has been written and not yet taken up by the controller.
+    #[error("another operation is already requested")]
+    Requested,
+}
+
+/// Why a rollback is refused (see [`Application::rollback_entry`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RollbackRefused {
+    /// Rollbacks and automated sync would undo each other (Argo CD refuses the same way).
+    #[error("rollback is not allowed while automated sync is enabled: disable syncPolicy.automated first")]
+    Automated,
+    /// The rollback names no entry of the history.
+    #[error("history entry {id} not found{}", known_ids(.known))]
+    NoHistoryEntry {
+        /// The entry asked for.
+        id: i64,
+        /// The entries there are.
+        known: Vec<i64>,
+    },
+}
+
+fn known_ids(known: &[i64]) -> String {
+    if known.is_empty() {
+        " (the history is empty: nothing has been synced yet)".into()
+    } else {
+        let ids: Vec<String> = known.iter().map(i64::to_string).collect();
+        format!(" (entries: {})", ids.join(", "))
+    }
+}
+
 /// What the operation annotation asks, and whether an operation runs.
 impl Application {
     /// The request in the operation annotation, unless the operation in its status already handled it (an
@@ -586,6 +626,71 @@ impl Application {
             .as_ref()
             .and_then(|s| s.operation_state.as_ref())
             .is_some_and(|o| o.phase == OperationPhase::Running)
+    }
+
+    /// Why a new operation may not be requested now: one is running, or another request has not
+    /// been taken up yet (a new request would silently replace it). `None` when idle.
+    pub fn busy(&self) -> Option<Busy> {
+        if self.operation_running() {
+            Some(Busy::Running)
+        } else if self.pending_request().is_some() {
+            Some(Busy::Requested)
+        } else {
+            None
+        }
+    }
+
+    /// What is wrong with the Application, in one line (empty when nothing is): its first
+    /// condition (`TYPE: message`), else the message of its last operation if that failed, else why
+    /// it is not Healthy. What `capstan app list` and the web UI's list show.
+    pub fn status_message(&self) -> String {
+        let Some(status) = &self.status else {
+            return String::new();
+        };
+        let failed_operation = status
+            .operation_state
+            .as_ref()
+            .filter(|o| o.phase.is_failed() && !o.message.is_empty());
+        let unhealthy = status
+            .health
+            .as_ref()
+            .filter(|h| h.status != "Healthy" && !h.message.is_empty());
+        let message = if let Some(c) = status.conditions.iter().find(|c| !c.message.is_empty()) {
+            format!("{}: {}", c.type_, c.message)
+        } else if let Some(o) = failed_operation {
+            o.message.clone()
+        } else if let Some(h) = unhealthy {
+            h.message.clone()
+        } else {
+            String::new()
+        };
+        message.lines().next().unwrap_or_default().trim().to_string()
+    }
+
+    /// Whether automated sync is enabled (`spec.syncPolicy.automated` is set).
+    pub fn is_automated(&self) -> bool {
+        self.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some())
+    }
+
+    /// The entry of `history` (the Application's `status.history`, or the one the controller is
+    /// writing) that a rollback to `id` returns to, or why that rollback is refused. Checked by the
+    /// CLI and the HTTP server before they write the request, and by the controller again before
+    /// it runs one (the spec may have changed in between).
+    pub fn rollback_entry<'h>(
+        &self,
+        history: &'h [RevisionHistory],
+        id: i64,
+    ) -> Result<&'h RevisionHistory, RollbackRefused> {
+        if self.is_automated() {
+            return Err(RollbackRefused::Automated);
+        }
+        history
+            .iter()
+            .find(|h| h.id == id)
+            .ok_or_else(|| RollbackRefused::NoHistoryEntry {
+                id,
+                known: history.iter().map(|h| h.id).collect(),
+            })
     }
 
     /// Whether the request `raw` is the operation in its status.

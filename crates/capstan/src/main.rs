@@ -2,10 +2,14 @@
 //!
 //! It parses arguments, sets up logging and turns every error into one readable message and a non-zero
 //! exit code (never a panic or a backtrace). The work is done by the library crates; each subcommand
-//! lives in its own module under [`commands`].
+//! lives in its own module under [`commands`]; what they print to stdout goes through [`output`].
+
+#![deny(clippy::print_stdout)]
 
 mod commands;
 mod kube_client;
+mod logging;
+mod output;
 
 use std::process::ExitCode;
 
@@ -27,6 +31,13 @@ struct Cli {
     /// (no Landlock, or one too old to restrict network access). Off: such renders are refused.
     #[arg(long, global = true, env = "CAPSTAN_ALLOW_UNCONFINED_TOOLS")]
     allow_unconfined_tools: bool,
+    /// When to colour output (diffs, the log): `auto` colours a terminal unless NO_COLOR is set,
+    /// `always`, or `never`.
+    #[arg(long, global = true, value_enum, default_value = "auto", env = "CAPSTAN_COLOR")]
+    color: output::ColorChoice,
+    /// Format of the log on stderr: `text`, or `json` (one object per line).
+    #[arg(long, global = true, value_enum, default_value = "text", env = "CAPSTAN_LOG_FORMAT")]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -67,7 +78,8 @@ fn main() -> ExitCode {
         return capstan_render::jsonnet::worker_main(std::env::args_os().skip(2));
     }
     let cli = Cli::parse();
-    init_tracing(&cli.log);
+    output::set_color(cli.color);
+    logging::init(&cli.log, cli.log_format);
     if cli.allow_unconfined_tools {
         capstan_sandbox::Enforcement::AllowUnconfined.set();
     }
@@ -113,12 +125,33 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(default))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand, flag and positional argument of `capstan` says what it is in `--help`.
+    #[test]
+    fn every_command_and_argument_is_documented() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && !arg.is_hide_set() && arg.get_help().is_none() {
+                    missing.push(format!("{path} <{}>", arg.get_id()));
+                }
+            }
+            for sub in cmd
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+            {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "capstan", &mut missing);
+        assert!(missing.is_empty(), "undocumented in --help: {missing:#?}");
+    }
 }

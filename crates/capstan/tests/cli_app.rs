@@ -151,7 +151,7 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
     let missing = capstan(&kc, &["app", "get", "nope"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(text(&missing).contains("\"nope\" not found"), "{}", text(&missing));
-    let delete = capstan(&kc, &["app", "delete", "cli", "--wait"]);
+    let delete = capstan(&kc, &["app", "delete", "cli", "--wait", "--yes"]);
     assert!(delete.status.success(), "{}", text(&delete));
     let gone = Command::new(&kubectl)
         .args(["--kubeconfig", &kc, "-n", "cli", "get", "cm", "settings"])

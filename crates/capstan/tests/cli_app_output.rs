@@ -265,7 +265,7 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     assert_eq!(diff.status.code(), Some(0), "{}", text(&diff));
 
     // delete --cascade=false: the Application goes (its resources finalizer taken off), its objects stay.
-    let delete = capstan(&kc, &["app", "delete", "out", "--cascade=false", "--wait"]);
+    let delete = capstan(&kc, &["app", "delete", "out", "--cascade=false", "--wait", "--yes"]);
     assert!(delete.status.success(), "{}", text(&delete));
     assert!(
         text(&delete).contains("application out deleted") && !text(&delete).contains("with its resources"),

@@ -334,10 +334,9 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     });
     let history = http.get("/api/applications/web/history").json();
     assert_eq!(history["items"][0]["revision"], v2, "newest first: {history}");
-    assert_eq!(
-        http.post("/api/applications/web/rollback", json!({"id": 42})).status,
-        400
-    );
+    let unknown = http.post("/api/applications/web/rollback", json!({"id": 42}));
+    assert_eq!(unknown.status, 422, "{}", unknown.body);
+    assert!(unknown.body.contains("history entry 42 not found"), "{}", unknown.body);
     let rollback = http.post(
         "/api/applications/web/rollback",
         json!({"id": history["items"][1]["id"]}),

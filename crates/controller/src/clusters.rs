@@ -97,6 +97,9 @@ impl Destination {
     }
 }
 
+/// A cluster's labels.
+type Labels = BTreeMap<String, String>;
+
 /// Every known destination.
 pub struct Clusters {
     hub: kube::Client,
@@ -104,6 +107,10 @@ pub struct Clusters {
     local: Arc<Destination>,
     /// Registered clusters by Secret name.
     remote: RwLock<BTreeMap<String, Arc<Destination>>>,
+    /// Every cluster Secret's cluster name and labels, by Secret name: kept apart from the
+    /// destinations (a change of labels alone keeps a destination's client and watches) and
+    /// holding `in-cluster`'s too (whose Secret, if any, holds only metadata).
+    labels: RwLock<BTreeMap<String, (String, Labels)>>,
     /// Which Applications asked for which destination key (`server:URL` / `name:NAME`), so a change
     /// to that cluster re-reconciles them.
     users: Mutex<HashMap<String, HashSet<ObjectRef<Application>>>>,
@@ -129,6 +136,7 @@ impl Clusters {
             namespace: namespace.to_string(),
             local: Arc::new(local),
             remote: RwLock::new(BTreeMap::new()),
+            labels: RwLock::new(BTreeMap::new()),
             users: Mutex::new(HashMap::new()),
             trigger,
             ready: tokio::sync::watch::Sender::new(false),
@@ -220,6 +228,15 @@ impl Clusters {
         });
     }
 
+    /// The labels of cluster `name` (`in-cluster` included), as its Secret has them now.
+    pub fn labels_of(&self, name: &str) -> BTreeMap<String, String> {
+        read(&self.labels)
+            .values()
+            .find(|(cluster, _)| cluster == name)
+            .map(|(_, labels)| labels.clone())
+            .unwrap_or_default()
+    }
+
     /// Every destination, `in-cluster` first.
     pub fn all(&self) -> Vec<Arc<Destination>> {
         let mut out = vec![self.local.clone()];
@@ -309,8 +326,10 @@ impl Clusters {
         if parsed.is_in_cluster() {
             // Metadata for `in-cluster` only; its connection is Capstan's own.
             self.remove(&parsed.secret_name);
+            self.set_labels(&parsed, IN_CLUSTER_NAME);
             return;
         }
+        self.set_labels(&parsed, &parsed.name);
         let unchanged = read(&self.remote)
             .get(&parsed.secret_name)
             .and_then(|existing| existing.secret.as_ref())
@@ -362,7 +381,12 @@ impl Clusters {
         }
     }
 
+    fn set_labels(&self, parsed: &ClusterSecret, cluster: &str) {
+        write(&self.labels).insert(parsed.secret_name.clone(), (cluster.to_string(), parsed.labels.clone()));
+    }
+
     fn remove(&self, secret: &str) {
+        write(&self.labels).remove(secret);
         let removed = write(&self.remote).remove(secret);
         if let Some(dest) = removed {
             tracing::info!(cluster = %dest.name, "cluster removed");

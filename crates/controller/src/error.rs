@@ -334,7 +334,9 @@ impl PipelineError {
     /// The condition type this error is reported as.
     pub fn condition_type(&self) -> &'static str {
         match self.kind() {
-            PipelineErrorKind::Comparison | PipelineErrorKind::Destination => "ComparisonError",
+            PipelineErrorKind::Comparison | PipelineErrorKind::Destination => {
+                capstan_api::application::COMPARISON_ERROR
+            }
             PipelineErrorKind::InvalidSpec => "InvalidSpecError",
         }
     }

@@ -1,5 +1,5 @@
-//! The admin kubeconfig written to `DIR/kubeconfig`, with the certificates embedded so the file can
-//! be copied elsewhere.
+//! The admin kubeconfig written to `DIR/kubeconfig` (mode 0600: it embeds the admin's key), with the
+//! certificates embedded so the file can be copied elsewhere.
 
 use std::path::Path;
 
@@ -39,7 +39,8 @@ pub fn write(path: &Path, server: &str, context: &str, pki: &PkiPaths) -> Result
         context: format!("writing {}", path.display()),
         message: e.to_string(),
     })?;
-    std::fs::write(path, yaml).map_err(Error::io(format!("writing {}", path.display())))
+    // It holds the admin's private key: readable by its owner only.
+    crate::pki::write(path, &yaml)
 }
 
 /// A kube client for the kubeconfig at `path`.
@@ -55,4 +56,24 @@ pub async fn client(path: &Path) -> Result<kube::Client> {
             message: e.to_string(),
         })?;
     kube::Client::try_from(config).map_err(Error::kube(format!("creating a client from {}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_kubeconfig_is_readable_by_its_owner_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pki = crate::pki::ensure(&dir.path().join("pki")).expect("pki");
+        let path = dir.path().join("kubeconfig");
+        // Also when an older playground left it world-readable.
+        std::fs::write(&path, "old").expect("an old kubeconfig");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        super::write(&path, "https://127.0.0.1:6443", "local", &pki).expect("kubeconfig");
+        let mode = std::fs::metadata(&path).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "mode {mode:o}");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.contains("client-key-data"), "{text}");
+    }
 }

@@ -127,9 +127,11 @@ fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {
     dn
 }
 
-fn write(path: &Path, contents: &str) -> Result<()> {
+/// Write `contents` to `path` readable by its owner only (mode 0600), also when the file existed
+/// with a wider mode: keys, and the kubeconfig that embeds one.
+pub(crate) fn write(path: &Path, contents: &str) -> Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -137,6 +139,8 @@ fn write(path: &Path, contents: &str) -> Result<()> {
         .mode(0o600)
         .open(path)
         .map_err(Error::io(format!("writing {}", path.display())))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(Error::io(format!("restricting {}", path.display())))?;
     file.write_all(contents.as_bytes())
         .map_err(Error::io(format!("writing {}", path.display())))
 }

@@ -53,13 +53,14 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *     conditions?: Condition[],
  *     operationState?: OperationState,
  *     resources?: ResourceStatus[],
+ *     reconciledAt?: string | null,
  *   },
  * }} Application
  * @typedef {{ type?: string, reason?: string, object?: string, message?: string, count?: number, lastTimestamp?: string }} EventItem
  * @typedef {{ id: number, deployedAt?: string, revision?: string, source?: Source, sources?: Source[] }} HistoryEntry
  * @typedef {{ name: string, project?: string, generators?: string, applications?: number, conditions?: Condition[], rollingSync?: { steps?: unknown[] } | null }} AppSetSummary
  * @typedef {{ application?: string, step?: number | string, status?: string, message?: string }} AppSetStep
- * @typedef {{ status?: { conditions?: Condition[], applicationStatus?: AppSetStep[], resources?: { name?: string, status?: string, health?: { status?: string } }[] } }} AppSet
+ * @typedef {{ status?: { conditions?: Condition[], applicationStatus?: AppSetStep[], resources?: { name?: string, status?: string, health?: string }[] } }} AppSet
  */
 
 /**
@@ -74,7 +75,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
 /**
  * A promotion being confirmed: its preview (what would change), then the answer of the promotion.
  * @typedef {{ kind: 'promote', target: PromoteTarget, preview: Load<PromotionPreview>, result?: PromoteAnswer, busy?: boolean }} PromoteDialog
- * @typedef {{ kind: 'sync' } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined } | PromoteDialog} Dialog
+ * @typedef {{ kind: 'sync', error?: string, busy?: boolean } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined, error?: string, busy?: boolean } | PromoteDialog} Dialog
  */
 /**
  * The page shown and what it has loaded. Loaders keep the page object they started for and drop
@@ -85,6 +86,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *   page: 'app', name: string, app: Application | null, error: string, summary: ApplicationSummary | undefined,
  *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
  *   history: Load<HistoryEntry[]>, promotions: Load<AppPromotions>, dialog: Dialog | null,
+ *   refreshing?: string,
  * }} AppPage
  * @typedef {{ page: 'appsets', items: Load<AppSetSummary[]> }} AppSetsPage
  * @typedef {{ page: 'appset', name: string, data: Load<AppSet> }} AppSetPage
@@ -123,9 +125,30 @@ const state = {
   /** @type {Page | null} */ page: null,
 };
 
-/** Render the current page. */
+/**
+ * The tab's title for `page`: what it shows, then Capstan.
+ * @param {Page | null} page
+ */
+function titleOf(page) {
+  const what = !page ? '' : page.page === 'login' ? 'Log in'
+    : page.page === 'list' ? 'Applications'
+    : page.page === 'app' ? page.name
+    : page.page === 'appsets' ? 'ApplicationSets'
+    : page.page === 'appset' ? `${page.name} (ApplicationSet)`
+    : page.page === 'clusters' ? 'Clusters' : 'Not found';
+  return what ? `${what} · Capstan` : 'Capstan';
+}
+
+/** Render the current page; a dialog just opened gets the focus. */
 function update() {
   render(state.page ? view(state.page) : nothing, $main);
+  const title = titleOf(state.page);
+  if (document.title !== title) document.title = title;
+  const dialog = $main.querySelector('[role="dialog"]');
+  if (dialog && !dialog.contains(document.activeElement)) {
+    const first = /** @type {HTMLElement | null} */ (dialog.querySelector('input, select, button[type="submit"]'));
+    if (first) first.focus();
+  }
 }
 
 /**
@@ -177,6 +200,21 @@ function syncBadge(s0, testid) {
 function phaseBadge(p, testid) {
   if (!p) return html`<span class="muted">–</span>`;
   return html`<span class="badge p-${p}" data-testid=${testid ?? nothing}><span aria-hidden="true">${PHASE_ICON[p] || '•'}</span>${p}</span>`;
+}
+
+/**
+ * A time from the API (RFC 3339, to the second or the millisecond) as people read it: how long ago,
+ * with the exact time, to the second, on hover.
+ * @param {string | null | undefined} iso
+ */
+function when(iso) {
+  if (!iso) return nothing;
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return iso;
+  const exact = new Date(t).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const s = Math.max(0, Math.round((Date.now() - t) / 1000));
+  const ago = s < 60 ? `${s} s ago` : s < 3600 ? `${Math.floor(s / 60)} min ago` : s < 86400 ? `${Math.floor(s / 3600)} h ago` : `${Math.floor(s / 86400)} d ago`;
+  return html`<time datetime=${exact} title=${exact} data-testid="time">${ago}</time>`;
 }
 
 /** @param {string} message */
@@ -257,6 +295,14 @@ function navigate(path, replace = false) {
 }
 
 window.addEventListener('popstate', () => route());
+// Esc closes the open dialog, as Cancel does.
+document.addEventListener('keydown', (e) => {
+  const page = state.page;
+  if (e.key === 'Escape' && page && page.page === 'app' && page.dialog) {
+    page.dialog = null;
+    update();
+  }
+});
 document.addEventListener('click', (e) => {
   const target = e.target instanceof Element ? e.target : null;
   const a = target && target.closest('a[data-link]');
@@ -469,7 +515,47 @@ function matches(a) {
 function onFilter(e) {
   const el = /** @type {HTMLInputElement | HTMLSelectElement} */ (e.target);
   const f = /** @type {keyof Filters | undefined} */ (el.dataset.filter);
-  if (f) { state.filters[f] = el.value; update(); }
+  if (f) setFilter(f, el.value);
+}
+
+/**
+ * Set one filter of the list, keeping them all in the URL, so a reload, a bookmark or a link shows
+ * the same list.
+ * @param {keyof Filters} f
+ * @param {string} value
+ */
+function setFilter(f, value) {
+  state.filters[f] = value;
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(state.filters)) if (v) query.set(k, v);
+  const search = query.toString();
+  history.replaceState({}, '', `${location.pathname}${search ? `?${search}` : ''}`);
+  update();
+}
+
+/**
+ * How many of `apps` have each health and each sync status; a click filters on it.
+ * @param {ApplicationSummary[]} apps
+ */
+function countsView(apps) {
+  /** @type {Map<string, number>} */
+  const health = new Map();
+  /** @type {Map<string, number>} */
+  const sync = new Map();
+  for (const a of apps) {
+    health.set(a.health || 'Unknown', (health.get(a.health || 'Unknown') || 0) + 1);
+    sync.set(a.sync || 'Unknown', (sync.get(a.sync || 'Unknown') || 0) + 1);
+  }
+  return html`<div class="counts" data-testid="status-counts">
+    ${[...health].map(([h, n]) => html`<button type="button" class="count" data-count=${`health-${h}`} title="show only ${h}" @click=${() => setFilter('health', h)}>${healthBadge(h)} ${n}</button>`)}
+    ${[...sync].map(([s, n]) => html`<button type="button" class="count" data-count=${`sync-${s}`} title="show only ${s}" @click=${() => setFilter('sync', s)}>${syncBadge(s)} ${n}</button>`)}
+  </div>`;
+}
+
+/** The list's filters from the URL's query (those it does not name are cleared). */
+function filtersFromUrl() {
+  const query = new URLSearchParams(location.search);
+  for (const k of /** @type {(keyof Filters)[]} */ (Object.keys(state.filters))) state.filters[k] = query.get(k) || '';
 }
 
 /**
@@ -483,6 +569,7 @@ function select(name, label, values) {
 }
 
 function openList() {
+  filtersFromUrl();
   /** @type {ListPage} */
   const page = { page: 'list', loaded: state.apps.size > 0 };
   show(page);
@@ -497,21 +584,38 @@ function openList() {
 }
 
 const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
-const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation'];
+const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation', 'Message'];
+
+/**
+ * What is wrong with an Application, in one line, as `capstan app list` shows it: its first
+ * condition, else the message of its last operation if that failed, else why it is not Healthy.
+ * @param {ApplicationSummary} a
+ */
+function statusMessage(a) {
+  const op = /** @type {OperationState | null | undefined} */ (a.operation);
+  const condition = (a.conditions || []).find((c) => c.message);
+  let message = '';
+  if (condition) message = `${condition.type}: ${condition.message}`;
+  else if (op && (op.phase === 'Failed' || op.phase === 'Error') && op.message) message = op.message;
+  else if (a.health !== 'Healthy' && a.healthMessage) message = a.healthMessage;
+  return message.split('\n')[0].trim();
+}
 
 /** @param {ApplicationSummary} a */
 function rowView(a) {
   const name = a.name || '';
   const op = /** @type {OperationState | null | undefined} */ (a.operation);
+  // data-label: the column's name, shown in each cell when rows are cards (narrow screens).
   return html`<tr role="row" data-testid="app-row" data-app=${name}>
-      <td role="cell" title=${name}><a href="/applications/${name}" data-link data-testid="app-link">${name}</a></td>
-      <td role="cell">${a.project}</td>
-      <td role="cell">${syncBadge(a.sync, 'app-sync-badge')}</td>
-      <td role="cell">${healthBadge(a.health, 'app-health-badge')}</td>
-      <td role="cell" class="mono">${short(a.revision)}</td>
-      <td role="cell">${a.cluster}</td>
-      <td role="cell">${a.destNamespace}</td>
-      <td role="cell">${phaseBadge(op ? op.phase : undefined)}</td>
+      <td role="cell" data-label="Name" title=${name}><a href="/applications/${name}" data-link data-testid="app-link">${name}</a></td>
+      <td role="cell" data-label="Project" title=${a.project}>${a.project}</td>
+      <td role="cell" data-label="Sync">${syncBadge(a.sync, 'app-sync-badge')}</td>
+      <td role="cell" data-label="Health">${healthBadge(a.health, 'app-health-badge')}</td>
+      <td role="cell" data-label="Revision" class="mono" title=${a.revision || ''}>${short(a.revision)}</td>
+      <td role="cell" data-label="Cluster" title=${a.cluster} data-testid="app-cluster">${a.cluster}</td>
+      <td role="cell" data-label="Namespace" title=${a.destNamespace}>${a.destNamespace}</td>
+      <td role="cell" data-label="Operation">${phaseBadge(op ? op.phase : undefined)}</td>
+      <td role="cell" data-label="Message" class="message" title=${statusMessage(a)} data-testid="app-message">${statusMessage(a)}</td>
     </tr>`;
 }
 
@@ -524,6 +628,7 @@ function listView(page) {
   if (!shown.length) empty = all.length ? 'No Application matches the filters.' : page.loaded ? 'No Applications yet.' : 'Loading…';
   return html`
     <h1>Applications <span class="muted" id="count">(${shown.length} of ${all.length})</span></h1>
+    ${countsView(shown)}
     <div class="filters" id="filters">
       <label>Search<input type="search" data-filter="search" data-testid="app-search" .value=${f.search} placeholder="name" @input=${onFilter}></label>
       ${select('project', 'Project', uniq('project'))}
@@ -536,7 +641,7 @@ function listView(page) {
     <table class="apps" role="table">
       <thead role="rowgroup"><tr role="row">${COLUMNS.map((h) => html`<th role="columnheader">${h}</th>`)}</tr></thead>
       <tbody id="rows" role="rowgroup">${empty
-        ? html`<tr role="row"><td colspan="8" class="empty" role="cell">${empty}</td></tr>`
+        ? html`<tr role="row"><td colspan="9" class="empty" role="cell">${empty}</td></tr>`
         : repeat(shown, (a) => a.name, rowView)}</tbody>
     </table>`;
 }
@@ -645,6 +750,21 @@ function appView(page) {
 }
 
 /**
+ * Ask for a refresh of `page`'s Application, compared last at `reconciledAt`: its button says
+ * Refreshing… until the comparison after it arrives on the live stream (at most a minute).
+ * @param {AppPage} page
+ * @param {string} reconciledAt
+ */
+function refresh(page, reconciledAt) {
+  page.refreshing = reconciledAt;
+  update();
+  setTimeout(() => { if (page.refreshing === reconciledAt) { page.refreshing = undefined; update(); } }, 60000);
+  act(() => api('POST', `/api/applications/${page.name}/refresh`, { hard: false })).then(() => {
+    if (page.refreshing === reconciledAt && $alert.textContent) { page.refreshing = undefined; update(); }
+  });
+}
+
+/**
  * @param {AppPage} page
  * @param {Application} app
  */
@@ -656,6 +776,8 @@ function appHeader(page, app) {
   const op = st.operationState;
   const running = op && op.phase === 'Running';
   const name = app.metadata.name;
+  // Refreshing until the controller has compared again (reconciledAt moves on).
+  const refreshing = page.refreshing !== undefined && page.refreshing === (st.reconciledAt || '');
   return html`
     <div class="header">
       <h1 data-testid="app-title">${name}</h1>
@@ -670,7 +792,7 @@ function appHeader(page, app) {
       </dl>
       <div class="actions">
         ${canSync(page) ? html`<button type="button" class="primary" id="sync-button" data-testid="sync-button" @click=${() => { page.dialog = { kind: 'sync' }; update(); }}>Sync</button>
-        <button type="button" id="refresh-button" data-testid="refresh-button" @click=${() => act(() => api('POST', `/api/applications/${name}/refresh`, { hard: false }))}>Refresh</button>
+        <button type="button" id="refresh-button" data-testid="refresh-button" ?disabled=${refreshing} aria-busy=${refreshing ? 'true' : 'false'} @click=${() => refresh(page, st.reconciledAt || '')}>${refreshing ? 'Refreshing…' : 'Refresh'}</button>
         ${running ? html`<button type="button" class="danger" id="terminate-button" data-testid="terminate-button" @click=${() => act(() => api('DELETE', `/api/applications/${name}/operation`))}>Terminate</button>` : nothing}` : nothing}
         ${promoteButtons(page)}
       </div>
@@ -709,7 +831,7 @@ function operationView(op) {
   }
   const who = op.operation && op.operation.initiatedBy ? ` by ${op.operation.initiatedBy}` : '';
   return html`<div class="operation">
-    <strong>Operation</strong> ${phaseBadge(op.phase, 'operation-phase')} <span class="muted">${op.startedAt}${who}</span>
+    <strong>Operation</strong> ${phaseBadge(op.phase, 'operation-phase')} <span class="muted">${when(op.startedAt)}${who}</span>
     <div>${op.message}</div>
     ${repeat(groups.entries(), ([k]) => k, ([k, rs]) => html`<div><em>${k}</em><ul>${rs.map((r) => html`<li>${r.kind}/${r.name}: ${r.status}${r.message ? ` — ${r.message}` : ''}</li>`)}</ul></div>`)}
   </div>`;
@@ -923,7 +1045,7 @@ function eventsView(ev) {
   if (!ev.value) return html`<p class="muted">Loading events…</p>`;
   if (!ev.value.length) return html`<p class="empty">No events.</p>`;
   return html`<table><thead><tr><th>Type</th><th>Reason</th><th>Object</th><th>Message</th><th>Count</th><th>Last seen</th></tr></thead><tbody>
-      ${ev.value.map((e) => html`<tr><td>${e.type === 'Warning' ? '⚠ ' : ''}${e.type}</td><td>${e.reason}</td><td>${e.object}</td><td>${e.message}</td><td>${e.count}</td><td>${e.lastTimestamp}</td></tr>`)}
+      ${ev.value.map((e) => html`<tr><td>${e.type === 'Warning' ? '⚠ ' : ''}${e.type}</td><td>${e.reason}</td><td>${e.object}</td><td>${e.message}</td><td>${e.count}</td><td>${when(e.lastTimestamp)}</td></tr>`)}
     </tbody></table>`;
 }
 
@@ -936,8 +1058,8 @@ function historyView(page, h) {
   if (!h.value) return nothing;
   if (!h.value.length) return html`<p class="empty">No syncs yet.</p>`;
   return html`<table><thead><tr><th>ID</th><th>Deployed at</th><th>Revision</th><th>Path</th><th></th></tr></thead><tbody>
-      ${repeat(h.value, (e) => e.id, (e) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${e.deployedAt}</td><td class="mono">${short(e.revision)}</td><td class="mono">${sourceLabel(e)}</td>
-        <td>${canSync(page) ? html`<button type="button" data-testid="rollback-button" @click=${() => { page.dialog = { kind: 'rollback', id: e.id, entry: e }; update(); }}>Rollback</button>` : nothing}</td></tr>`)}
+      ${repeat(h.value, (e) => e.id, (e, i) => html`<tr data-testid="history-row" data-id=${e.id}><td>${e.id}</td><td>${when(e.deployedAt)}</td><td class="mono">${short(e.revision)}</td><td class="mono">${sourceLabel(e)}</td>
+        <td>${i === 0 ? html`<span class="muted" data-testid="history-current">current</span>` : canSync(page) ? html`<button type="button" data-testid="rollback-button" @click=${() => { page.dialog = { kind: 'rollback', id: e.id, entry: e }; update(); }}>Rollback</button>` : nothing}</td></tr>`)}
     </tbody></table>`;
 }
 
@@ -949,13 +1071,31 @@ function historyView(page, h) {
  */
 function dialogView(page, d) {
   const close = () => { page.dialog = null; update(); };
+  // A refused request (409, 422…) is shown in the dialog, where the person is looking, not in the
+  // alert bar behind the dialog's overlay; the dialog stays open.
   /** @param {(form: HTMLFormElement) => Promise<unknown>} run */
   const submit = (run) => async (/** @type {SubmitEvent} */ e) => {
     e.preventDefault();
     const form = /** @type {HTMLFormElement} */ (e.currentTarget);
-    await act(async () => { await run(form); if (page.dialog === d) close(); });
+    if (d.kind === 'promote' || d.busy) return;
+    // Busy until the server answers: the button says so and a second click sends nothing.
+    d.error = '';
+    d.busy = true;
+    update();
+    try {
+      await run(form);
+      if (page.dialog === d) close();
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) return;
+      if (page.dialog === d) d.error = messageOf(err); else showError(messageOf(err));
+    } finally {
+      d.busy = false;
+      if (page.dialog === d) update();
+    }
   };
-  const buttons = (/** @type {string} */ testid, /** @type {string} */ label) => html`<div class="buttons"><button type="button" data-cancel @click=${close}>Cancel</button><button type="submit" class="primary" data-testid=${testid}>${label}</button></div>`;
+  const dialogError = () => (d.kind !== 'promote' && d.error ? html`<p class="dialog-error" role="alert" data-testid="dialog-error">${d.error}</p>` : nothing);
+  const busy = d.kind !== 'promote' && Boolean(d.busy);
+  const buttons = (/** @type {string} */ testid, /** @type {string} */ label) => html`<div class="buttons"><button type="button" data-cancel @click=${close}>Cancel</button><button type="submit" class="primary" data-testid=${testid} ?disabled=${busy} aria-busy=${busy ? 'true' : 'false'}>${busy ? 'Working…' : label}</button></div>`;
   const name = page.name;
   let body;
   if (d.kind === 'sync') {
@@ -970,6 +1110,7 @@ function dialogView(page, d) {
       <div class="row">Only these objects (none checked: all)
         <div class="reslist">${resources.length ? repeat(resources, (r) => `${r.group}/${r.kind}/${r.namespace}/${r.name}`, (r) => html`<div><label><input type="checkbox" name="resource" value="${r.group}/${r.kind}/${r.namespace}/${r.name}"> ${r.kind}/${r.name} ${syncBadge(r.status)}</label></div>`)
           : html`<span class="muted">No objects yet.</span>`}</div></div>
+      ${dialogError()}
       ${buttons('sync-submit', 'Synchronize')}
     </form>`;
   } else if (d.kind === 'promote') {
@@ -980,6 +1121,7 @@ function dialogView(page, d) {
       <h2>Roll back ${name}</h2>
       <p>Sync history entry ${d.id}: revision <span class="mono">${short(entry && entry.revision)}</span>, path <span class="mono">${entry && entry.source && entry.source.path}</span>.</p>
       <div class="row"><label><input type="checkbox" name="prune"> Prune objects not in that revision</label></div>
+      ${dialogError()}
       ${buttons('rollback-confirm', 'Roll back')}
     </form>`;
   }
@@ -1133,8 +1275,15 @@ function openAppSets() {
   }, '/api/applicationsets', (r) => /** @type {AppSetSummary[]} */ (r.items || []));
 }
 
+/**
+ * Whether a condition is bad news: `ErrorOccurred` when True (an error is a True condition of that
+ * type, `ErrorOccurred=False` says there is none), any other type when not True
+ * (`ResourcesUpToDate=False`); `RolloutProgressing` is neither.
+ * @param {Condition} c
+ */
+const conditionBad = (c) => (c.type === 'ErrorOccurred' ? c.status === 'True' : c.type !== 'RolloutProgressing' && c.status !== 'True');
 /** @param {Condition} c */
-const conditionMark = (c) => (c.status === 'True' ? '✔' : '✖');
+const conditionMark = (c) => html`<span class=${conditionBad(c) ? 'cond-bad' : 'cond-ok'} data-testid="condition-mark" data-bad=${conditionBad(c) ? 'true' : 'false'}>${conditionBad(c) ? '✖' : '✔'}</span>`;
 
 /** @param {AppSetsPage} page */
 function appSetsView(page) {
@@ -1143,7 +1292,7 @@ function appSetsView(page) {
   if (!items.length) return html`<h1>ApplicationSets</h1><p class="empty">No ApplicationSets.</p>`;
   return html`<h1>ApplicationSets</h1><table><thead><tr><th>Name</th><th>Project</th><th>Generators</th><th>Applications</th><th>Conditions</th><th>Rollout</th></tr></thead><tbody>
       ${repeat(items, (s) => s.name, (s) => html`<tr data-testid="appset-row" data-appset=${s.name}><td><a href="/applicationsets/${s.name}" data-link>${s.name}</a></td><td>${s.project}</td><td>${s.generators}</td><td>${s.applications}</td>
-        <td>${(s.conditions || []).map((c) => html`<div>${conditionMark(c)} ${c.type}${c.message ? `: ${c.message}` : ''}</div>`)}</td>
+        <td>${(s.conditions || []).map((c) => html`<div>${conditionMark(c)} ${c.type}=${c.status}${c.message ? `: ${c.message}` : ''}</div>`)}</td>
         <td>${s.rollingSync ? `${(s.rollingSync.steps || []).length} steps` : html`<span class="muted">all at once</span>`}</td></tr>`)}
     </tbody></table>`;
 }
@@ -1165,12 +1314,12 @@ function appSetView(page) {
   const steps = st.applicationStatus || [];
   const resources = st.resources || [];
   return html`<h1>ApplicationSet ${page.name}</h1>
-    <div class="conditions">${(st.conditions || []).map((c) => html`<div class="notice">${conditionMark(c)} <strong>${c.type}</strong> ${c.message || ''}</div>`)}</div>
+    <div class="conditions">${(st.conditions || []).map((c) => html`<div class="notice">${conditionMark(c)} <strong>${c.type}=${c.status}</strong> ${c.message || ''}</div>`)}</div>
     <h2>Generated Applications</h2>
     <table><thead><tr><th>Application</th><th>Sync</th><th>Health</th><th>Rollout step</th><th>Rollout status</th><th>Message</th></tr></thead><tbody>
     ${resources.length ? repeat(resources, (r) => r.name, (r) => {
       const step = steps.find((x) => x.application === r.name) || {};
-      return html`<tr><td><a href="/applications/${r.name || ''}" data-link>${r.name}</a></td><td>${syncBadge(r.status)}</td><td>${healthBadge(r.health && r.health.status)}</td><td>${step.step ?? ''}</td><td>${step.status || ''}</td><td>${step.message || ''}</td></tr>`;
+      return html`<tr><td><a href="/applications/${r.name || ''}" data-link>${r.name}</a></td><td>${syncBadge(r.status)}</td><td>${healthBadge(r.health)}</td><td>${step.step ?? ''}</td><td>${step.status || ''}</td><td>${step.message || ''}</td></tr>`;
     }) : html`<tr><td colspan="6" class="empty">None.</td></tr>`}
     </tbody></table>`;
 }

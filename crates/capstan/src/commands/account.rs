@@ -2,6 +2,7 @@
 //! `capstan-secret` (password hashes and token hashes only; a token is shown once), and the
 //! revocation of an account's sessions (its session generation).
 
+use crate::output::outln;
 use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
 
@@ -33,21 +34,30 @@ enum AccountCommand {
     /// Set (or create) a local account's password (ending its sessions); read from --password or one
     /// line of stdin.
     SetPassword {
+        /// The account (lower-case letters, digits and '-').
         name: String,
+        /// The new password (default: one line of stdin).
         #[arg(long, env = "CAPSTAN_PASSWORD", hide_env_values = true)]
         password: Option<String>,
     },
     /// Create an API token for an account and print it (once).
     GenerateToken {
+        /// The account the token acts as.
         name: String,
         /// Let the token expire after this long: seconds, or 90s, 5m, 1h, 30d (default: never).
         #[arg(long, value_parser = lifetime)]
         expires_in: Option<u64>,
     },
     /// End every session of an account (session cookies issued before are refused).
-    RevokeSessions { name: String },
+    RevokeSessions {
+        /// The account.
+        name: String,
+    },
     /// Revoke an API token by its id (the part between `cst_` and the dot).
-    DeleteToken { id: String },
+    DeleteToken {
+        /// The token's id (see `capstan account list`).
+        id: String,
+    },
     /// List accounts and token ids (never secrets).
     List,
 }
@@ -69,7 +79,7 @@ pub async fn run(args: AccountArgs) -> anyhow::Result<ExitCode> {
             let hash = password::hash(&password);
             set(&secrets, &auth::password_key(&name), &hash).await?;
             bump_generation(&secrets, &name).await?;
-            println!("password of account {name} set; its sessions are ended");
+            outln!("password of account {name} set; its sessions are ended");
         }
         AccountCommand::GenerateToken { name, expires_in } => {
             check_name(&name)?;
@@ -80,12 +90,12 @@ pub async fn run(args: AccountArgs) -> anyhow::Result<ExitCode> {
                 Some(s) => eprintln!("token {id} for account {name} created, expiring in {s} s; it is shown only now:"),
                 None => eprintln!("token {id} for account {name} created; it is shown only now:"),
             }
-            println!("{token}");
+            outln!("{token}");
         }
         AccountCommand::RevokeSessions { name } => {
             check_name(&name)?;
             bump_generation(&secrets, &name).await?;
-            println!("sessions of account {name} revoked");
+            outln!("sessions of account {name} revoked");
         }
         AccountCommand::DeleteToken { id } => {
             if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
@@ -97,7 +107,7 @@ pub async fn run(args: AccountArgs) -> anyhow::Result<ExitCode> {
                 .await
                 .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
                 .with_context(|| format!("updating Secret {SECRET}"))?;
-            println!("token {id} revoked");
+            outln!("token {id} revoked");
         }
         AccountCommand::List => {
             let secret = secrets
@@ -106,18 +116,18 @@ pub async fn run(args: AccountArgs) -> anyhow::Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("{}", describe(&e)))?
                 .with_context(|| format!("Secret {SECRET} not found: run `capstan install`"))?;
             let data = secret.data.unwrap_or_default();
-            println!("ACCOUNT\tKIND\tID");
+            outln!("ACCOUNT\tKIND\tID");
             for key in data.keys() {
                 if key == auth::ADMIN_PASSWORD {
-                    println!("{}\tpassword\t-", rbac::ADMIN);
+                    outln!("{}\tpassword\t-", rbac::ADMIN);
                 } else if let Some(name) = key.strip_prefix("accounts.").and_then(|k| k.strip_suffix(".password")) {
-                    println!("{name}\tpassword\t-");
+                    outln!("{name}\tpassword\t-");
                 } else if let Some(id) = key.strip_prefix("tokens.") {
                     let account = serde_json::from_slice::<serde_json::Value>(&data[key].0)
                         .ok()
                         .and_then(|v| v.get("account").and_then(|a| a.as_str()).map(str::to_string))
                         .unwrap_or_default();
-                    println!("{account}\ttoken\t{id}");
+                    outln!("{account}\ttoken\t{id}");
                 }
             }
         }

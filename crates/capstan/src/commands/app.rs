@@ -7,6 +7,7 @@ mod diff;
 mod show;
 mod wait;
 
+use crate::output::{all_printable, out, outln};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -55,16 +56,70 @@ enum Output {
     Json,
 }
 
+/// Which Applications `app list` shows (all of them when no flag is given; every flag given must
+/// match).
+#[derive(Debug, Default, clap::Args)]
+struct ListFilter {
+    /// Only Applications of this project (repeatable: any of them).
+    #[arg(short, long = "project")]
+    projects: Vec<String>,
+    /// Only Applications whose labels match this selector, as kubectl takes it (`team=web`,
+    /// `tier!=db`, `env in (staging,prod)`).
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Only Applications with a source from this repository URL.
+    #[arg(long)]
+    repo: Option<String>,
+    /// Only Applications deployed to this cluster, by name or server URL.
+    #[arg(long)]
+    cluster: Option<String>,
+}
+
+impl ListFilter {
+    fn matches(&self, app: &Application) -> bool {
+        let project = if app.spec.project.is_empty() {
+            "default"
+        } else {
+            &app.spec.project
+        };
+        let d = &app.spec.destination;
+        let cluster_is = |wanted: &str| {
+            let wanted = wanted.trim_end_matches('/');
+            let in_cluster = d.name == capstan_api::cluster::IN_CLUSTER_NAME
+                || d.server.trim_end_matches('/') == capstan_api::cluster::IN_CLUSTER_SERVER;
+            d.name == wanted
+                || (!d.server.is_empty() && d.server.trim_end_matches('/') == wanted)
+                || (in_cluster
+                    && (wanted == capstan_api::cluster::IN_CLUSTER_NAME
+                        || wanted == capstan_api::cluster::IN_CLUSTER_SERVER))
+        };
+        (self.projects.is_empty() || self.projects.iter().any(|p| p == project))
+            && self.repo.as_ref().is_none_or(|repo| {
+                let repo = repo.trim_end_matches('/');
+                app.spec
+                    .sources()
+                    .iter()
+                    .any(|s| s.repo_url.trim_end_matches('/') == repo)
+            })
+            && self.cluster.as_deref().is_none_or(cluster_is)
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 enum AppCommand {
     /// List Applications.
     List {
+        /// Output format: table (with a MESSAGE column saying what is wrong), wide, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
+        #[command(flatten)]
+        filter: ListFilter,
     },
     /// Show an Application and its resources.
     Get {
+        /// Name of the Application.
         name: String,
+        /// Output format: table, wide, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
         /// Ask the controller to compare with Git now, and wait for it.
@@ -76,6 +131,7 @@ enum AppCommand {
     },
     /// Show how the live objects differ from Git (exit 1 when they do, 2 on error).
     Diff {
+        /// Name of the Application.
         name: String,
         /// Compare with this revision instead of targetRevision.
         #[arg(long)]
@@ -83,6 +139,7 @@ enum AppCommand {
     },
     /// Sync an Application to Git.
     Sync {
+        /// Name of the Application.
         name: String,
         /// Delete tracked objects that are no longer in Git.
         #[arg(long)]
@@ -108,13 +165,20 @@ enum AppCommand {
     },
     /// Show the sync history, then the promotions into or out of the Application (from the
     /// PromotionPipelines).
-    History { name: String },
+    History {
+        /// Name of the Application.
+        name: String,
+    },
     /// Roll back to a history entry (not allowed while automated sync is enabled).
     Rollback {
+        /// Name of the Application.
         name: String,
+        /// The history entry to go back to (see `capstan app history`).
         id: i64,
+        /// Delete the objects that entry did not have.
         #[arg(long)]
         prune: bool,
+        /// Wait for the rollback to finish and the Application to be Healthy.
         #[arg(long)]
         wait: bool,
         /// How long to wait with --wait: seconds, or 90s, 5m, 1h.
@@ -123,9 +187,12 @@ enum AppCommand {
     },
     /// Wait until an Application is Synced and/or Healthy (both when neither flag is given).
     Wait {
+        /// Name of the Application.
         name: String,
+        /// Wait until it is Healthy.
         #[arg(long)]
         health: bool,
+        /// Wait until it is Synced.
         #[arg(long)]
         sync: bool,
         /// Also wait for a running operation to finish.
@@ -135,8 +202,10 @@ enum AppCommand {
         #[arg(long, default_value = "300", value_parser = super::seconds)]
         timeout: u64,
     },
-    /// Delete an Application (with --cascade, the default, its objects too).
+    /// Delete an Application (with --cascade, the default, its objects too). Asks first, unless
+    /// --yes; without a terminal to ask on, refuses unless --yes.
     Delete {
+        /// Name of the Application.
         name: String,
         /// Delete the Application's objects too.
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -144,6 +213,9 @@ enum AppCommand {
         /// Wait until it is gone.
         #[arg(long)]
         wait: bool,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
 }
 
@@ -156,7 +228,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
     let client = kube.client().await?;
     let api: Api<Application> = Api::namespaced(client.clone(), &args.namespace);
     match args.command {
-        AppCommand::List { output } => list(&api, output).await,
+        AppCommand::List { output, filter } => list(&api, output, &filter).await,
         AppCommand::Get {
             name,
             output,
@@ -253,10 +325,21 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                 stop_when_only_pruning_left: false,
             };
             let app = wait_for(&api, &name, &spec, Duration::from_secs(timeout)).await?;
-            println!("{}", summary_line(&app));
+            outln!("{}", summary_line(&app));
             Ok(ExitCode::SUCCESS)
         }
-        AppCommand::Delete { name, cascade, wait } => delete(&api, &name, cascade, wait).await,
+        AppCommand::Delete {
+            name,
+            cascade,
+            wait,
+            yes,
+        } => {
+            let app = get(&api, &name).await?;
+            if !yes {
+                confirm_delete(&app, cascade)?;
+            }
+            delete(&api, &app, cascade, wait).await
+        }
     }
 }
 
@@ -275,12 +358,12 @@ async fn promotions(client: &kube::Client, namespace: &str, name: &str) {
     if records.is_empty() {
         return;
     }
-    println!("\nPROMOTIONS");
+    outln!("\nPROMOTIONS");
     print_table(&crate::commands::promotion_table::promotion_rows(records, false));
 }
 
 fn initiator() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+    let user = super::login_name();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -300,30 +383,39 @@ fn api_namespace(api: &Api<Application>) -> String {
     api.namespace().unwrap_or(capstan_api::NAMESPACE).to_string()
 }
 
-async fn list(api: &Api<Application>, output: Output) -> anyhow::Result<ExitCode> {
-    let apps = api
-        .list(&Default::default())
+async fn list(api: &Api<Application>, output: Output, filter: &ListFilter) -> anyhow::Result<ExitCode> {
+    let mut params = kube::api::ListParams::default();
+    if let Some(selector) = &filter.selector {
+        params = params.labels(selector);
+    }
+    let mut apps = api
+        .list(&params)
         .await
         .map_err(|e| anyhow!("{}", describe(&e)))
         .context("listing Applications")?;
+    apps.items.retain(|a| filter.matches(a));
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&apps.items)?),
-        Output::Yaml => print!("{}", serde_saphyr::to_string(&apps.items)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&all_printable(&apps.items))?),
+        Output::Yaml => out!("{}", serde_saphyr::to_string(&all_printable(&apps.items))?),
         Output::Table | Output::Wide => {
             let mut header = vec!["NAME", "CLUSTER", "NAMESPACE", "PROJECT", "SYNC", "HEALTH", "REVISION"];
             if output == Output::Wide {
-                header.extend(["REPO", "PATH", "TARGET", "MESSAGE"]);
+                header.extend(["REPO", "PATH", "TARGET"]);
             }
+            header.push("MESSAGE");
             let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
             for app in &apps.items {
                 let status = app.status.clone().unwrap_or_default();
                 let d = &app.spec.destination;
                 let mut row = vec![
                     app.name_any(),
-                    if d.name.is_empty() {
-                        d.server.clone()
-                    } else {
+                    // By name where there is one: `in-cluster` for the cluster Capstan runs in.
+                    if !d.name.is_empty() {
                         d.name.clone()
+                    } else if d.server.trim_end_matches('/') == capstan_api::cluster::IN_CLUSTER_SERVER {
+                        capstan_api::cluster::IN_CLUSTER_NAME.into()
+                    } else {
+                        d.server.clone()
                     },
                     d.namespace.clone(),
                     if app.spec.project.is_empty() {
@@ -357,15 +449,34 @@ async fn list(api: &Api<Application>, output: Output) -> anyhow::Result<ExitCode
                         joined(|s| &s.repo_url),
                         joined(|s| if s.is_chart() { &s.chart } else { &s.path }),
                         joined(|s| &s.target_revision),
-                        status.conditions.first().map(|c| c.message.clone()).unwrap_or_default(),
                     ]);
                 }
+                // Whole with -o wide, cut to a line's worth otherwise.
+                let message = app.status_message();
+                row.push(if output == Output::Wide {
+                    message
+                } else {
+                    trimmed(&message, MESSAGE_WIDTH)
+                });
                 rows.push(row);
             }
             print_table(&rows);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How much of the message `app list` shows without `-o wide`.
+const MESSAGE_WIDTH: usize = 80;
+
+/// `text` cut to `width` characters, with `…` when it was longer.
+fn trimmed(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 async fn annotate(api: &Api<Application>, name: &str, key: &str, value: &str) -> anyhow::Result<()> {
@@ -404,11 +515,12 @@ async fn request(
     timeout: u64,
 ) -> anyhow::Result<ExitCode> {
     let app = get(api, name).await?;
+    refuse_early(&app, op)?;
     let body = serde_json::to_string(op)?;
     annotate(api, name, OPERATION_ANNOTATION, &body).await?;
     let what = if op.rollback.is_some() { "rollback" } else { "sync" };
     if !wait {
-        println!("{what} of {name} requested");
+        outln!("{what} of {name} requested");
         return Ok(ExitCode::SUCCESS);
     }
     let dry_run = op.sync.as_ref().is_some_and(|s| s.dry_run);
@@ -428,7 +540,7 @@ async fn request(
     };
     let app = wait_for(api, name, &spec, Duration::from_secs(timeout)).await?;
     if let Some(os) = app.status.as_ref().and_then(|s| s.operation_state.as_ref()) {
-        println!("{what} {}: {}", os.phase, os.message);
+        outln!("{what} {}: {}", os.phase, os.message);
         let mut rows = vec![
             ["KIND", "NAMESPACE", "NAME", "PHASE", "WAVE", "RESULT", "MESSAGE"]
                 .map(String::from)
@@ -449,12 +561,63 @@ async fn request(
             print_table(&rows);
         }
     }
-    println!("{}", summary_line(&app));
+    outln!("{}", summary_line(&app));
     Ok(ExitCode::SUCCESS)
 }
 
-async fn delete(api: &Api<Application>, name: &str, cascade: bool, wait: bool) -> anyhow::Result<ExitCode> {
-    let app = get(api, name).await?;
+/// Refuse `op` before it is written when it cannot run (as the HTTP server does): another
+/// operation is running or requested, a rollback while automated sync is on or to an entry that is
+/// not in the history, a sync of objects that are not `GROUP/KIND/NAMESPACE/NAME`. Otherwise the
+/// request would be reported as requested and refused later, in an Event.
+fn refuse_early(app: &Application, op: &Operation) -> anyhow::Result<()> {
+    let name = app.name_any();
+    if let Some(rollback) = &op.rollback {
+        let history = app.status.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
+        app.rollback_entry(history, rollback.id)
+            .map_err(|refused| anyhow!("cannot roll back {name}: {refused}"))?;
+    }
+    if let Some(busy) = app.busy() {
+        bail!("{busy} for Application {name}: wait for it (`capstan app wait {name} --operation`)");
+    }
+    for r in op.sync.iter().flat_map(|s| &s.resources) {
+        if capstan_kube::ObjectKey::parse(r).is_none() {
+            bail!("invalid --resource {r:?}: use GROUP/KIND/NAMESPACE/NAME");
+        }
+    }
+    Ok(())
+}
+
+/// Ask on the terminal whether to delete `app`; refuse when there is no terminal to ask on (a
+/// script must say `--yes`).
+fn confirm_delete(app: &Application, cascade: bool) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let name = app.name_any();
+    let what = if cascade {
+        let count = app.status.as_ref().map(|s| s.resources.len()).unwrap_or(0);
+        format!("Application {name} and the {count} object(s) it manages")
+    } else {
+        format!("Application {name} (leaving its objects in place)")
+    };
+    if !std::io::stdin().is_terminal() {
+        bail!("not deleting {what} without confirmation: stdin is not a terminal; pass --yes");
+    }
+    let mut stderr = std::io::stderr();
+    write!(stderr, "Delete {what}? [y/N] ").context("asking for confirmation")?;
+    stderr.flush().context("asking for confirmation")?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        bail!("not deleted: {name}");
+    }
+    Ok(())
+}
+
+async fn delete(api: &Api<Application>, app: &Application, cascade: bool, wait: bool) -> anyhow::Result<ExitCode> {
+    let name = app.name_any();
+    let name = name.as_str();
     let mut finalizers: Vec<String> = app.finalizers().to_vec();
     let has = finalizers.iter().any(|f| f == RESOURCES_FINALIZER);
     if cascade && !has {
@@ -490,7 +653,7 @@ async fn delete(api: &Api<Application>, name: &str, cascade: bool, wait: bool) -
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
-    println!(
+    outln!(
         "application {name} deleted{}",
         if cascade { " with its resources" } else { "" }
     );
@@ -507,6 +670,48 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         app: AppArgs,
+    }
+
+    fn app(project: &str, repo: &str, destination: serde_json::Value) -> capstan_api::Application {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "capstan"},
+            "spec": {"project": project, "source": {"repoURL": repo, "path": "."}, "destination": destination},
+        }))
+        .expect("an Application")
+    }
+
+    #[test]
+    fn list_filters_match_project_repo_and_cluster() {
+        let filter =
+            |args: &[&str]| match Cli::try_parse_from([&["app", "list"][..], args].concat()).map(|c| c.app.command) {
+                Ok(AppCommand::List { filter, .. }) => filter,
+                other => panic!("parsed as {other:?}"),
+            };
+        let local = app(
+            "",
+            "https://git.test/r.git",
+            serde_json::json!({"server": "https://kubernetes.default.svc"}),
+        );
+        let remote = app("team", "https://git.test/s.git/", serde_json::json!({"name": "prod"}));
+        assert!(filter(&[]).matches(&local) && filter(&[]).matches(&remote));
+        assert!(filter(&["-p", "default"]).matches(&local));
+        assert!(!filter(&["--project", "team"]).matches(&local));
+        assert!(filter(&["-p", "default", "-p", "team"]).matches(&remote));
+        assert!(filter(&["--repo", "https://git.test/s.git"]).matches(&remote));
+        assert!(!filter(&["--repo", "https://git.test/s.git"]).matches(&local));
+        assert!(filter(&["--cluster", "in-cluster"]).matches(&local));
+        assert!(filter(&["--cluster", "https://kubernetes.default.svc/"]).matches(&local));
+        assert!(!filter(&["--cluster", "in-cluster"]).matches(&remote));
+        assert!(filter(&["--cluster", "prod", "-p", "team"]).matches(&remote));
+        assert_eq!(filter(&["-l", "team=web"]).selector.as_deref(), Some("team=web"));
+    }
+
+    #[test]
+    fn long_messages_are_cut_with_an_ellipsis() {
+        assert_eq!(super::trimmed("short", 10), "short");
+        assert_eq!(super::trimmed("0123456789abc", 10), "012345678…");
+        assert_eq!(super::trimmed("0123456789abc", 10).chars().count(), 10);
     }
 
     #[test]

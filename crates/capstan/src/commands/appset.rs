@@ -3,6 +3,7 @@
 //! the Kubernetes API only; `generate` previews a manifest's Applications without a cluster (see
 //! [`crate::commands::appset_generate`]).
 
+use crate::output::{all_printable, out, outln, printable};
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
@@ -46,14 +47,17 @@ enum AppsetCommand {
     List {
         #[command(flatten)]
         target: Target,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
     /// Show an ApplicationSet: its conditions, generated Applications and rollout.
     Get {
+        /// Name of the ApplicationSet.
         name: String,
         #[command(flatten)]
         target: Target,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -135,8 +139,8 @@ fn is_rolling(set: &ApplicationSet) -> bool {
 
 fn print_list(sets: &[ApplicationSet], output: Output) -> anyhow::Result<()> {
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(sets)?),
-        Output::Yaml => print!("{}", serde_saphyr::to_string(&sets)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&all_printable(sets))?),
+        Output::Yaml => out!("{}", serde_saphyr::to_string(&all_printable(sets))?),
         Output::Table => {
             let mut rows = vec![
                 [
@@ -202,8 +206,8 @@ fn generators(gens: &[ApplicationSetGenerator]) -> String {
 
 fn print_set(set: &ApplicationSet, output: Output) -> anyhow::Result<()> {
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(set)?),
-        Output::Yaml => print!("{}", serde_saphyr::to_string(set)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&printable(set))?),
+        Output::Yaml => out!("{}", serde_saphyr::to_string(&printable(set))?),
         Output::Table => {
             let status = set.status.clone().unwrap_or_default();
             let policy = set.spec.sync_policy.clone().unwrap_or_default();
@@ -253,7 +257,7 @@ fn print_set(set: &ApplicationSet, output: Output) -> anyhow::Result<()> {
                 fields.push(("Rollout", format!("{reason}: {message}")));
             }
             for (k, v) in fields {
-                println!("{:<13}{v}", format!("{k}:"));
+                outln!("{:<13}{v}", format!("{k}:"));
             }
             for c in &status.conditions {
                 let text = if c.message.is_empty() {
@@ -261,10 +265,10 @@ fn print_set(set: &ApplicationSet, output: Output) -> anyhow::Result<()> {
                 } else {
                     format!("{}={} ({}): {}", c.type_, c.status, c.reason, c.message)
                 };
-                println!("{:<13}{text}", "Condition:");
+                outln!("{:<13}{text}", "Condition:");
             }
             if !status.resources.is_empty() {
-                println!();
+                outln!();
                 let rolling = is_rolling(set);
                 let mut header = vec!["APPLICATION", "SYNC", "HEALTH"];
                 if rolling {

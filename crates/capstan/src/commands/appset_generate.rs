@@ -6,6 +6,7 @@
 //! plus the clusters of `--clusters FILE`. Generation itself is `capstan_appset::generate`, the code the
 //! ApplicationSet controller runs, so the output is what the controller would create.
 
+use crate::output::out;
 use std::collections::HashSet;
 use std::collections::hash_map::Entry;
 use std::io::Read;
@@ -60,7 +61,7 @@ pub async fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
                     out
                 }
             };
-            print!("{text}");
+            out!("{text}");
             if apps.is_empty() {
                 eprintln!("{}: the generators produce no Application", display(&args.file));
             }

@@ -2,6 +2,7 @@
 //! Capstan's namespace on the hub (the cluster Capstan runs in); its labels are what ApplicationSet
 //! cluster generators select on. Connection state comes from the controller's probes.
 
+use crate::output::{LAST_APPLIED, out, outln};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +49,7 @@ enum ClusterCommand {
     List {
         #[command(flatten)]
         hub: KubeArgs,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -57,6 +59,7 @@ enum ClusterCommand {
         name: String,
         #[command(flatten)]
         hub: KubeArgs,
+        /// Output format: table, yaml or json.
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -246,9 +249,13 @@ async fn add(args: AddArgs, ns: &str) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(anyhow!("{}", describe(&e)).context("writing the cluster Secret on the hub")),
     }
-    println!(
+    outln!(
         "cluster {:?} added: {} ({}), Secret {}/{}",
-        cluster.name, cluster.server, version.git_version, ns, cluster.secret_name
+        cluster.name,
+        cluster.server,
+        version.git_version,
+        ns,
+        cluster.secret_name
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -304,7 +311,8 @@ fn describe_cluster(c: &ClusterSecret, states: &BTreeMap<String, String>) -> ser
         "server": c.server,
         "secret": c.secret_name,
         "labels": c.labels,
-        "annotations": c.annotations,
+        // Not kubectl's copy of the whole Secret as applied: it holds the credentials.
+        "annotations": c.annotations.iter().filter(|(k, _)| *k != LAST_APPLIED).collect::<BTreeMap<_, _>>(),
         "namespaces": c.namespaces,
         "connectionState": {
             "status": state.status,
@@ -331,8 +339,8 @@ async fn list(hub: &kube::Client, ns: &str, output: Output) -> anyhow::Result<Ex
     let states = states(hub, ns).await;
     let rows: Vec<serde_json::Value> = clusters.iter().map(|c| describe_cluster(c, &states)).collect();
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
-        Output::Yaml => print!("{}", serde_saphyr::to_string(&rows)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
+        Output::Yaml => out!("{}", serde_saphyr::to_string(&rows)?),
         Output::Table => {
             let mut table = vec![
                 ["NAME", "SERVER", "VERSION", "STATUS", "LABELS", "MESSAGE"]
@@ -372,8 +380,8 @@ async fn get(hub: &kube::Client, ns: &str, name: &str, output: Output) -> anyhow
     };
     let row = describe_cluster(&cluster, &states(hub, ns).await);
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&row)?),
-        Output::Yaml | Output::Table => print!("{}", serde_saphyr::to_string(&row)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&row)?),
+        Output::Yaml | Output::Table => out!("{}", serde_saphyr::to_string(&row)?),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -402,7 +410,7 @@ async fn label(hub: &kube::Client, ns: &str, name: &str, changes: &[String]) -> 
         .await
         .map_err(|e| anyhow!("{}", describe(&e)))
         .with_context(|| format!("labelling cluster {name:?}"))?;
-    println!("cluster {:?} labelled", cluster.name);
+    outln!("cluster {:?} labelled", cluster.name);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -420,7 +428,7 @@ async fn rm(hub: &kube::Client, ns: &str, name: &str, revoke_with: Option<PathBu
         .await
         .with_context(|| format!("connecting to cluster {name:?} with {}", kubeconfig.display()))?;
         register::remove_manager(&admin).await?;
-        println!(
+        outln!(
             "revoked: kube-system/capstan-manager deleted from cluster {:?}",
             cluster.name
         );
@@ -438,7 +446,7 @@ async fn rm(hub: &kube::Client, ns: &str, name: &str, revoke_with: Option<PathBu
         .await
         .map_err(|e| anyhow!("{}", describe(&e)))
         .with_context(|| format!("removing cluster {name:?}"))?;
-    println!("cluster {:?} removed", cluster.name);
+    outln!("cluster {:?} removed", cluster.name);
     Ok(ExitCode::SUCCESS)
 }
 

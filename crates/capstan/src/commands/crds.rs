@@ -1,5 +1,6 @@
 //! `capstan crds --out DIR`: write the CRDs generated from the Rust types (used by `make crds`).
 
+use crate::output::{out, outln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -22,9 +23,9 @@ pub fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
                 std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
                 let path = dir.join(file);
                 std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
-                println!("wrote {}", path.display());
+                outln!("wrote {}", path.display());
             }
-            None => print!("---\n{yaml}"),
+            None => out!("---\n{yaml}"),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,7 @@
 //! `capstan install`: apply Capstan's CRDs, the `capstan` namespace and the controller's RBAC with
 //! server-side apply (idempotent), then wait for the CRDs to be established.
 
+use crate::output::outln;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -72,7 +73,7 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
         wait_established(&crds, name, Duration::from_secs(60)).await?;
     }
     server_secret(&client).await?;
-    println!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", names.len());
+    outln!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", names.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -86,7 +87,7 @@ where
         .await
         .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
         .with_context(|| format!("applying {what}"))?;
-    println!("{what} applied");
+    outln!("{what} applied");
     Ok(())
 }
 
@@ -138,7 +139,7 @@ async fn server_secret(client: &kube::Client) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
                     .with_context(|| format!("updating Secret {SECRET}"))?;
             }
-            println!("Secret {SECRET} kept (admin password unchanged)");
+            outln!("Secret {SECRET} kept (admin password unchanged)");
         }
         None => {
             let admin_password = password::random_secret(12);
@@ -155,8 +156,8 @@ async fn server_secret(client: &kube::Client) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
                 .with_context(|| format!("creating Secret {SECRET}"))?;
-            println!("Secret {SECRET} created");
-            println!(
+            outln!("Secret {SECRET} created");
+            outln!(
                 "admin password (shown only now; change it with `capstan account set-password admin`): {admin_password}"
             );
         }

@@ -1,5 +1,6 @@
 //! `capstan local up | down | status`: the playground control plane.
 
+use crate::output::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -44,9 +45,9 @@ pub async fn run(cmd: LocalCommand) -> anyhow::Result<ExitCode> {
             let stopped =
                 Playground::down(&dir).with_context(|| format!("stopping the playground in {}", dir.display()))?;
             if stopped.is_empty() {
-                println!("nothing running in {}", dir.display());
+                outln!("nothing running in {}", dir.display());
             } else {
-                println!("stopped {}", stopped.join(", "));
+                outln!("stopped {}", stopped.join(", "));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -70,16 +71,16 @@ async fn up(dir: PathBuf, nodes: usize, timeout: u64) -> anyhow::Result<ExitCode
         started.elapsed().as_secs_f64()
     );
     eprintln!("stop it with: capstan local down --dir {}", dir.display());
-    println!("{}", pg.kubeconfig.display());
+    outln!("{}", pg.kubeconfig.display());
     Ok(ExitCode::SUCCESS)
 }
 
 fn status(dir: &std::path::Path) -> ExitCode {
     let components = Playground::status(dir);
-    println!("{:<26} {:<8} STATE", "COMPONENT", "PID");
+    outln!("{:<26} {:<8} STATE", "COMPONENT", "PID");
     for c in &components {
         let pid = c.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
-        println!(
+        outln!(
             "{:<26} {:<8} {}",
             c.name,
             pid,
@@ -87,8 +88,8 @@ fn status(dir: &std::path::Path) -> ExitCode {
         );
     }
     if let Some(server) = Playground::server_of(dir) {
-        println!("server: {server}");
-        println!("kubeconfig: {}", dir.join("kubeconfig").display());
+        outln!("server: {server}");
+        outln!("kubeconfig: {}", dir.join("kubeconfig").display());
     }
     if components.iter().all(|c| c.running) {
         ExitCode::SUCCESS

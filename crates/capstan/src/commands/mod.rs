@@ -38,6 +38,17 @@ pub fn seconds(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is too long a duration"))
 }
 
+/// The caller's login name, for the operations and promotions the CLI records: `$USER`, else
+/// `$LOGNAME` (set by login and sudo; `USER` is missing in some service and container shells),
+/// else `unknown`.
+pub fn login_name() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .find(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// `$CAPSTAN_CACHE`, or `~/.cache/capstan`.
 pub fn default_cache() -> std::path::PathBuf {
     match std::env::var_os("CAPSTAN_CACHE").filter(|v| !v.is_empty()) {

@@ -3,6 +3,7 @@
 //! does); the rules and the commit are `capstan-promote`'s, the same the HTTP API applies.
 //! `capstan promote history SERVICE` prints a pipeline's promotions.
 
+use crate::output::{out, outln};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -85,14 +86,14 @@ pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
         to: args.to.context("--to is required")?,
         force: args.force,
         reason: args.reason.unwrap_or_default(),
-        user: format!("cli:{}", login_name()),
+        user: format!("cli:{}", super::login_name()),
         expected_source_revision: None,
     };
     let mut promoter = Promoter::new(client, args.namespace);
     promoter.deny_implicit_default = args.deny_implicit_default_project;
     if args.dry_run {
         let plan = promoter.plan(&request).await?;
-        println!(
+        outln!(
             "{} (values at {}) → {}: {} at {}",
             plan.source_app,
             short(&plan.source_revision),
@@ -101,50 +102,46 @@ pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
             short(&plan.target_revision)
         );
         match &plan.check_failure {
-            None => println!("checks: passed"),
-            Some(failure) => println!("checks: failed, a promotion needs --force --reason: {failure}"),
+            None => outln!("checks: passed"),
+            Some(failure) => outln!("checks: failed, a promotion needs --force --reason: {failure}"),
         }
         if plan.changes.is_empty() {
-            println!(
+            outln!(
                 "nothing to change: {} already has {}'s values",
-                request.to, request.from
+                request.to,
+                request.from
             );
         }
         for c in &plan.changes {
-            println!("  {}: {} → {}", c.field, c.old, c.new);
+            outln!("  {}: {} → {}", c.field, c.old, c.new);
         }
-        print!("{}", plan.diff());
-        println!("dry run: nothing committed");
+        out!("{}", plan.diff());
+        outln!("dry run: nothing committed");
         return Ok(ExitCode::SUCCESS);
     }
     match promoter.promote(&request).await? {
         Outcome::Unchanged { pipeline } => {
-            println!(
+            outln!(
                 "{} {} already has {}'s values (pipeline {pipeline}): nothing to commit",
-                request.service, request.to, request.from
+                request.service,
+                request.to,
+                request.from
             );
         }
         Outcome::Promoted { pipeline, record } => {
-            println!(
+            outln!(
                 "promoted {} {} → {} in commit {} (pipeline {pipeline})",
-                record.service, record.from, record.to, record.commit
+                record.service,
+                record.from,
+                record.to,
+                record.commit
             );
             for c in &record.changes {
-                println!("  {}: {} → {}", c.field, c.old, c.new);
+                outln!("  {}: {} → {}", c.field, c.old, c.new);
             }
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The caller's login name: `$USER`, else `$LOGNAME` (set by login and sudo; `USER` is missing in
-/// some service and container shells), else `unknown`.
-fn login_name() -> String {
-    ["USER", "LOGNAME"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok())
-        .find(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 /// The first 12 characters of a commit.

@@ -3,7 +3,7 @@
 //! operation before anything is applied.
 
 use capstan_api::Application;
-use capstan_api::application::{ApplicationSource, ApplicationStatus, RevisionHistory};
+use capstan_api::application::{ApplicationSource, ApplicationStatus, RevisionHistory, RollbackRefused};
 use capstan_api::operation::Operation;
 use capstan_compare::{Comparison, SyncCode};
 use capstan_kube::ObjectKey;
@@ -16,12 +16,9 @@ use crate::pipeline::AppState;
 /// Why an operation is refused before anything is applied (recorded as its failure).
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
-    /// Rollbacks and automated sync would undo each other.
-    #[error("rollback is not allowed while automated sync is enabled: disable syncPolicy.automated first")]
-    RollbackWhileAutomated,
-    /// The rollback names no entry of `status.history`.
-    #[error("history entry {0} not found")]
-    NoHistoryEntry(i64),
+    /// The rollback is refused: automated sync is on, or it names no entry of `status.history`.
+    #[error(transparent)]
+    Rollback(#[from] RollbackRefused),
     /// A requested object is not `GROUP/KIND/NAMESPACE/NAME`.
     #[error("invalid resource {0:?}: use GROUP/KIND/NAMESPACE/NAME")]
     InvalidResource(String),
@@ -142,23 +139,10 @@ pub fn options(app: &Application, requested: &[String]) -> SyncOptions {
     )
 }
 
-/// The history entry `id` a rollback of `app` returns to.
+/// The history entry `id` a rollback of `app` returns to (the CLI and the server refused the
+/// request already if they could; the spec or the history may have changed since).
 fn rollback_entry(app: &Application, status: &ApplicationStatus, id: i64) -> Result<RevisionHistory, PrepareError> {
-    if app
-        .spec
-        .sync_policy
-        .as_ref()
-        .and_then(|p| p.automated.as_ref())
-        .is_some()
-    {
-        return Err(PrepareError::RollbackWhileAutomated);
-    }
-    status
-        .history
-        .iter()
-        .find(|h| h.id == id)
-        .cloned()
-        .ok_or(PrepareError::NoHistoryEntry(id))
+    Ok(app.rollback_entry(&status.history, id)?.clone())
 }
 
 /// The objects a sync request names.
@@ -247,14 +231,14 @@ mod tests {
         };
         assert!(matches!(
             rollback_entry(&app(true, &[]), &status, 3),
-            Err(PrepareError::RollbackWhileAutomated)
+            Err(PrepareError::Rollback(RollbackRefused::Automated))
         ));
         assert_eq!(
             rollback_entry(&app(false, &[]), &status, 3).expect("entry").revision,
             "abc"
         );
         let missing = rollback_entry(&app(false, &[]), &status, 4).expect_err("refused");
-        assert_eq!(missing.to_string(), "history entry 4 not found");
+        assert_eq!(missing.to_string(), "history entry 4 not found (entries: 3)");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
 use capstan_api::Application;
-use capstan_api::application::RevisionHistory;
+use capstan_api::application::{RevisionHistory, RollbackRefused};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation, TERMINATE_ANNOTATION};
 use k8s_openapi::api::core::v1::Event;
@@ -425,19 +425,13 @@ async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), A
 /// Refuse a new operation while one runs or another request is pending (as Argo CD does), instead of
 /// silently replacing someone else's request.
 fn idle(app: &Application) -> Result<(), ApiError> {
-    let running = app.operation_running();
-    let pending = app.pending_request().is_some();
-    if running || pending {
-        return Err(ApiError::new(
+    match app.busy() {
+        Some(busy) => Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!(
-                "another operation is already {} for Application {:?}",
-                if running { "in progress" } else { "requested" },
-                app.name_any()
-            ),
-        ));
+            format!("{busy} for Application {:?}", app.name_any()),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 async fn request(state: &State, name: &str, op: Operation) -> Result<Accept<Requested>, ApiError> {
@@ -457,7 +451,7 @@ pub async fn sync(
     idle(&app)?;
     let body = body.map(|b| b.0).unwrap_or_default();
     for r in &body.resources {
-        if r.split('/').count() != 4 {
+        if capstan_kube::ObjectKey::parse(r).is_none() {
             return Err(ApiError::bad_request(format!(
                 "invalid resource {r:?}: use GROUP/KIND/NAMESPACE/NAME"
             )));
@@ -497,22 +491,18 @@ pub async fn rollback(
     Json(body): Json<RollbackBody>,
 ) -> Result<Accept<Requested>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
+    // Refused now, with the reason, rather than recorded and refused by the controller later (an
+    // Event nobody sees): 409 while automated sync is on (the Application's state conflicts),
+    // 422 for an entry that is not in the history.
+    let history = app.status.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
+    if let Err(refused) = app.rollback_entry(history, body.id) {
+        let status = match refused {
+            RollbackRefused::Automated => StatusCode::CONFLICT,
+            RollbackRefused::NoHistoryEntry { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        return Err(ApiError::new(status, format!("Application {name:?}: {refused}")));
+    }
     idle(&app)?;
-    if app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some()) {
-        return Err(ApiError::bad_request(
-            "rollback is not allowed while automated sync is enabled: disable syncPolicy.automated first",
-        ));
-    }
-    let known = app
-        .status
-        .as_ref()
-        .is_some_and(|s| s.history.iter().any(|h| h.id == body.id));
-    if !known {
-        return Err(ApiError::bad_request(format!(
-            "Application {name:?} has no history entry {}",
-            body.id
-        )));
-    }
     let op = Operation {
         sync: None,
         rollback: Some(RollbackOperation {

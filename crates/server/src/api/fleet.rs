@@ -117,7 +117,8 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
         .iter()
         .map(|d| {
             let c = connection(&d.name);
-            let labels = d.secret.as_ref().map(|s| s.labels.clone()).unwrap_or_default();
+            // From the Secret as it is now (`in-cluster`'s metadata-only Secret included).
+            let labels = state.pipeline.clusters.labels_of(&d.name);
             let server = if d.name == IN_CLUSTER_NAME {
                 IN_CLUSTER_SERVER.to_string()
             } else {

@@ -365,6 +365,16 @@ pub struct ClientAddr(pub Option<std::net::IpAddr>);
 
 impl aide::OperationInput for ClientAddr {}
 
+/// The address as logs print it: `127.0.0.1`, or `unknown`.
+impl std::fmt::Display for ClientAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(ip) => ip.fmt(f),
+            None => f.write_str("unknown"),
+        }
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
     type Rejection = std::convert::Infallible;
 
@@ -402,16 +412,19 @@ pub struct Login {
 /// [`limit::CONCURRENT_CHECKS`] passwords are checked at once.
 pub async fn login(
     AxState(state): AxState<Arc<State>>,
-    ClientAddr(addr): ClientAddr,
+    client: ClientAddr,
     Json(login): Json<Login>,
 ) -> Result<Response, ApiError> {
+    let addr = client.0;
     let refused = || ApiError::new(StatusCode::UNAUTHORIZED, "invalid username or password");
     let limited = |wait| too_many("too many failed logins: try again later", wait);
     if let Err(wait) = state.logins.check(&login.username, addr, std::time::Instant::now()) {
-        tracing::info!(user = %login.username, ?addr, "login refused: too many failures");
+        tracing::warn!(account = ?login.username, addr = %client, "login refused: too many failures");
         return Ok(limited(wait));
     }
     if !valid_account(&login.username) {
+        // Not a possible account name: quoted, as it is whatever the client sent.
+        tracing::warn!(account = ?login.username, addr = %client, "failed login: no such account");
         state.logins.failed(None, addr, std::time::Instant::now());
         return Err(refused());
     }
@@ -447,7 +460,7 @@ pub async fn login(
     .unwrap_or(false);
     drop(turn);
     if !ok {
-        tracing::info!(user = %login.username, ?addr, "failed login");
+        tracing::warn!(account = %login.username, addr = %client, "failed login");
         state
             .logins
             .failed(Some(&login.username), addr, std::time::Instant::now());

@@ -1,6 +1,6 @@
 //! `capstan app diff`: the unified diff of every out-of-sync object, live → Git (Secret values redacted).
 
-use std::io::IsTerminal;
+use crate::output::outln;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ pub(super) async fn diff_inner(
     pipeline.clusters.load().await?;
     let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
     let state = pipeline.compare(&app, resolved).await?;
-    let colour = std::io::stdout().is_terminal();
+    let colour = crate::output::color(crate::output::Stream::Stdout);
     let mut any = false;
     for r in state
         .comparison
@@ -60,15 +60,15 @@ pub(super) async fn diff_inner(
         let text = capstan_compare::render_diff(&r);
         for line in text.lines() {
             if !colour {
-                println!("{line}");
+                outln!("{line}");
             } else if line.starts_with('+') {
-                println!("\x1b[32m{line}\x1b[0m");
+                outln!("\x1b[32m{line}\x1b[0m");
             } else if line.starts_with('-') {
-                println!("\x1b[31m{line}\x1b[0m");
+                outln!("\x1b[31m{line}\x1b[0m");
             } else if line.starts_with("@@") {
-                println!("\x1b[36m{line}\x1b[0m");
+                outln!("\x1b[36m{line}\x1b[0m");
             } else {
-                println!("{line}");
+                outln!("{line}");
             }
         }
     }

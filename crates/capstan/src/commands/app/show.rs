@@ -1,5 +1,6 @@
 //! How `capstan app` prints Applications: the table of `list` and the details of `get`.
 
+use crate::output::{out, outln, printable};
 use capstan_api::Application;
 use capstan_controller::pipeline::short;
 use kube::ResourceExt;
@@ -28,7 +29,7 @@ pub(crate) fn print_table(rows: &[Vec<String>]) {
                 }
             })
             .collect();
-        println!("{}", line.join("   ").trim_end());
+        outln!("{}", line.join("   ").trim_end());
     }
 }
 
@@ -45,8 +46,8 @@ pub(super) fn summary_line(app: &Application) -> String {
 
 pub(super) fn print_app(app: &Application, output: Output) -> anyhow::Result<()> {
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(app)?),
-        Output::Yaml => print!("{}", serde_saphyr::to_string(app)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&printable(app))?),
+        Output::Yaml => out!("{}", serde_saphyr::to_string(&printable(app))?),
         Output::Table | Output::Wide => {
             let status = app.status.clone().unwrap_or_default();
             let spec = &app.spec;
@@ -136,13 +137,13 @@ pub(super) fn print_app(app: &Application, output: Output) -> anyhow::Result<()>
                 fields.push(("Operation", format!("{}: {}", op.phase, op.message)));
             }
             for (k, v) in fields {
-                println!("{:<15}{v}", format!("{k}:"));
+                outln!("{:<15}{v}", format!("{k}:"));
             }
             for c in &status.conditions {
-                println!("{:<15}{}: {}", "Condition:", c.type_, c.message);
+                outln!("{:<15}{}: {}", "Condition:", c.type_, c.message);
             }
             if !status.resources.is_empty() {
-                println!();
+                outln!();
                 let mut rows = vec![
                     ["GROUP", "KIND", "NAMESPACE", "NAME", "STATUS", "HEALTH", "MESSAGE"]
                         .map(String::from)

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use capstan_api::Application;
+use capstan_api::application::{ApplicationCondition, ApplicationStatus, COMPARISON_ERROR};
 use capstan_api::operation::OperationPhase;
 use kube::api::Api;
 
@@ -91,6 +92,20 @@ pub(super) async fn wait_for(
             finish_bar();
             return Ok(app);
         }
+        // Nothing will become Synced or Healthy while the controller cannot even compare with Git
+        // (a bad path, a render or repository error): say why now instead of at the timeout. A
+        // request not yet taken up may be what fixes it, so only once none is pending.
+        if operation_done
+            && app.pending_request().is_none()
+            && let Some(error) = comparison_error(&status)
+        {
+            finish_bar();
+            bail!(
+                "{name} cannot be compared with Git ({}): {}",
+                error.type_,
+                error.message
+            );
+        }
         if operation_done && !sync_ok && spec.stop_when_only_pruning_left {
             let out_of_sync: Vec<_> = status.resources.iter().filter(|r| r.status == "OutOfSync").collect();
             let compared_at_op =
@@ -151,4 +166,9 @@ pub(super) async fn wait_for(
             }
         }
     }
+}
+
+/// The condition saying the last comparison with Git failed, if there is one.
+fn comparison_error(status: &ApplicationStatus) -> Option<&ApplicationCondition> {
+    status.conditions.iter().find(|c| c.type_ == COMPARISON_ERROR)
 }
