@@ -41,7 +41,12 @@ async fn once(program: &Path, args: &[&Path], read: &Path, home: &Path, confined
     let child = cmd.spawn().with_context(|| format!("running {}", program.display()))?;
     let _group = ProcessGroup::of(child.id());
     let out = child.wait_with_output().await?;
-    anyhow::ensure!(out.status.success(), "{}: {}", program.display(), String::from_utf8_lossy(&out.stderr));
+    anyhow::ensure!(
+        out.status.success(),
+        "{}: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(started.elapsed())
 }
 
@@ -58,12 +63,17 @@ pub async fn sandbox_cost(runs: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(repo.join("chart/templates"))?;
     std::fs::create_dir_all(repo.join("overlay"))?;
     std::fs::create_dir_all(&home)?;
-    std::fs::write(repo.join("chart/Chart.yaml"), "apiVersion: v2\nname: web\nversion: 0.1.0\n")?;
+    std::fs::write(
+        repo.join("chart/Chart.yaml"),
+        "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+    )?;
     std::fs::write(repo.join("chart/values.yaml"), "replicas: 2\n")?;
     for i in 0..20 {
         std::fs::write(
             repo.join(format!("chart/templates/cm{i}.yaml")),
-            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm{i}}}\ndata: {{r: {{{{ .Values.replicas | quote }}}}}}\n"),
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm{i}}}\ndata: {{r: {{{{ .Values.replicas | quote }}}}}}\n"
+            ),
         )?;
         std::fs::write(
             repo.join(format!("overlay/cm{i}.yaml")),
@@ -80,7 +90,11 @@ pub async fn sandbox_cost(runs: usize) -> anyhow::Result<()> {
     let chart = repo.join("chart");
     let overlay = repo.join("overlay");
     let jobs: [(&str, &Path, Vec<&Path>); 2] = [
-        ("helm template", &helm, vec![Path::new("template"), Path::new("web"), &chart]),
+        (
+            "helm template",
+            &helm,
+            vec![Path::new("template"), Path::new("web"), &chart],
+        ),
         ("kustomize build", &kustomize, vec![Path::new("build"), &overlay]),
     ];
     for (name, program, args) in jobs {

@@ -172,6 +172,10 @@ mod tests {
             "registry.test:5000",
             "services/payments"
         ));
-        assert!(!matches("registry.test:5000/services/payments", "", "services/payments"));
+        assert!(!matches(
+            "registry.test:5000/services/payments",
+            "",
+            "services/payments"
+        ));
     }
 }
