@@ -39,6 +39,7 @@ mod children;
 mod desired;
 mod generation;
 pub mod inputs;
+mod problem;
 mod project;
 mod status;
 

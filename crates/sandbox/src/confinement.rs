@@ -204,6 +204,9 @@ impl Confinement {
         let system_read = existing(SYSTEM_READ.iter().map(PathBuf::from).collect());
         let system_write = existing(SYSTEM_WRITE.iter().map(PathBuf::from).collect());
         let mut executables = vec![self.program.clone()];
+        // A tool installed as a script (an operator's wrapper) needs its interpreter; the tool is
+        // the operator's choice, so its interpreter is too.
+        executables.extend(interpreter(&self.program));
         executables.extend(self.exec.iter().cloned());
         executables.extend(LOADERS.iter().map(PathBuf::from));
         let mut created = ruleset
@@ -226,6 +229,17 @@ impl Confinement {
             program: self.program.display().to_string(),
         })
     }
+}
+
+/// The interpreter a `#!` script names on its first line, canonical.
+fn interpreter(program: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).and_then(|mut f| f.read(&mut head)).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let path = String::from_utf8_lossy(line).split_whitespace().next()?.to_string();
+    std::fs::canonicalize(path).ok()
 }
 
 /// In the child, before `exec`: limits, `no_new_privs`, then the Landlock domain.

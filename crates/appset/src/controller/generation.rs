@@ -12,25 +12,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::problem::Problem;
 use super::project::SetProject;
 use super::*;
+use crate::Inputs;
 use crate::rollout::{self, Summary};
-use crate::{GenerateError, Inputs};
-
-/// Why a set could not be generated: nothing is changed, the condition says why.
-pub(super) struct Problem {
-    pub(super) reason: &'static str,
-    pub(super) message: String,
-}
-
-impl From<GenerateError> for Problem {
-    fn from(e: GenerateError) -> Self {
-        Problem {
-            reason: e.reason(),
-            message: e.to_string(),
-        }
-    }
-}
 
 /// Reconcile one ApplicationSet.
 pub(super) async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {

@@ -23,7 +23,7 @@ use capstan_kube::describe_kube_error;
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::generation::Problem;
+use super::problem::Problem;
 use crate::GitSource;
 
 /// The condition reason of an Application generated outside the set's project.
