@@ -133,6 +133,12 @@ pub struct ApplicationSource {
     /// Options for Kustomize overlays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize: Option<ApplicationSourceKustomize>,
+    /// Argo CD's config management plugin. Capstan runs no plugins: the field is accepted (so that a
+    /// parent that renders such an Application still syncs) and the Application is refused with an
+    /// `InvalidSpecError` naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub plugin: Option<serde_json::Value>,
 }
 
 impl ApplicationSource {
@@ -368,9 +374,14 @@ pub struct ResourceIgnoreDifferences {
     /// RFC 6901 JSON pointers of fields to ignore.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub json_pointers: Vec<String>,
-    /// Field managers whose changes are ignored.
+    /// Field managers whose changes are ignored. Not supported yet: an Application that sets it is
+    /// refused with an `InvalidSpecError` (never accepted and ignored).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_fields_managers: Vec<String>,
+    /// jq path expressions of fields to ignore. Not supported yet: an Application that sets it is
+    /// refused with an `InvalidSpecError` (never accepted and ignored).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jq_path_expressions: Vec<String>,
 }
 
 /// What the controller observed and did.

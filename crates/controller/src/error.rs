@@ -52,6 +52,14 @@ pub enum PipelineError {
         /// The `ref`, shortened.
         name: String,
     },
+    /// A field Capstan accepts in the schema but does not support.
+    #[error("{field} is not supported by Capstan: {why}")]
+    Unsupported {
+        /// Where it is (`spec.source.plugin`, `spec.ignoreDifferences[0].jqPathExpressions`).
+        field: String,
+        /// What to do instead.
+        why: &'static str,
+    },
     /// More sources than an Application may have.
     #[error("spec.sources has {count} entries; at most {max} are allowed")]
     TooManySources {
@@ -301,6 +309,7 @@ impl PipelineError {
             | DuplicateRef { .. }
             | BadRef { .. }
             | TooManySources { .. }
+            | Unsupported { .. }
             | RepoInCache { .. }
             | Project(_)
             | SecretStoreRefused { .. }

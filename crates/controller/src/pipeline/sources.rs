@@ -44,6 +44,7 @@ impl Pipeline {
         force: bool,
     ) -> Result<Resolved, PipelineError> {
         let sources = app.spec.sources();
+        check_supported(app)?;
         check_refs(app)?;
         let requested = match revision {
             Some(r) if app.spec.is_multi_source() => {
@@ -245,6 +246,34 @@ impl Pipeline {
 
 /// Most sources one Application may have: each is a checkout or a chart fetched on every pass.
 pub(crate) const MAX_SOURCES: usize = 20;
+
+/// Refuse the fields the schema accepts (for Argo CD compatibility) but Capstan does not support, so
+/// that such an Application carries a condition naming the field instead of being half-honoured.
+fn check_supported(app: &Application) -> Result<(), PipelineError> {
+    for (i, source) in app.spec.sources().iter().enumerate() {
+        if source.plugin.is_some() {
+            return Err(PipelineError::Unsupported {
+                field: format!("{}.plugin", source_field(app, i)),
+                why: "config management plugins are not run; render with Helm, Kustomize, Jsonnet or plain manifests",
+            });
+        }
+    }
+    for (i, rule) in app.spec.ignore_differences.iter().enumerate() {
+        if !rule.managed_fields_managers.is_empty() {
+            return Err(PipelineError::Unsupported {
+                field: format!("spec.ignoreDifferences[{i}].managedFieldsManagers"),
+                why: "name the fields with jsonPointers instead",
+            });
+        }
+        if !rule.jq_path_expressions.is_empty() {
+            return Err(PipelineError::Unsupported {
+                field: format!("spec.ignoreDifferences[{i}].jqPathExpressions"),
+                why: "name the fields with jsonPointers instead",
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Refuse more than [`MAX_SOURCES`] sources, sources of which none is rendered (every deployed object
 /// would be pruned), a `ref` that is not a plain name, and two sources with the same `ref` (which one
