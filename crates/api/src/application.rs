@@ -311,6 +311,12 @@ pub struct SyncPolicy {
     /// Retries of a failed sync.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryStrategy>,
+    /// How long one sync operation may run, as a duration (`10m`, `90s`; a bare number is seconds).
+    /// When it is exceeded the operation is stopped between requests and fails with a message saying
+    /// it timed out (an automated sync is then retried per `retry`). Empty: no limit beyond each
+    /// wave's and hook's timeout (the controller's `--wave-timeout`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sync_timeout: String,
 }
 
 /// Automated sync behaviour.

@@ -60,6 +60,14 @@ pub enum PipelineError {
         /// What to do instead.
         why: &'static str,
     },
+    /// A duration field that does not parse.
+    #[error("{field} {value:?} is not a duration (`90s`, `10m`, or a number of seconds)")]
+    BadDuration {
+        /// Where it is (`spec.syncPolicy.syncTimeout`).
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// More sources than an Application may have.
     #[error("spec.sources has {count} entries; at most {max} are allowed")]
     TooManySources {
@@ -310,6 +318,7 @@ impl PipelineError {
             | BadRef { .. }
             | TooManySources { .. }
             | Unsupported { .. }
+            | BadDuration { .. }
             | RepoInCache { .. }
             | Project(_)
             | SecretStoreRefused { .. }

@@ -1,7 +1,8 @@
 //! End to end: hooks as production charts use them. A PreSync Job hook runs as a ServiceAccount that
 //! is itself a PreSync hook of a lower weight, both `HookSucceeded`: the ServiceAccount (and its Role
 //! and RoleBinding) must outlive the Job, so hooks are deleted only once the operation has succeeded.
-//! A hook whose Pods the API server refuses says why in the operation's message.
+//! A hook whose Pods the API server refuses says why in the operation's message, and an operation
+//! longer than `spec.syncPolicy.syncTimeout` fails (and is retried per `retry`).
 
 mod support;
 
@@ -125,6 +126,85 @@ data: {a: b}
     assert!(message.contains("did not complete within 20 s"), "{message}");
     assert!(
         message.contains("FailedCreate") && message.contains("serviceaccount \"nobody\" not found"),
+        "{message}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operation_longer_than_sync_timeout_fails_and_is_retried() -> anyhow::Result<()> {
+    // The wave timeout (120 s) would end it much later: only syncTimeout stops it within the test.
+    let env = Env::shared_with(Duration::from_secs(120)).await?;
+    env.git.create_repo("synctimeout")?;
+    let manifests = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: stuck, annotations: {capstan.dev/hook: PreSync}}
+spec:
+  backoffLimit: 0
+  template:
+    spec: {serviceAccountName: nobody, restartPolicy: Never, containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {a: b}
+"#;
+    env.git
+        .commit("synctimeout", "main", &[("app/all.yaml", Some(manifests))], "hooks")?;
+    let mut manifest = app(
+        "synctimeout",
+        &env.git.git_url("synctimeout"),
+        "app",
+        "synctimeout",
+        true,
+    );
+    manifest["spec"]["syncPolicy"]["syncTimeout"] = serde_json::json!("6s");
+    manifest["spec"]["syncPolicy"]["retry"] = serde_json::json!({"limit": 1, "backoff": {"duration": "1s"}});
+    env.create_app(manifest).await?;
+    let retried = env
+        .wait_app(
+            "synctimeout",
+            "retried operation failed",
+            Duration::from_secs(60),
+            |a| {
+                op_phase(a) == "Failed"
+                    && a.status
+                        .as_ref()
+                        .and_then(|s| s.operation_state.as_ref())
+                        .is_some_and(|o| o.retry_count >= 1)
+            },
+        )
+        .await?;
+    let message = op_message(&retried);
+    assert!(
+        message.contains("operation timed out after 6s (spec.syncPolicy.syncTimeout)"),
+        "{message}"
+    );
+    assert!(message.contains("stuck"), "names what it was waiting for: {message}");
+    let (v, k, p) = CM_API;
+    assert!(env.get(v, k, p, "synctimeout", "settings").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sync_timeout_that_is_not_a_duration_is_refused() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("badtimeout")?;
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: b}\n";
+    env.git
+        .commit("badtimeout", "main", &[("app/cm.yaml", Some(cm))], "cm")?;
+    let mut manifest = app("badtimeout", &env.git.git_url("badtimeout"), "app", "badtimeout", true);
+    manifest["spec"]["syncPolicy"]["syncTimeout"] = serde_json::json!("soon");
+    env.create_app(manifest).await?;
+    let refused = env
+        .wait_app("badtimeout", "refused", Duration::from_secs(60), |a| {
+            condition(a, "InvalidSpecError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(
+        message.contains("spec.syncPolicy.syncTimeout \"soon\" is not a duration"),
         "{message}"
     );
     Ok(())

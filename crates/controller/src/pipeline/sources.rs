@@ -258,6 +258,15 @@ fn check_supported(app: &Application) -> Result<(), PipelineError> {
             });
         }
     }
+    if let Some(policy) = &app.spec.sync_policy
+        && !policy.sync_timeout.trim().is_empty()
+        && crate::automated::parse_duration(&policy.sync_timeout).is_none()
+    {
+        return Err(PipelineError::BadDuration {
+            field: "spec.syncPolicy.syncTimeout",
+            value: policy.sync_timeout.clone(),
+        });
+    }
     for (i, rule) in app.spec.ignore_differences.iter().enumerate() {
         if !rule.managed_fields_managers.is_empty() {
             return Err(PipelineError::Unsupported {
