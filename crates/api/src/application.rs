@@ -380,8 +380,8 @@ pub struct ResourceIgnoreDifferences {
     /// RFC 6901 JSON pointers of fields to ignore.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub json_pointers: Vec<String>,
-    /// Field managers whose changes are ignored. Not supported yet: an Application that sets it is
-    /// refused with an `InvalidSpecError` (never accepted and ignored).
+    /// Field managers (`kube-controller-manager` for an HPA) whose fields, per the live object's
+    /// `managedFields`, are ignored on both sides.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_fields_managers: Vec<String>,
     /// jq path expressions of fields to ignore. Not supported yet: an Application that sets it is

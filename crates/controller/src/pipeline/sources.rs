@@ -268,12 +268,6 @@ fn check_supported(app: &Application) -> Result<(), PipelineError> {
         });
     }
     for (i, rule) in app.spec.ignore_differences.iter().enumerate() {
-        if !rule.managed_fields_managers.is_empty() {
-            return Err(PipelineError::Unsupported {
-                field: format!("spec.ignoreDifferences[{i}].managedFieldsManagers"),
-                why: "name the fields with jsonPointers instead",
-            });
-        }
         if !rule.jq_path_expressions.is_empty() {
             return Err(PipelineError::Unsupported {
                 field: format!("spec.ignoreDifferences[{i}].jqPathExpressions"),
