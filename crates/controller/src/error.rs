@@ -60,6 +60,16 @@ pub enum PipelineError {
         /// What to do instead.
         why: &'static str,
     },
+    /// A sync option of the Application that Capstan cannot honour.
+    #[error("{field} {option:?} is not supported by Capstan: {why}")]
+    UnsupportedOption {
+        /// `spec.syncPolicy.syncOptions[i]`.
+        field: String,
+        /// The option.
+        option: String,
+        /// Why.
+        why: &'static str,
+    },
     /// A duration field that does not parse.
     #[error("{field} {value:?} is not a duration (`90s`, `10m`, or a number of seconds)")]
     BadDuration {
@@ -319,6 +329,7 @@ impl PipelineError {
             | TooManySources { .. }
             | Unsupported { .. }
             | BadDuration { .. }
+            | UnsupportedOption { .. }
             | RepoInCache { .. }
             | Project(_)
             | SecretStoreRefused { .. }

@@ -1,8 +1,8 @@
 //! End to end: a field Capstan accepts in its schema (for Argo CD compatibility) but does not support
 //! is reported on the Application using it, as an `InvalidSpecError` naming the field, and is never
 //! fatal to others: an app-of-apps parent rendering such a child still syncs it and its other children.
-//! `ignoreDifferences.jqPathExpressions`, not supported, is refused the same way, never accepted and
-//! ignored.
+//! `ignoreDifferences.jqPathExpressions` and Application sync options Capstan cannot honour
+//! (`Validate=false`) are refused the same way, never accepted and ignored.
 
 mod support;
 
@@ -105,5 +105,29 @@ async fn jq_path_expressions_are_refused_not_ignored() -> anyhow::Result<()> {
             "{name} was not synced"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sync_option_capstan_cannot_honour_is_refused_not_ignored() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("options")?;
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: b}\n";
+    env.git.commit("options", "main", &[("app/cm.yaml", Some(cm))], "cm")?;
+    let mut manifest = app("options", &env.git.git_url("options"), "app", "options", true);
+    manifest["spec"]["syncPolicy"]["syncOptions"] = serde_json::json!(["CreateNamespace=true", "Validate=false"]);
+    env.create_app(manifest).await?;
+    let refused = env
+        .wait_app("options", "refused", Duration::from_secs(60), |a| {
+            condition(a, "InvalidSpecError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(
+        message.contains("spec.syncPolicy.syncOptions[1] \"Validate=false\" is not supported by Capstan"),
+        "{message}"
+    );
+    let (v, k, p) = CM_API;
+    assert!(env.get(v, k, p, "options", "settings").await?.is_none());
     Ok(())
 }

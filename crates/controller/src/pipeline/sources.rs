@@ -258,6 +258,18 @@ fn check_supported(app: &Application) -> Result<(), PipelineError> {
             });
         }
     }
+    let options = app.spec.sync_policy.iter().flat_map(|p| p.sync_options.iter());
+    for (i, entry) in options.enumerate() {
+        for word in entry.split(',') {
+            if let Some(why) = capstan_sync::unsupported_app_option(word) {
+                return Err(PipelineError::UnsupportedOption {
+                    field: format!("spec.syncPolicy.syncOptions[{i}]"),
+                    option: word.trim().to_string(),
+                    why,
+                });
+            }
+        }
+    }
     if let Some(policy) = &app.spec.sync_policy
         && !policy.sync_timeout.trim().is_empty()
         && crate::automated::parse_duration(&policy.sync_timeout).is_none()
