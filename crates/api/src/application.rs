@@ -133,6 +133,12 @@ pub struct ApplicationSource {
     /// Options for Kustomize overlays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize: Option<ApplicationSourceKustomize>,
+    /// Argo CD's config management plugin. Capstan runs no plugins: the field is accepted (so that a
+    /// parent that renders such an Application still syncs) and the Application is refused with an
+    /// `InvalidSpecError` naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub plugin: Option<serde_json::Value>,
 }
 
 impl ApplicationSource {
@@ -305,6 +311,12 @@ pub struct SyncPolicy {
     /// Retries of a failed sync.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryStrategy>,
+    /// How long one sync operation may run, as a duration (`10m`, `90s`; a bare number is seconds).
+    /// When it is exceeded the operation is stopped between requests and fails with a message saying
+    /// it timed out (an automated sync is then retried per `retry`). Empty: no limit beyond each
+    /// wave's and hook's timeout (the controller's `--wave-timeout`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sync_timeout: String,
 }
 
 /// Automated sync behaviour.
@@ -368,9 +380,14 @@ pub struct ResourceIgnoreDifferences {
     /// RFC 6901 JSON pointers of fields to ignore.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub json_pointers: Vec<String>,
-    /// Field managers whose changes are ignored.
+    /// Field managers (`kube-controller-manager` for an HPA) whose fields, per the live object's
+    /// `managedFields`, are ignored on both sides.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_fields_managers: Vec<String>,
+    /// jq path expressions of fields to ignore. Not supported yet: an Application that sets it is
+    /// refused with an `InvalidSpecError` (never accepted and ignored).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jq_path_expressions: Vec<String>,
 }
 
 /// What the controller observed and did.

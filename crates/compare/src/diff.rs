@@ -6,7 +6,8 @@
 //! manager `capstan`) predicts the object after a sync; it is Synced if the prediction equals the
 //! live object (the difference was only defaulting or normalisation by the API server), OutOfSync
 //! otherwise (a field removed from Git is removed in the prediction). `ignoreDifferences` JSON
-//! pointers are removed from both sides first. Tracked live objects that Git no longer has require
+//! pointers, and the fields owned by its `managedFieldsManagers` ([`crate::managers`]), are removed
+//! from both sides first. Tracked live objects that Git no longer has require
 //! pruning, unless they carry `compare-options: IgnoreExtraneous`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,6 +19,7 @@ use futures::{StreamExt, stream};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 
+use crate::managers;
 use crate::normalize::{Tracking, owner};
 use crate::owned::owned_field_removed;
 use crate::{CompareError, Result};
@@ -117,6 +119,9 @@ pub async fn compare(
     }
     let mut states: BTreeMap<ObjectKey, ResourceState> = BTreeMap::new();
     let mut to_dry_run = Vec::new();
+    // The fields owned by `managedFieldsManagers`, per object (read from the API server: the watch
+    // cache keeps only Capstan's own managedFields entry).
+    let mut managed: HashMap<ObjectKey, Vec<serde_json::Map<String, Value>>> = HashMap::new();
     for d in desired {
         let key = ObjectKey::of(&d.object)?;
         let hook_spec = annotations::hook(&d.object).map_err(|source| CompareError::Annotation {
@@ -140,12 +145,26 @@ pub async fn compare(
             .unwrap_or("")
             .to_string();
         let live = live_by_key.remove(&key).map(|(v, _)| v);
+        let names = managers_for(ignore, &key);
+        if !names.is_empty() && live.is_some() {
+            let full = read_full(client, &d.info, &key).await?;
+            let sets = full.map(|obj| managers::owned_by(&obj, &names)).unwrap_or_default();
+            if !sets.is_empty() {
+                managed.insert(key.clone(), sets);
+            }
+        }
+        // Those fields are left to their managers: a sync does not apply them either, so self-heal
+        // (or a sync for another change) never takes them back (see `managers`).
+        let desired_object = match managed.get(&key) {
+            Some(sets) => managers::strip(&d.object, sets),
+            None => d.object,
+        };
         let owned_by_other = live.as_ref().and_then(owner).filter(|o| *o != tracking.id());
         let mut state = ResourceState {
             key: key.clone(),
             api_version,
             info: d.info,
-            desired: Some(d.object),
+            desired: Some(desired_object),
             live,
             predicted: None,
             sync: SyncCode::OutOfSync,
@@ -160,7 +179,8 @@ pub async fn compare(
             && let (Some(desired), Some(live)) = (&state.desired, &state.live)
         {
             let rules = rules_for(ignore, &key);
-            let (desired, live) = (without(desired, &rules), without(live, &rules));
+            let sets = managed.get(&key).map(Vec::as_slice).unwrap_or_default();
+            let (desired, live) = (without(desired, &rules), managers::strip(&without(live, &rules), sets));
             // A field Git no longer sets is still live, and the next apply removes it when Capstan
             // owns it: the dry run shows whether it does (co-owned fields stay).
             if is_subset(&desired, &live) && !owned_field_removed(&desired, &live) {
@@ -233,8 +253,12 @@ pub async fn compare(
             Err(other) => return Err(other),
         };
         let rules = rules_for(ignore, &key);
+        let sets = managed.get(&key).map(Vec::as_slice).unwrap_or_default();
         let same = match &state.live {
-            Some(live) => comparable(&without(&predicted, &rules)) == comparable(&without(live, &rules)),
+            Some(live) => {
+                comparable(&managers::strip(&without(&predicted, &rules), sets))
+                    == comparable(&managers::strip(&without(live, &rules), sets))
+            }
             None => false,
         };
         state.sync = if same { SyncCode::Synced } else { SyncCode::OutOfSync };
@@ -316,6 +340,39 @@ fn rules_for<'a>(ignore: &'a [ResourceIgnoreDifferences], key: &ObjectKey) -> Ve
         })
         .flat_map(|r| r.json_pointers.iter().map(String::as_str))
         .collect()
+}
+
+/// The `managedFieldsManagers` of the rules that match `key`.
+fn managers_for<'a>(ignore: &'a [ResourceIgnoreDifferences], key: &ObjectKey) -> Vec<&'a str> {
+    ignore
+        .iter()
+        .filter(|r| {
+            r.group == key.group
+                && r.kind == key.kind
+                && (r.name.is_empty() || r.name == key.name)
+                && (r.namespace.is_empty() || r.namespace == key.namespace)
+        })
+        .flat_map(|r| r.managed_fields_managers.iter().map(String::as_str))
+        .collect()
+}
+
+/// The live object as the API server has it, every managedFields entry included (`None`: gone).
+async fn read_full(client: &kube::Client, info: &KindInfo, key: &ObjectKey) -> Result<Option<Value>> {
+    let api: Api<DynamicObject> = if info.namespaced {
+        Api::namespaced_with(client.clone(), &key.namespace, &info.resource)
+    } else {
+        Api::all_with(client.clone(), &info.resource)
+    };
+    let obj = api.get_opt(&key.name).await.map_err(|source| CompareError::ReadLive {
+        key: key.clone(),
+        source,
+    })?;
+    obj.map(serde_json::to_value)
+        .transpose()
+        .map_err(|source| CompareError::Read {
+            key: key.clone(),
+            source,
+        })
 }
 
 /// `obj` with the fields at `pointers` (RFC 6901) removed.

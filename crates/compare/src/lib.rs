@@ -11,6 +11,7 @@
 //! Kubernetes helpers of `capstan-kube`, which this crate builds on.
 
 pub mod diff;
+pub mod managers;
 pub mod normalize;
 pub mod owned;
 pub mod removed_apis;
@@ -37,6 +38,15 @@ pub enum CompareError {
         /// What is wrong with the annotation.
         #[source]
         source: AnnotationError,
+    },
+    /// Reading a live object (for the managedFields of `ignoreDifferences` managers) failed.
+    #[error("reading {key} for its managedFields: {}", describe_kube_error(.source))]
+    ReadLive {
+        /// The object.
+        key: ObjectKey,
+        /// What the API server answered.
+        #[source]
+        source: kube::Error,
     },
     /// The server-side-apply dry run of an object failed.
     #[error("comparing {key} (server-side dry run): {}", describe_kube_error(.source))]

@@ -203,7 +203,7 @@ fn locate<'v>(
 
 /// Whether list item `item` has the key fields `key`. `lenient`: a key field the item does not set
 /// matches too (at least one must be set and match).
-fn has_key(item: &Value, key: &Map<String, Value>, lenient: bool) -> bool {
+pub(crate) fn has_key(item: &Value, key: &Map<String, Value>, lenient: bool) -> bool {
     let Some(fields) = item.as_object() else {
         return false;
     };
@@ -219,7 +219,7 @@ fn has_key(item: &Value, key: &Map<String, Value>, lenient: bool) -> bool {
 }
 
 /// JSON equality, numbers by value (`80` and `80.0` are the same port).
-fn same(a: &Value, b: &Value) -> bool {
+pub(crate) fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y)),

@@ -52,6 +52,32 @@ pub enum PipelineError {
         /// The `ref`, shortened.
         name: String,
     },
+    /// A field Capstan accepts in the schema but does not support.
+    #[error("{field} is not supported by Capstan: {why}")]
+    Unsupported {
+        /// Where it is (`spec.source.plugin`, `spec.ignoreDifferences[0].jqPathExpressions`).
+        field: String,
+        /// What to do instead.
+        why: &'static str,
+    },
+    /// A sync option of the Application that Capstan cannot honour.
+    #[error("{field} {option:?} is not supported by Capstan: {why}")]
+    UnsupportedOption {
+        /// `spec.syncPolicy.syncOptions[i]`.
+        field: String,
+        /// The option.
+        option: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// A duration field that does not parse.
+    #[error("{field} {value:?} is not a duration (`90s`, `10m`, or a number of seconds)")]
+    BadDuration {
+        /// Where it is (`spec.syncPolicy.syncTimeout`).
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// More sources than an Application may have.
     #[error("spec.sources has {count} entries; at most {max} are allowed")]
     TooManySources {
@@ -301,6 +327,9 @@ impl PipelineError {
             | DuplicateRef { .. }
             | BadRef { .. }
             | TooManySources { .. }
+            | Unsupported { .. }
+            | BadDuration { .. }
+            | UnsupportedOption { .. }
             | RepoInCache { .. }
             | Project(_)
             | SecretStoreRefused { .. }

@@ -79,12 +79,14 @@ pub enum SyncError {
         message: String,
     },
     /// A hook did not complete in time.
-    #[error("hook {name} did not complete within {seconds} s")]
+    #[error("hook {name} did not complete within {seconds} s{detail}")]
     HookTimeout {
         /// The hook's name.
         name: String,
         /// The wave timeout.
         seconds: u64,
+        /// Why it did not, from its Events (`: REASON: message`), or empty.
+        detail: String,
     },
     /// The previous run of a hook (`BeforeHookCreation`) may not or could not be replaced.
     #[error("{0}")]
@@ -130,10 +132,20 @@ mod tests {
         assert_eq!(
             SyncError::HookTimeout {
                 name: "migrate".into(),
-                seconds: 5
+                seconds: 5,
+                detail: String::new(),
             }
             .to_string(),
             "hook migrate did not complete within 5 s"
+        );
+        assert_eq!(
+            SyncError::HookTimeout {
+                name: "migrate".into(),
+                seconds: 5,
+                detail: ": FailedCreate: serviceaccount \"runner\" not found".into(),
+            }
+            .to_string(),
+            "hook migrate did not complete within 5 s: FailedCreate: serviceaccount \"runner\" not found"
         );
         assert_eq!(SyncError::Stopped.to_string(), "the sync was stopped");
         assert_eq!(

@@ -77,6 +77,7 @@ pub async fn execute(
         results: Vec::new(),
         unchanged: 0,
         observed: HashMap::new(),
+        succeeded_hooks: Vec::new(),
     };
     // Refused before anything is applied (the SyncFail hooks still run, as for any failed sync).
     if let Some(message) = refusal(resources, &main) {
@@ -117,6 +118,8 @@ pub async fn execute(
         .count();
     let unchanged = run.unchanged;
     let pruned = run.results.iter().filter(|r| r.status == "Pruned").count();
+    // Only now, every hook of the operation having succeeded (see `hooks`).
+    delete_succeeded_hooks(client, resources, &run.succeeded_hooks).await;
     let message = if opts.dry_run {
         format!("dry run: {applied} objects would be applied, {pruned} pruned")
     } else {
@@ -162,6 +165,9 @@ struct Run<'a> {
     results: Vec<ResourceResult>,
     unchanged: usize,
     observed: HashMap<ObjectKey, Option<Value>>,
+    /// Hooks that succeeded and are deleted once the operation has succeeded (`HookSucceeded`): the
+    /// task's index in `resources` and the hook object's name.
+    succeeded_hooks: Vec<(usize, String)>,
 }
 
 /// A task's result status (`Synced`, `Pruned`, …) and what it saw of its object, or why it failed.
@@ -175,6 +181,8 @@ enum Seen {
     Object(Value),
     /// The object was deleted.
     Deleted,
+    /// A hook completed.
+    Hook(CompletedHook),
 }
 
 impl Run<'_> {
@@ -250,6 +258,11 @@ impl Run<'_> {
         for (i, outcome) in outcomes {
             let task = &group[i];
             let outcome = outcome.map(|(status, seen)| {
+                if let Seen::Hook(hook) = &seen
+                    && hook.delete_on_success
+                {
+                    self.succeeded_hooks.push((task.index, hook.name.clone()));
+                }
                 self.saw(task, seen);
                 status
             });
@@ -373,7 +386,7 @@ impl Run<'_> {
             return;
         }
         match seen {
-            Seen::Nothing => {}
+            Seen::Nothing | Seen::Hook(_) => {}
             Seen::Object(obj) => {
                 self.observed.insert(task.key.clone(), Some(obj));
             }
@@ -407,14 +420,32 @@ impl Run<'_> {
             Action::Hook => {
                 let id = format!("{}:{}", task.phase.as_str(), task.key);
                 if self.opts.completed_hooks.contains(&id) {
-                    return Ok(("Synced".into(), Seen::Nothing));
+                    // Completed by an interrupted run of this operation: still deleted at its end
+                    // when its policy says so (a generated name is not known any more).
+                    let named = state
+                        .desired
+                        .as_ref()
+                        .is_some_and(|d| d.pointer("/metadata/name").is_some());
+                    let delete_on_success = state.desired.as_ref().is_some_and(|d| {
+                        capstan_kube::annotations::delete_policies(d)
+                            .contains(&capstan_kube::annotations::DeletePolicy::HookSucceeded)
+                    });
+                    let seen = if named && delete_on_success {
+                        Seen::Hook(CompletedHook {
+                            name: task.key.name.clone(),
+                            delete_on_success,
+                        })
+                    } else {
+                        Seen::Nothing
+                    };
+                    return Ok(("Synced".into(), seen));
                 }
                 if self.opts.dry_run {
                     return Ok(("Skipped".into(), Seen::Nothing));
                 }
                 run_hook(self.client, state, self.opts.wave_timeout, |m| self.report(m))
                     .await
-                    .map(|_| ("Synced".into(), Seen::Nothing))
+                    .map(|hook| ("Synced".into(), hook.map_or(Seen::Nothing, Seen::Hook)))
             }
         }
     }

@@ -16,5 +16,5 @@ pub mod plan;
 
 pub use error::{RecordError, SyncError};
 pub use execute::{ExecuteOptions, Progress, Recorded, Recording, SyncOutcome, execute};
-pub use options::SyncOptions;
+pub use options::{SyncOptions, unsupported_app_option};
 pub use plan::{Action, Task, kind_order, plan};

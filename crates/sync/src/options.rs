@@ -4,7 +4,9 @@
 //!
 //! Names and values are compared without regard to case, as Argo CD does. An option changes its
 //! default only in the spelling that does so (`PruneLast=true`, `Prune=false`); once given, that
-//! spelling wins over the default one anywhere in the list. Words Capstan does not know are ignored.
+//! spelling wins over the default one anywhere in the list. Words Capstan does not know are ignored
+//! here; an Application's own list is checked first with [`unsupported_app_option`], so that an option
+//! that asks for something Capstan does not do is refused rather than ignored.
 
 use capstan_api::labels;
 use serde_json::Value;
@@ -78,6 +80,38 @@ impl SyncOptions {
     }
 }
 
+/// Why `word`, an entry of an Application's `syncPolicy.syncOptions`, cannot be honoured (`None`: it
+/// is, or it asks for what Capstan always does). Argo CD's options that Capstan has no equivalent
+/// for, or only as an object annotation, are refused by name.
+pub fn unsupported_app_option(word: &str) -> Option<&'static str> {
+    let word = word.trim();
+    if word.is_empty() {
+        return None;
+    }
+    let Some((name, value)) = word.split_once('=') else {
+        return Some("an option is written Name=value");
+    };
+    let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_ascii_lowercase());
+    let bool_value = matches!(value.as_str(), "true" | "false");
+    match (name.as_str(), value.as_str()) {
+        ("createnamespace" | "prunelast" | "applyoutofsynconly", _) if bool_value => None,
+        // Capstan always applies server-side and validates with the API server.
+        ("serversideapply" | "validate", "true") => None,
+        ("serversideapply", _) => Some("Capstan always applies server-side"),
+        ("validate", _) => Some("Capstan always has the API server validate what it applies"),
+        // Capstan never takes over an object another Application tracks.
+        ("failonsharedresource", "true") => None,
+        ("failonsharedresource", _) => Some("Capstan never takes over an object another Application tracks"),
+        ("replace" | "prune" | "delete", _) => Some("only as an object's capstan.dev/sync-options annotation"),
+        ("respectignoredifferences", _) => {
+            Some("not supported: jsonPointers are compared only (managedFieldsManagers' fields are never applied)")
+        }
+        ("prunepropagationpolicy", "background") => None,
+        ("prunepropagationpolicy", _) => Some("Capstan prunes with background propagation"),
+        _ => Some("not a sync option Capstan supports"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +164,30 @@ mod tests {
         assert!(!SyncOptions::parse(["PruneLast = true"]).prune_last);
         // The spelling that changes a default wins wherever it appears.
         assert!(SyncOptions::parse(["PruneLast=true", "PruneLast=false"]).prune_last);
+        for fine in [
+            "CreateNamespace=true",
+            "PruneLast=false",
+            "applyOutOfSyncOnly=true",
+            "ServerSideApply=true",
+            "Validate=true",
+            "FailOnSharedResource=true",
+            "PrunePropagationPolicy=background",
+        ] {
+            assert_eq!(unsupported_app_option(fine), None, "{fine}");
+        }
+        for refused in [
+            "Validate=false",
+            "ServerSideApply=false",
+            "Replace=true",
+            "Prune=false",
+            "RespectIgnoreDifferences=true",
+            "PrunePropagationPolicy=foreground",
+            "SkipDryRunOnMissingResource=true",
+            "CreateNamespace=yes",
+            "Frobnicate",
+        ] {
+            assert!(unsupported_app_option(refused).is_some(), "{refused}");
+        }
     }
 
     #[test]

@@ -99,6 +99,13 @@ pub async fn run(
     let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
     let app_name = app.name_any();
     let terminate_asked = app.annotations().get(TERMINATE_ANNOTATION).cloned();
+    // `spec.syncPolicy.syncTimeout` (validated with the spec; a value that does not parse never gets
+    // here). The operation is failed, not terminated: an automated sync is retried per `retry`.
+    let sync_timeout = app
+        .spec
+        .sync_policy
+        .as_ref()
+        .and_then(|p| crate::automated::parse_duration(&p.sync_timeout));
 
     // The `Running` record is written while the first stage's objects are applied (applying twice
     // changes nothing); hooks and later stages wait for it, so a restart resumes the operation
@@ -139,9 +146,20 @@ pub async fn run(
     let sync_started = Instant::now();
     let terminated = progress::terminate_requested(terminate_asked, terminate_rx);
     let mut terminated_by = None;
+    let timed_out = async {
+        match sync_timeout {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
     let running = async {
         tokio::select! {
             (outcome, ()) = async { tokio::join!(execution, reporter) } => outcome,
+            () = timed_out => {
+                // Dropping the execution stops it between requests, as a termination does.
+                let progress = so_far.borrow().clone();
+                record::timed_out(sync_timeout.unwrap_or_default(), &progress.message, progress.results)
+            }
             who = terminated => {
                 // Dropping the execution stops it between requests: waves not started are not applied.
                 let outcome = record::terminate(&who, so_far.borrow().results.clone());

@@ -105,6 +105,23 @@ pub fn terminate(who: &str, results: Vec<ResourceResult>) -> SyncOutcome {
     }
 }
 
+/// The operation ran longer than `spec.syncPolicy.syncTimeout` (`limit`) and was stopped while
+/// `doing` (its last progress message).
+pub fn timed_out(limit: std::time::Duration, doing: &str, results: Vec<ResourceResult>) -> SyncOutcome {
+    let limit = humantime::format_duration(limit);
+    let message = if doing.is_empty() {
+        format!("operation timed out after {limit} (spec.syncPolicy.syncTimeout)")
+    } else {
+        format!("operation timed out after {limit} (spec.syncPolicy.syncTimeout) while {doing}")
+    };
+    SyncOutcome {
+        succeeded: false,
+        message,
+        results,
+        ..Default::default()
+    }
+}
+
 /// The operation ended with `succeeded`, `message` and `results` (stopped by `terminated_by`, if a
 /// person stopped it).
 pub fn finish(

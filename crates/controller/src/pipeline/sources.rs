@@ -44,6 +44,7 @@ impl Pipeline {
         force: bool,
     ) -> Result<Resolved, PipelineError> {
         let sources = app.spec.sources();
+        check_supported(app)?;
         check_refs(app)?;
         let requested = match revision {
             Some(r) if app.spec.is_multi_source() => {
@@ -245,6 +246,49 @@ impl Pipeline {
 
 /// Most sources one Application may have: each is a checkout or a chart fetched on every pass.
 pub(crate) const MAX_SOURCES: usize = 20;
+
+/// Refuse the fields the schema accepts (for Argo CD compatibility) but Capstan does not support, so
+/// that such an Application carries a condition naming the field instead of being half-honoured.
+fn check_supported(app: &Application) -> Result<(), PipelineError> {
+    for (i, source) in app.spec.sources().iter().enumerate() {
+        if source.plugin.is_some() {
+            return Err(PipelineError::Unsupported {
+                field: format!("{}.plugin", source_field(app, i)),
+                why: "config management plugins are not run; render with Helm, Kustomize, Jsonnet or plain manifests",
+            });
+        }
+    }
+    let options = app.spec.sync_policy.iter().flat_map(|p| p.sync_options.iter());
+    for (i, entry) in options.enumerate() {
+        for word in entry.split(',') {
+            if let Some(why) = capstan_sync::unsupported_app_option(word) {
+                return Err(PipelineError::UnsupportedOption {
+                    field: format!("spec.syncPolicy.syncOptions[{i}]"),
+                    option: word.trim().to_string(),
+                    why,
+                });
+            }
+        }
+    }
+    if let Some(policy) = &app.spec.sync_policy
+        && !policy.sync_timeout.trim().is_empty()
+        && crate::automated::parse_duration(&policy.sync_timeout).is_none()
+    {
+        return Err(PipelineError::BadDuration {
+            field: "spec.syncPolicy.syncTimeout",
+            value: policy.sync_timeout.clone(),
+        });
+    }
+    for (i, rule) in app.spec.ignore_differences.iter().enumerate() {
+        if !rule.jq_path_expressions.is_empty() {
+            return Err(PipelineError::Unsupported {
+                field: format!("spec.ignoreDifferences[{i}].jqPathExpressions"),
+                why: "name the fields with jsonPointers instead",
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Refuse more than [`MAX_SOURCES`] sources, sources of which none is rendered (every deployed object
 /// would be pruned), a `ref` that is not a plain name, and two sources with the same `ref` (which one
