@@ -2042,6 +2042,12 @@ export interface components {
             /** @description Directory inside the repository (default: its root). Not used with `chart`. */
             path?: string;
             /**
+             * @description Argo CD's config management plugin. Capstan runs no plugins: the field is accepted (so that a
+             *     parent that renders such an Application still syncs) and the Application is refused with an
+             *     `InvalidSpecError` naming it.
+             */
+            plugin?: Record<string, unknown>;
+            /**
              * @description In `sources`: a name other sources use to read this one's files, as `$NAME/path` in Helm
              *     `valueFiles`.
              */
@@ -2662,11 +2668,19 @@ export interface components {
         ResourceIgnoreDifferences: {
             /** @description API group of the objects (empty for the core group). */
             group?: string;
+            /**
+             * @description jq path expressions of fields to ignore. Not supported yet: an Application that sets it is
+             *     refused with an `InvalidSpecError` (never accepted and ignored).
+             */
+            jqPathExpressions?: string[];
             /** @description RFC 6901 JSON pointers of fields to ignore. */
             jsonPointers?: string[];
             /** @description Kind of the objects. */
             kind: string;
-            /** @description Field managers whose changes are ignored. */
+            /**
+             * @description Field managers (`kube-controller-manager` for an HPA) whose fields, per the live object's
+             *     `managedFields`, are ignored on both sides.
+             */
             managedFieldsManagers?: string[];
             /** @description Name of one object (all objects of the kind if empty). */
             name?: string;
@@ -2896,6 +2910,13 @@ export interface components {
             retry?: components["schemas"]["RetryStrategy"] | null;
             /** @description Application-wide sync options (`CreateNamespace=true`, `PruneLast=true`, ...). */
             syncOptions?: string[];
+            /**
+             * @description How long one sync operation may run, as a duration (`10m`, `90s`; a bare number is seconds).
+             *     When it is exceeded the operation is stopped between requests and fails with a message saying
+             *     it timed out (an automated sync is then retried per `retry`). Empty: no limit beyond each
+             *     wave's and hook's timeout (the controller's `--wave-timeout`).
+             */
+            syncTimeout?: string;
         };
         /** @description Automated sync behaviour. */
         SyncPolicyAutomated: {
