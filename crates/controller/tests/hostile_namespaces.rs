@@ -138,7 +138,7 @@ async fn create_namespace_in_any_spelling_of_the_spec_is_held_to_the_project() -
     let mut application = app("plain", &env.git.git_url("plain"), "app", "team-c-new", true);
     application["spec"]["project"] = json!("team-c");
     // Lower case, inside a comma-separated list: the sync would read it as CreateNamespace=true.
-    application["spec"]["syncPolicy"]["syncOptions"] = json!(["Validate=false,createNamespace=true"]);
+    application["spec"]["syncPolicy"]["syncOptions"] = json!(["PruneLast=true,createNamespace=true"]);
     env.create_app(application).await?;
     let refused = env
         .wait_app("plain", "the sync is refused", Duration::from_secs(60), |a| {
