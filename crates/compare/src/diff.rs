@@ -329,29 +329,28 @@ pub fn comparable(obj: &Value) -> Value {
     obj
 }
 
+/// The `ignoreDifferences` rules that apply to `key`.
+fn matching<'a, 'k>(
+    ignore: &'a [ResourceIgnoreDifferences],
+    key: &'k ObjectKey,
+) -> impl Iterator<Item = &'a ResourceIgnoreDifferences> + use<'a, 'k> {
+    ignore.iter().filter(move |r| {
+        r.group == key.group
+            && r.kind == key.kind
+            && (r.name.is_empty() || r.name == key.name)
+            && (r.namespace.is_empty() || r.namespace == key.namespace)
+    })
+}
+
 fn rules_for<'a>(ignore: &'a [ResourceIgnoreDifferences], key: &ObjectKey) -> Vec<&'a str> {
-    ignore
-        .iter()
-        .filter(|r| {
-            r.group == key.group
-                && r.kind == key.kind
-                && (r.name.is_empty() || r.name == key.name)
-                && (r.namespace.is_empty() || r.namespace == key.namespace)
-        })
+    matching(ignore, key)
         .flat_map(|r| r.json_pointers.iter().map(String::as_str))
         .collect()
 }
 
 /// The `managedFieldsManagers` of the rules that match `key`.
 fn managers_for<'a>(ignore: &'a [ResourceIgnoreDifferences], key: &ObjectKey) -> Vec<&'a str> {
-    ignore
-        .iter()
-        .filter(|r| {
-            r.group == key.group
-                && r.kind == key.kind
-                && (r.name.is_empty() || r.name == key.name)
-                && (r.namespace.is_empty() || r.namespace == key.namespace)
-        })
+    matching(ignore, key)
         .flat_map(|r| r.managed_fields_managers.iter().map(String::as_str))
         .collect()
 }

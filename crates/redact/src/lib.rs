@@ -87,11 +87,7 @@ pub fn holds_secret(text: &str) -> bool {
 /// Scrub every string (and object key) of `value` in place; whether anything was replaced.
 pub fn scrub_json(value: &mut serde_json::Value) -> bool {
     let Some(m) = matcher() else { return false };
-    if !m.is_match(value.to_string().as_str()) {
-        return false;
-    }
-    scrub_value(&m, value);
-    true
+    scrub_value(&m, value)
 }
 
 /// `value` with every registered value scrubbed from its serialised form (a status, an answer),
@@ -106,23 +102,27 @@ pub fn scrub_serde<T: serde::Serialize + serde::de::DeserializeOwned>(value: T) 
     serde_json::from_value(json).unwrap_or(value)
 }
 
-fn scrub_value(m: &AhoCorasick, value: &mut serde_json::Value) {
+fn scrub_value(m: &AhoCorasick, value: &mut serde_json::Value) -> bool {
     use serde_json::Value;
+    let mask = || vec![MASK; m.patterns_len()];
     match value {
-        Value::String(s) if m.is_match(s.as_str()) => *s = m.replace_all(s, &vec![MASK; m.patterns_len()]),
-        Value::Array(items) => items.iter_mut().for_each(|v| scrub_value(m, v)),
+        Value::String(s) if m.is_match(s.as_str()) => {
+            *s = m.replace_all(s, &mask());
+            true
+        }
+        Value::Array(items) => items.iter_mut().fold(false, |changed, v| scrub_value(m, v) | changed),
         Value::Object(map) => {
             if map.keys().any(|k| m.is_match(k.as_str())) {
-                let entries = std::mem::take(map);
-                for (k, mut v) in entries {
+                for (k, mut v) in std::mem::take(map) {
                     scrub_value(m, &mut v);
-                    map.insert(m.replace_all(&k, &vec![MASK; m.patterns_len()]), v);
+                    map.insert(m.replace_all(&k, &mask()), v);
                 }
+                true
             } else {
-                map.values_mut().for_each(|v| scrub_value(m, v));
+                map.values_mut().fold(false, |changed, v| scrub_value(m, v) | changed)
             }
         }
-        _ => {}
+        _ => false,
     }
 }
 

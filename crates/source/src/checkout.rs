@@ -153,12 +153,7 @@ async fn export(place: &Place<'_>, sha: &str, dest: &Path) -> Result<()> {
         git.spawn(Some(place.bare), &["archive", "--format=tar", "--end-of-options", sha])?;
     // tar unpacks content a tenant wrote: it may write only beneath the new checkout (no entry, link
     // or `..` can land elsewhere), read nothing else, start nothing, and connect nowhere.
-    let tar_program = ["/usr/bin/tar", "/bin/tar"]
-        .iter()
-        .map(Path::new)
-        .find(|p| p.is_file())
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .unwrap_or_else(|| "tar".into());
+    let tar_program = crate::git::find_program("tar");
     let mut tar_cmd = tokio::process::Command::new(&tar_program);
     capstan_sandbox::Confinement::new(&tar_program)
         .write(dest)

@@ -373,7 +373,8 @@ impl GitCommand<'_> {
 /// Whether git reaches `url` over ssh.
 fn is_ssh(url: &str) -> bool {
     match url.split_once("://") {
-        Some((scheme, _)) => scheme.eq_ignore_ascii_case("ssh") || scheme.to_ascii_lowercase().contains("ssh"),
+        // `ssh://`, and git's aliases `git+ssh://` and `ssh+git://`.
+        Some((scheme, _)) => scheme.to_ascii_lowercase().contains("ssh"),
         None => !url.starts_with('/'),
     }
 }
@@ -424,7 +425,7 @@ fn remote_endpoint(url: &str) -> Endpoint {
 
 /// The first executable `name` on the fixed `PATH` tools run with, canonical (the kernel checks the
 /// file it runs); `name` itself when there is none (spawning then reports it).
-fn find_program(name: &str) -> PathBuf {
+pub(crate) fn find_program(name: &str) -> PathBuf {
     ["/usr/local/bin", "/usr/bin", "/bin"]
         .iter()
         .map(|d| Path::new(d).join(name))
