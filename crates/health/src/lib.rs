@@ -185,17 +185,27 @@ pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
     if !obj.is_object() {
         return Health::unknown("not a Kubernetes object");
     }
+    if let Some(deleting) = deletion_health(obj) {
+        return deleting;
+    }
     let kind = json::str_at(obj, &["kind"]).unwrap_or("");
     let group = json::str_at(obj, &["apiVersion"]).map(api_group);
-
-    if is_being_deleted(obj) {
-        return if kind == "Pod" && group.is_none_or(|g| g.is_empty()) {
-            Health::progressing("Pod is terminating")
-        } else {
-            Health::progressing("Resource is being deleted")
-        };
-    }
     bounded(dispatch(obj, group, kind, ctx).unwrap_or_else(Health::from))
+}
+
+/// The health of an object being deleted (Progressing), or `None` when it is not being deleted. Checked
+/// before any rule, built-in or custom, as Argo CD does.
+pub fn deletion_health(obj: &Value) -> Option<Health> {
+    if !is_being_deleted(obj) {
+        return None;
+    }
+    let kind = json::str_at(obj, &["kind"]).unwrap_or("");
+    let group = json::str_at(obj, &["apiVersion"]).map(api_group);
+    Some(if kind == "Pod" && group.is_none_or(|g| g.is_empty()) {
+        Health::progressing("Pod is terminating")
+    } else {
+        Health::progressing("Resource is being deleted")
+    })
 }
 
 /// The longest message kept, in bytes: a verdict is shown in Application status, and some rules join
@@ -203,7 +213,7 @@ pub fn assess_with(obj: &Value, ctx: &Context) -> Health {
 pub const MAX_MESSAGE_BYTES: usize = 2048;
 
 /// `h` with its message cut to [`MAX_MESSAGE_BYTES`] (on a character boundary) and marked with "…".
-fn bounded(mut h: Health) -> Health {
+pub fn bounded(mut h: Health) -> Health {
     if h.message.len() > MAX_MESSAGE_BYTES {
         let mut end = MAX_MESSAGE_BYTES;
         while !h.message.is_char_boundary(end) {
