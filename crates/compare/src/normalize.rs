@@ -163,6 +163,7 @@ mod tests {
         KindInfo {
             resource: ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
             namespaced,
+            status_subresource: None,
         }
     }
 

@@ -141,6 +141,7 @@ mod tests {
                     "configmaps",
                 ),
                 namespaced: true,
+                status_subresource: None,
             },
             desired: desired.then(|| cm.clone()),
             live: (!desired || sync == SyncCode::Synced).then(|| cm.clone()),

@@ -107,6 +107,11 @@ impl Ctx {
         }
     }
 
+    /// Who publishes this controller's Kubernetes Events.
+    pub fn reporter(&self) -> Reporter {
+        self.reporter.clone()
+    }
+
     /// Publish a Kubernetes Event about `app` (best effort). The returned future owns what it needs,
     /// so it can run beside a write of `app`.
     pub fn event(

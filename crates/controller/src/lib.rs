@@ -32,6 +32,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod finalize;
+pub mod health_config;
 pub mod operation;
 pub mod pipeline;
 pub mod poller;
@@ -92,10 +93,22 @@ pub async fn run(
         .projects
         .deny_implicit_default(config.deny_implicit_default_project);
     pipeline.projects.spawn();
+    let trigger_tx_for_health = trigger_tx.clone();
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
     let ctx = Arc::new(context::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 
     let (reader, writer) = reflector::store();
+    // New health rules change verdicts: every Application is reconciled when they change.
+    let all_apps = reader.clone();
+    let trigger = trigger_tx_for_health;
+    ctx.pipeline.health.spawn(Some(health_config::OnChange {
+        reporter: ctx.reporter(),
+        reconcile_all: Box::new(move || {
+            for app in all_apps.state() {
+                let _ = trigger.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&*app));
+            }
+        }),
+    }));
     let forget = ctx.clone();
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))
         .default_backoff()

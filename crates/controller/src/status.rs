@@ -6,6 +6,7 @@ use capstan_api::Application;
 use capstan_api::application::{ApplicationCondition, ApplicationStatus, SyncStatus};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, TERMINATE_ANNOTATION};
+use capstan_health_rules::CONFIG_MAP_NAME;
 use capstan_kube::{describe_kube_error, merge_patch};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -49,6 +50,17 @@ pub async fn write_status(
         status.conditions.retain(|c| c.type_ != "SharedResourceWarning");
         if !shared.is_empty() {
             set_condition(status, "SharedResourceWarning", shared.join("; "));
+        }
+        status.conditions.retain(|c| c.type_ != "HealthRuleError");
+        if !state.health_rule_errors.is_empty() {
+            set_condition(
+                status,
+                "HealthRuleError",
+                format!(
+                    "custom health rules of {CONFIG_MAP_NAME} cannot be used: {}",
+                    state.health_rule_errors.join("; ")
+                ),
+            );
         }
         status.conditions.retain(|c| c.type_ != "ProjectViolation");
         if !state.project_violations.is_empty() {

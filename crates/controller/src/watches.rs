@@ -13,6 +13,8 @@
 //!   an Application's operation runs ([`Watches::hold`]) the changes to its objects are held back
 //!   (its reconcile could not run before the operation ends anyway); when it ends, every write's
 //!   answer is known, so its echoes are told apart exactly and any other change triggers a reconcile.
+//!   A change made while a watch was down (or before its first list succeeded, as for a kind whose
+//!   CRD the same sync created) arrives only in the re-list that follows: it triggers a reconcile too.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -225,6 +227,7 @@ impl Watches {
             );
         }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &info.resource);
+        let info_resource = info.resource.clone();
         let kind = info.resource.kind.clone();
         let group = info.resource.group.clone();
         let changes = self.changes.clone();
@@ -238,37 +241,59 @@ impl Watches {
                 .modify(|o| keep_own_apply_entry(&mut o.metadata));
             // The store is updated before the event comes out, so the reconcile it triggers reads
             // the change from the cache.
+            let cached = writer.as_reader();
+            let dyntype = info_resource;
             let stream = reflector::reflector(writer, stream);
             let mut stream = std::pin::pin!(stream);
             let mut listed = false;
+            // Between an error and the end of the re-list that follows it: changes made while the
+            // watch was down arrive only as part of that list.
+            let mut recovering = false;
+            let mut relisting = false;
             while let Some(event) = stream.next().await {
                 let (obj, deleted) = match event {
                     Ok(watcher::Event::Apply(o)) => (o, false),
                     Ok(watcher::Event::Delete(o)) => (o, true),
-                    Ok(watcher::Event::InitApply(o)) => {
-                        // A version Capstan wrote may come as part of a (re)listing instead of as
-                        // an event: it is not waited for any more.
-                        if let Some(version) = &o.metadata.resource_version {
-                            changes.own_writes.take(&object_key(&group, &kind, &o), version);
-                        }
+                    Ok(watcher::Event::Init) => {
+                        relisting = true;
                         continue;
+                    }
+                    Ok(watcher::Event::InitApply(o)) => {
+                        // The store keeps its old contents until the list is complete, so it tells
+                        // whether this version is news: after an error, a version the cache did not
+                        // hold (a status that changed while the watch was down, or before its first
+                        // list succeeded) triggers a reconcile like an event would.
+                        let old = cached.get(&ObjectRef::from_obj_with(&o, dyntype.clone()));
+                        let news = recovering
+                            && old.and_then(|old| old.metadata.resource_version.clone()) != o.metadata.resource_version;
+                        if !news {
+                            // A version Capstan wrote may come as part of a (re)listing instead of
+                            // as an event: it is not waited for any more.
+                            if let Some(version) = &o.metadata.resource_version {
+                                changes.own_writes.take(&object_key(&group, &kind, &o), version);
+                            }
+                            continue;
+                        }
+                        (o, false)
                     }
                     Ok(watcher::Event::InitDone) => {
                         listed = true;
+                        relisting = false;
+                        recovering = false;
                         ready.store(true, Ordering::SeqCst);
                         continue;
                     }
-                    Ok(_) => continue,
                     Err(err) => {
                         // Until the next complete list, comparisons list from the API server.
                         ready.store(false, Ordering::SeqCst);
+                        recovering = true;
                         tracing::debug!(%kind, %err, "watch error");
                         continue;
                     }
                 };
                 // A watch resumed after an error (from its last resourceVersion) missed nothing:
                 // its first event shows it is healthy again.
-                if listed {
+                if listed && !relisting {
                     ready.store(true, Ordering::SeqCst);
                 }
                 let owner = obj

@@ -187,7 +187,7 @@ fn cel_entry(key: &str, item: serde_json::Value) -> Entry {
     ) {
         Ok(rule) => Entry {
             selector,
-            rule: Rule::Cel(rule),
+            rule: Rule::Cel(Box::new(rule)),
         },
         Err(message) => broken(selector, message),
     }

@@ -45,7 +45,7 @@ pub struct RuleError {
 #[derive(Debug)]
 pub(crate) enum Rule {
     Lua(lua::LuaRule),
-    Cel(cel::CelRule),
+    Cel(Box<cel::CelRule>),
     /// A rule that does not compile: objects of its kind are Unknown with this error.
     Broken(RuleError),
 }

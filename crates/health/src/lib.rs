@@ -167,6 +167,22 @@ pub struct Context {
     pub status_subresource: StatusSubresource,
 }
 
+impl Context {
+    /// What discovery says about a kind: `group` is its API group, `status_subresource` whether it has
+    /// a status subresource (`None` when not known). Only custom kinds use it: built-in groups (no dot
+    /// in the name, or ending in `.k8s.io`) have rules or are configuration, and some of them declare a
+    /// status subresource their objects may never fill.
+    pub fn for_kind(group: &str, status_subresource: Option<bool>) -> Context {
+        let custom = group.contains('.') && !group.ends_with(".k8s.io");
+        let status_subresource = match status_subresource {
+            Some(true) if custom => StatusSubresource::Present,
+            Some(false) if custom => StatusSubresource::Absent,
+            _ => StatusSubresource::Unspecified,
+        };
+        Context { status_subresource }
+    }
+}
+
 /// Health of one live object. `obj` is the full object JSON (apiVersion, kind, metadata, spec, status).
 /// The same as [`assess_with`] with [`Context::default`].
 pub fn assess(obj: &Value) -> Health {

@@ -19,6 +19,9 @@ pub struct KindInfo {
     pub resource: ApiResource,
     /// Whether objects of the kind live in namespaces.
     pub namespaced: bool,
+    /// Whether the kind has a status subresource (`None` when not known). Health uses it for custom
+    /// kinds without a rule: such an object without status is waiting for its controller.
+    pub status_subresource: Option<bool>,
 }
 
 /// How long the list of every API the cluster serves is reused (see [`Discovery::api_versions`]).
@@ -64,6 +67,7 @@ impl Discovery {
                 let info = KindInfo {
                     resource,
                     namespaced: caps.scope == Scope::Namespaced,
+                    status_subresource: Some(caps.subresources.iter().any(|(sub, _)| sub.plural == "status")),
                 };
                 self.lock().insert(cache_key, info.clone());
                 Ok(Some(info))
@@ -99,9 +103,19 @@ impl Discovery {
         let version = api_version.rsplit_once('/').map(|(_, v)| v).unwrap_or(api_version);
         let plural = spec.get("names")?.get("plural")?.as_str()?;
         let gvk = GroupVersionKind::gvk(group, version, kind);
+        let status_subresource = spec
+            .get("versions")
+            .and_then(|v| v.as_array())
+            .and_then(|versions| {
+                versions
+                    .iter()
+                    .find(|v| v.get("name").and_then(|n| n.as_str()) == Some(version))
+            })
+            .map(|v| v.pointer("/subresources/status").is_some());
         Some(KindInfo {
             resource: ApiResource::from_gvk_with_plural(&gvk, plural),
             namespaced: spec.get("scope").and_then(|s| s.as_str()) != Some("Cluster"),
+            status_subresource,
         })
     }
 

@@ -103,6 +103,8 @@ impl State {
             std::time::Duration::from_secs(30),
         );
         pipeline.clusters.spawn_watch();
+        // The tree shows child objects' health with the operators' rules, as the controller judges.
+        pipeline.health.spawn(None);
         pipeline
             .projects
             .deny_implicit_default(config.deny_implicit_default_project);

@@ -274,7 +274,7 @@ impl Run<'_> {
             let settled = task.action == Action::Keep
                 && self.resources[task.index].live.as_ref().is_some_and(|live| {
                     matches!(
-                        capstan_health::assess(live).code,
+                        health_of(self.opts, &self.resources[task.index], live).code,
                         HealthCode::Healthy | HealthCode::Suspended
                     )
                 });
@@ -443,7 +443,7 @@ impl Run<'_> {
                 if self.opts.dry_run {
                     return Ok(("Skipped".into(), Seen::Nothing));
                 }
-                run_hook(self.client, state, self.opts.wave_timeout, |m| self.report(m))
+                run_hook(self.client, state, self.opts, |m| self.report(m))
                     .await
                     .map(|hook| ("Synced".into(), hook.map_or(Seen::Nothing, Seen::Hook)))
             }
@@ -473,7 +473,7 @@ impl Run<'_> {
             checks.sort_by_key(|(i, _)| *i);
             for (i, live) in checks {
                 let health = live.as_ref().map(|obj| {
-                    let h = capstan_health::assess(obj);
+                    let h = health_of(self.opts, &self.resources[pending[i].index], obj);
                     (h.code, h.message)
                 });
                 if let Some(obj) = live {
@@ -511,4 +511,10 @@ impl Run<'_> {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+}
+
+/// The health of `obj`, the live object of `state`: the operators' rules first, then the built-in ones.
+fn health_of(opts: &ExecuteOptions, state: &ResourceState, obj: &Value) -> capstan_health::Health {
+    let ctx = capstan_health::Context::for_kind(&state.info.resource.group, state.info.status_subresource);
+    opts.health.assess(obj, &ctx)
 }

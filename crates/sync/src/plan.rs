@@ -205,6 +205,7 @@ mod tests {
             info: KindInfo {
                 resource: ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", kind)),
                 namespaced: true,
+                status_subresource: None,
             },
             desired: (!prune).then(|| obj.clone()),
             live: (prune || sync == SyncCode::Synced).then(|| obj.clone()),

@@ -95,6 +95,7 @@ pub async fn run(
         completed_hooks,
         writes: work_state.destination.sync_writes.clone(),
         own_writes: work_state.destination.own_writes.clone(),
+        health: ctx.pipeline.health.current(),
     };
     let apps: Api<Application> = Api::namespaced(ctx.client.clone(), &app.namespace().unwrap_or_default());
     let app_name = app.name_any();

@@ -15,6 +15,7 @@ use capstan_compare::Comparison;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::Tracking;
 use capstan_health::HealthCode;
+use capstan_health_rules::HealthRules;
 use capstan_kube::{KindInfo, ObjectKey};
 use capstan_render::{ChartDependency, RefSource, RenderRequest, Renderer};
 use capstan_source::{ChartCache, RepoCache};
@@ -23,6 +24,7 @@ use serde_json::Value;
 
 use crate::clusters::{Clusters, Destination};
 use crate::error::PipelineError;
+use crate::health_config::HealthConfig;
 use crate::projects::Projects;
 
 mod live;
@@ -55,6 +57,8 @@ pub struct Pipeline {
     pub clusters: Arc<Clusters>,
     /// AppProjects.
     pub projects: Projects,
+    /// The operators' custom health rules (`capstan-cm`).
+    pub health: Arc<HealthConfig>,
     /// Namespace holding repository Secrets.
     pub namespace: String,
     /// Where the Git caches live (no Application may read from there directly).
@@ -73,6 +77,9 @@ pub struct AppState {
     pub resources: Vec<ResourceStatus>,
     /// Aggregated health.
     pub health: HealthStatus,
+    /// Custom health rules that cannot be used although objects of the Application are of their kind
+    /// (the objects are Unknown meanwhile), each naming the rule's key and the error.
+    pub health_rule_errors: Vec<String>,
     /// Desired objects the Application's project does not permit, each message naming the object
     /// and the rule; a sync is refused while there is any.
     pub project_violations: Vec<String>,
@@ -150,6 +157,7 @@ impl Pipeline {
             cache_dir: guard,
             clusters: Clusters::new(client.clone(), namespace),
             projects: Projects::new(client.clone(), namespace),
+            health: Arc::new(HealthConfig::new(client.clone(), namespace)),
             client,
             namespace: namespace.to_string(),
             secret_stores: Default::default(),
@@ -215,9 +223,9 @@ impl Pipeline {
             dest,
             (&project, &rules),
             before.revision.clone(),
-            desired,
-            live,
+            (desired, live),
             &tracking,
+            &self.health.current(),
         )
         .await
     }
@@ -346,9 +354,9 @@ impl Pipeline {
             dest.clone(),
             (&project, &rules),
             resolved,
-            desired,
-            live,
+            (desired, live),
             &tracking,
+            &self.health.current(),
         )
         .await
     }
@@ -360,13 +368,13 @@ async fn conclude(
     dest: Arc<Destination>,
     (project, rules): (&str, &AppProjectSpec),
     revision: Resolved,
-    desired: Vec<Desired>,
-    live: Vec<(Value, KindInfo)>,
+    (desired, live): (Vec<Desired>, Vec<(Value, KindInfo)>),
     tracking: &Tracking,
+    health_rules: &HealthRules,
 ) -> Result<AppState, PipelineError> {
     let comparison =
         capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences).await?;
-    let (resources, health) = summarize(&comparison);
+    let (resources, health, health_rule_errors) = summarize(&comparison, health_rules);
     let (project_violations, prune_violations, create_namespace_violation) =
         project_violations(project, rules, &dest, app, &comparison);
     Ok(AppState {
@@ -374,6 +382,7 @@ async fn conclude(
         comparison,
         resources,
         health,
+        health_rule_errors,
         project_violations,
         prune_violations,
         create_namespace_violation,
@@ -428,9 +437,11 @@ fn display_path(path: &str) -> String {
     }
 }
 
-/// `status.resources` and the aggregated health of a comparison.
-pub fn summarize(comparison: &Comparison) -> (Vec<ResourceStatus>, HealthStatus) {
+/// `status.resources`, the aggregated health of a comparison, and the custom health rules that cannot
+/// be used for its objects (see [`AppState::health_rule_errors`]).
+pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceStatus>, HealthStatus, Vec<String>) {
     let mut codes = Vec::new();
+    let mut rule_errors: Vec<String> = Vec::new();
     let mut worst_message = String::new();
     let mut worst = HealthCode::Healthy;
     let resources = comparison
@@ -443,7 +454,15 @@ pub fn summarize(comparison: &Comparison) -> (Vec<ResourceStatus>, HealthStatus)
                     code: HealthCode::Degraded,
                     message: format!("refused by the API server: {error}"),
                 },
-                (Some(live), None) => capstan_health::assess(live),
+                (Some(live), None) => {
+                    if let Some(err) = rules.broken_rule_for(live)
+                        && !rule_errors.contains(&err.to_string())
+                    {
+                        rule_errors.push(err.to_string());
+                    }
+                    let ctx = capstan_health::Context::for_kind(&r.info.resource.group, r.info.status_subresource);
+                    rules.assess(live, &ctx)
+                }
                 // "Missing" says it all (and a message per missing object would make a large
                 // Application's first status, and every write of it until the first sync, larger).
                 (None, None) => capstan_health::Health {
@@ -493,5 +512,6 @@ pub fn summarize(comparison: &Comparison) -> (Vec<ResourceStatus>, HealthStatus)
             status: code.as_str().into(),
             message,
         },
+        rule_errors,
     )
 }

@@ -9,6 +9,7 @@ use axum::Json;
 use axum::extract::{Path, State as AxState};
 use axum::http::StatusCode;
 use capstan_api::Application;
+use capstan_health_rules::HealthRules;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
@@ -39,7 +40,7 @@ pub fn is_live_root(node: &TreeNode) -> bool {
 
 /// Link live `children` (objects with ownerReferences) below `roots`, transitively. Pure: the
 /// objects are given.
-pub fn link(roots: Vec<TreeNode>, children: &[Value]) -> Vec<TreeNode> {
+pub fn link(roots: Vec<TreeNode>, children: &[Value], rules: &HealthRules) -> Vec<TreeNode> {
     let mut nodes = roots;
     // (namespace, kind, name) → node id, for everything placed so far.
     let mut placed: HashMap<(String, String, String), String> = nodes
@@ -73,7 +74,9 @@ pub fn link(roots: Vec<TreeNode>, children: &[Value]) -> Vec<TreeNode> {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let health = capstan_health::assess(obj);
+            // Children are built-in kinds or kinds discovery was not asked about: no status-subresource
+            // context.
+            let health = rules.assess(obj, &capstan_health::Context::default());
             let node = TreeNode {
                 id: id(group, &kind, ns, &name),
                 parent_id: Some(parent),
@@ -186,7 +189,7 @@ pub async fn build(state: &State, app: &Application) -> Result<Vec<TreeNode>, Ap
             }
         }
     }
-    Ok(link(roots, &children))
+    Ok(link(roots, &children, &state.pipeline.health.current()))
 }
 
 /// `GET /api/applications/{name}/tree`.
@@ -237,7 +240,7 @@ mod tests {
             owned("apps/v1", "ReplicaSet", "other-1", "Deployment", "other"),
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "loose", "namespace": "ns"}}),
         ];
-        let nodes = link(vec![root("Deployment", "web")], &children);
+        let nodes = link(vec![root("Deployment", "web")], &children, &HealthRules::default());
         let ids: Vec<(&str, Option<&str>)> = nodes.iter().map(|n| (n.id.as_str(), n.parent_id.as_deref())).collect();
         assert_eq!(
             ids,
@@ -258,10 +261,10 @@ mod tests {
         let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {"name": "coredns-1", "namespace": "ns",
                 "ownerReferences": [{"kind": "Deployment", "name": "coredns"}]}});
-        let nodes = link(vec![denied], std::slice::from_ref(&rs));
+        let nodes = link(vec![denied], std::slice::from_ref(&rs), &HealthRules::default());
         assert_eq!(nodes.len(), 1, "nothing linked below a root that was never read");
         assert!(!is_live_root(&nodes[0]));
-        let nodes = link(vec![root("Deployment", "coredns")], &[rs]);
+        let nodes = link(vec![root("Deployment", "coredns")], &[rs], &HealthRules::default());
         assert_eq!(nodes.len(), 2, "a live root gets its children");
     }
 }

@@ -41,7 +41,7 @@ const EVENTS_EVERY: Duration = Duration::from_secs(2);
 pub(super) async fn run_hook(
     client: &kube::Client,
     state: &ResourceState,
-    timeout: Duration,
+    opts: &ExecuteOptions,
     report: impl Fn(String),
 ) -> Result<Option<CompletedHook>, SyncError> {
     let Some(desired) = &state.desired else { return Ok(None) };
@@ -65,7 +65,7 @@ pub(super) async fn run_hook(
         api.patch(&name, &pp, &Patch::Apply(desired)).await?;
         name
     };
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + opts.wave_timeout;
     // The last warning the hook's Events gave (why its Pods are refused, for example), and when
     // they were read.
     let mut warning: Option<String> = None;
@@ -77,7 +77,7 @@ pub(super) async fn run_hook(
         };
         let uid = live.metadata.uid.clone();
         let value = serde_json::to_value(live)?;
-        let health = capstan_health::assess(&value);
+        let health = super::health_of(opts, state, &value);
         if !matches!(health.code, HealthCode::Healthy | HealthCode::Degraded)
             && events_read.is_none_or(|at| at.elapsed() >= EVENTS_EVERY)
             && let Some(uid) = uid.as_deref()
@@ -98,7 +98,7 @@ pub(super) async fn run_hook(
             _ if Instant::now() > deadline => {
                 break Err(SyncError::HookTimeout {
                     name: name.clone(),
-                    seconds: timeout.as_secs(),
+                    seconds: opts.wave_timeout.as_secs(),
                     detail: warning.as_ref().map(|w| format!(": {w}")).unwrap_or_default(),
                 });
             }

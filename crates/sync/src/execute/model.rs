@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::application::ResourceResult;
+use capstan_health_rules::HealthRules;
 use capstan_kube::{ObjectKey, OwnWrites};
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -46,6 +47,9 @@ pub struct ExecuteOptions {
     /// Where the versions this sync writes are recorded, so the destination's watches know them as
     /// Capstan's own (see [`OwnWrites`]).
     pub own_writes: OwnWrites,
+    /// The operators' custom health rules (Lua and CEL), tried before the built-in ones when waiting
+    /// for a wave or a hook.
+    pub health: HealthRules,
 }
 
 impl Default for ExecuteOptions {
@@ -62,6 +66,7 @@ impl Default for ExecuteOptions {
             completed_hooks: HashSet::new(),
             writes: Arc::new(Semaphore::new(PARALLELISM)),
             own_writes: OwnWrites::default(),
+            health: HealthRules::default(),
         }
     }
 }
