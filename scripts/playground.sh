@@ -430,6 +430,8 @@ SECRET
 "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n capstan patch secret capstan-secret --type merge \
   --patch-file "$WORK/webhook-patch.json" >/dev/null
 rm -f "$WORK/webhook-patch.json"
+step "Applying Capstan's settings (examples/settings/: custom health rules)"
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f examples/settings/
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
   sed "s|HELM_REPOSITORY|$HELM_REPOSITORY|g; s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -

@@ -252,6 +252,9 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     );
     assert!(out.status.success(), "{}", text(&out));
     let mut applied = Vec::new();
+    // Capstan's settings first, as the playground applies them (examples/settings/: health rules).
+    let out = kubectl(&kc, &["apply", "-f", &examples().join("settings").to_string_lossy()]);
+    assert!(out.status.success(), "kubectl apply examples/settings/: {}", text(&out));
     for (path, contents) in files
         .iter()
         .filter(|(p, _)| p.starts_with("apps/") && p.ends_with(".yaml"))
@@ -649,6 +652,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         assert_eq!(image, format!("registry.example/services/app:{tag}"), "{name}");
     }
 
+    custom_health(&kc, &apps, &log).await?;
     image_flow(&client, &kc, &git, &sha, &registry_host, &log).await?;
     eprintln!("done in {:?}", started.elapsed());
     Ok(())
@@ -822,5 +826,53 @@ async fn image_flow(
         Some(("checkout", promoted.as_str())),
         "the promotion is in the pipeline's history"
     );
+    Ok(())
+}
+
+/// examples/settings/capstan-cm.yaml's Lua rule, as examples/README.md describes it: annotating the
+/// guestbook's ConfigMap makes the Application Degraded with the rule's message, removing the
+/// annotation makes it Healthy again.
+async fn custom_health(kc: &str, apps: &Api<Application>, log: &Path) -> anyhow::Result<()> {
+    let annotate = |value: &str| {
+        let out = kubectl(
+            kc,
+            &[
+                "-n",
+                "guestbook",
+                "annotate",
+                "--overwrite",
+                "configmap",
+                "guestbook-config",
+                value,
+            ],
+        );
+        assert!(out.status.success(), "kubectl annotate: {}", text(&out));
+    };
+    let wait = |what: &'static str, want: fn(&Application) -> bool| async move {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let app = apps.get("guestbook").await?;
+            if want(&app) {
+                return anyhow::Ok(app);
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for guestbook {what}: {}\ncontroller log:\n{}",
+                    health_of(&app),
+                    log_tail(log)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    annotate("example.capstan.dev/health=Degraded");
+    let app = wait("Degraded by the example Lua rule", |a| health_of(a) == "Degraded").await?;
+    let message = app.status.and_then(|s| s.health).map(|h| h.message).unwrap_or_default();
+    assert!(
+        message.contains("set by the example.capstan.dev/health annotation"),
+        "{message}"
+    );
+    annotate("example.capstan.dev/health-");
+    wait("Healthy again", synced_healthy).await?;
     Ok(())
 }

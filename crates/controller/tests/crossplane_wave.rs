@@ -50,22 +50,42 @@ async fn the_next_wave_waits_until_the_claim_is_ready() -> anyhow::Result<()> {
     env.git.commit(
         "claims",
         "main",
-        &[("app/crd.yaml", Some(CRD)), ("app/claim.yaml", Some(CLAIM)), ("app/consumer.yaml", Some(CONSUMER))],
+        &[
+            ("app/crd.yaml", Some(CRD)),
+            ("app/claim.yaml", Some(CLAIM)),
+            ("app/consumer.yaml", Some(CONSUMER)),
+        ],
         "a database claim and its consumer",
     )?;
     let dest = "claims";
-    env.create_app(app("claims", &env.git.git_url("claims"), "app", dest, true)).await?;
-    let claims = env.api("wave.test.capstan.dev/v1alpha1", "PostgreSQLInstance", "postgresqlinstances", Some(dest));
+    env.create_app(app("claims", &env.git.git_url("claims"), "app", dest, true))
+        .await?;
+    let claims = env.api(
+        "wave.test.capstan.dev/v1alpha1",
+        "PostgreSQLInstance",
+        "postgresqlinstances",
+        Some(dest),
+    );
     let (v, k, p) = CM_API;
 
     // Without status: the operation waits on the claim (its message names it) and wave 1 is not applied.
     let waiting = env
-        .wait_app("claims", "operation waiting on the claim", Duration::from_secs(90), |a| {
-            op_phase(a) == "Running" && op_message(a).contains("orders-db")
-        })
+        .wait_app(
+            "claims",
+            "operation waiting on the claim",
+            Duration::from_secs(90),
+            |a| op_phase(a) == "Running" && op_message(a).contains("orders-db"),
+        )
         .await?;
-    assert!(op_message(&waiting).contains("PostgreSQLInstance"), "{}", op_message(&waiting));
-    assert!(env.get(v, k, p, dest, "orders-config").await?.is_none(), "wave 1 applied before the claim is ready");
+    assert!(
+        op_message(&waiting).contains("PostgreSQLInstance"),
+        "{}",
+        op_message(&waiting)
+    );
+    assert!(
+        env.get(v, k, p, dest, "orders-config").await?.is_none(),
+        "wave 1 applied before the claim is ready"
+    );
 
     // Creating: still waiting, now with Crossplane's words.
     claims
@@ -79,11 +99,22 @@ async fn the_next_wave_waits_until_the_claim_is_ready() -> anyhow::Result<()> {
         )
         .await?;
     let creating = env
-        .wait_app("claims", "operation waiting on a creating claim", Duration::from_secs(60), |a| {
-            op_phase(a) == "Running" && op_message(a).contains("orders-db") && op_message(a).to_lowercase().contains("creat")
-        })
+        .wait_app(
+            "claims",
+            "operation waiting on a creating claim",
+            Duration::from_secs(60),
+            |a| {
+                op_phase(a) == "Running"
+                    && op_message(a).contains("orders-db")
+                    && op_message(a).to_lowercase().contains("creat")
+            },
+        )
         .await?;
-    assert!(env.get(v, k, p, dest, "orders-config").await?.is_none(), "{}", op_message(&creating));
+    assert!(
+        env.get(v, k, p, dest, "orders-config").await?.is_none(),
+        "{}",
+        op_message(&creating)
+    );
 
     // Ready: the next wave goes and the operation succeeds.
     claims
@@ -96,9 +127,12 @@ async fn the_next_wave_waits_until_the_claim_is_ready() -> anyhow::Result<()> {
             ]}})),
         )
         .await?;
-    env.wait_app("claims", "synced after the claim is ready", Duration::from_secs(90), |a| {
-        op_phase(a) == "Succeeded" && synced_healthy(a)
-    })
+    env.wait_app(
+        "claims",
+        "synced after the claim is ready",
+        Duration::from_secs(90),
+        |a| op_phase(a) == "Succeeded" && synced_healthy(a),
+    )
     .await?;
     assert!(env.get(v, k, p, dest, "orders-config").await?.is_some());
     Ok(())

@@ -367,3 +367,22 @@ fn hostile_objects_never_panic() {
         assert!(h.message.len() <= capstan_health::MAX_MESSAGE_BYTES + 4);
     }
 }
+
+#[test]
+fn the_playground_settings_load_without_errors() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/settings/capstan-cm.yaml");
+    let text = std::fs::read_to_string(path).expect("examples/settings/capstan-cm.yaml");
+    let cm: Value = serde_saphyr::from_str(&text).expect("a ConfigMap");
+    let data: Vec<(String, String)> = cm["data"]
+        .as_object()
+        .expect("data")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+        .collect();
+    let r = HealthRules::from_config(data.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    assert!(r.errors().is_empty(), "{:?}", r.errors());
+    let mut annotated = config_map("x");
+    annotated["metadata"]["annotations"] = json!({"example.capstan.dev/health": "Degraded"});
+    assert_eq!(health(&r, &annotated).0, HealthCode::Degraded);
+    assert_eq!(health(&r, &config_map("x")).0, HealthCode::Healthy);
+}
