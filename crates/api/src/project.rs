@@ -52,11 +52,28 @@ pub struct AppProjectSpec {
     /// (`*` for any). Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_stores: Vec<String>,
+    /// Which secrets of a store (permitted by `secretStores`) its Applications may read: a store
+    /// with entries here is limited to their paths; a store without any entry is limited only by
+    /// what its token may read. For a store several teams share.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_store_paths: Vec<SecretStorePaths>,
     /// What the project's ImageUpdaters and PromotionPipelines may commit: which files of which
     /// repositories, on which branches. A write needs the repository in `sourceRepos` too. Empty:
     /// no write at all (Applications only read, and `sourceRepos` is all they need).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_repo_paths: Vec<RepoPaths>,
+}
+
+/// Secrets of one store a project's Applications may read (`AppProject.spec.secretStorePaths[]`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretStorePaths {
+    /// The store's name (exact).
+    pub store: String,
+    /// Globs over `mount/path` of the KV secrets (`secret/team-a/**`): `*` stays within one
+    /// segment, `**` crosses segments. Empty: no secret of the store.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 /// Files of repositories a project's ImageUpdaters and PromotionPipelines may commit to

@@ -315,6 +315,31 @@ async fn a_failed_resolution_applies_nothing_of_the_sync_and_names_secret_key_an
     .await?;
     unchanged("store not permitted").await?;
 
+    // A store the project permits, but not at that path (secretStorePaths).
+    env.apply_project(
+        "team-a",
+        json!({"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}],
+               "clusterResourceWhitelist": [{"group": "*", "kind": "*"}], "secretStores": ["openbao"],
+               "secretStorePaths": [{"store": "openbao", "paths": ["secret/team-a/**"]}]}),
+    )
+    .await?;
+    let mut scoped = app("failures", &env.git.git_url("failures"), "app", ns, true);
+    scoped["spec"]["project"] = json!("team-a");
+    env.create_app(scoped).await?;
+    expect_failure(
+        &env,
+        "failures",
+        "InvalidSpecError",
+        &[
+            "payments",
+            "secretStorePaths",
+            "\"secret/payments\"",
+            "secret/team-a/**",
+        ],
+    )
+    .await?;
+    unchanged("path not permitted").await?;
+
     // A sealed store (last: the dev server is not unsealed again).
     env.create_app(app("failures", &env.git.git_url("failures"), "app", ns, true))
         .await?;

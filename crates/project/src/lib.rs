@@ -75,6 +75,7 @@ const NAMESPACE_WHITELIST: &str = "namespaceResourceWhitelist";
 const NAMESPACE_BLACKLIST: &str = "namespaceResourceBlacklist";
 const DECRYPTION_SECRETS: &str = "decryptionSecrets";
 const SECRET_STORES: &str = "secretStores";
+const SECRET_STORE_PATHS: &str = "secretStorePaths";
 const SOURCE_REPO_PATHS: &str = "sourceRepoPaths";
 
 /// The implicit `default` project when no AppProject named default exists: allows everything.
@@ -96,6 +97,7 @@ pub fn allow_all() -> AppProjectSpec {
         namespace_resource_blacklist: Vec::new(),
         decryption_secrets: vec!["*".into()],
         secret_stores: vec!["*".into()],
+        secret_store_paths: Vec::new(),
         source_repo_paths: vec![RepoPaths {
             repo: "*".into(),
             paths: vec!["**".into()],
@@ -244,6 +246,42 @@ pub fn check_decryption_secret(project_name: &str, spec: &AppProjectSpec, name: 
 /// (`secretStores`: exact names, or `*`).
 pub fn check_secret_store(project_name: &str, spec: &AppProjectSpec, name: &str) -> Result<(), Violation> {
     check_named(project_name, SECRET_STORES, &spec.secret_stores, "secret store", name)
+}
+
+/// Whether the project's Applications may read the secret at `location` (`mount/path`) of the store
+/// `store`: when `secretStorePaths` has entries for the store, one of their globs must match (`*`
+/// within a segment, `**` across); a store without entries is limited by `secretStores` alone.
+pub fn check_secret_path(
+    project_name: &str,
+    spec: &AppProjectSpec,
+    store: &str,
+    location: &str,
+) -> Result<(), Violation> {
+    let entries: Vec<_> = spec.secret_store_paths.iter().filter(|e| e.store == store).collect();
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let violation = |message: String| Violation::new(project_name, SECRET_STORE_PATHS, message);
+    let mut listed = Vec::new();
+    for pattern in entries.iter().flat_map(|e| &e.paths) {
+        match glob_match(pattern, location, true) {
+            Ok(true) => return Ok(()),
+            Ok(false) => listed.push(pattern.as_str()),
+            Err(e) => {
+                return Err(violation(format!(
+                    "the pattern {pattern:?} for secret store \"{store}\" does not parse: {e}"
+                )));
+            }
+        }
+    }
+    let listed = if listed.is_empty() {
+        "it lists no path".to_string()
+    } else {
+        format!("it permits {}", listed.join(", "))
+    };
+    Err(violation(format!(
+        "secret \"{location}\" of store \"{store}\" is not permitted by the project's {SECRET_STORE_PATHS} ({listed})"
+    )))
 }
 
 fn check_named(project_name: &str, field: &str, list: &[String], what: &str, name: &str) -> Result<(), Violation> {
@@ -708,6 +746,43 @@ mod named_tests {
         .to_string();
         assert!(err.contains("the list is empty"), "{err}");
         assert!(check_write("default", &allow_all(), &write(root, "any/where.yaml", "any/branch")).is_ok());
+    }
+
+    #[test]
+    fn secret_store_paths_limit_the_stores_they_name() {
+        let spec = AppProjectSpec {
+            secret_stores: vec!["*".into()],
+            secret_store_paths: vec![capstan_api::project::SecretStorePaths {
+                store: "shared".into(),
+                paths: vec!["secret/team-a/**".into(), "kv/team-a-*".into()],
+            }],
+            ..Default::default()
+        };
+        assert!(check_secret_path("team-a", &spec, "shared", "secret/team-a/db").is_ok());
+        assert!(check_secret_path("team-a", &spec, "shared", "secret/team-a/x/y").is_ok());
+        assert!(check_secret_path("team-a", &spec, "shared", "kv/team-a-app").is_ok());
+        // `*` stays within one segment.
+        let err = check_secret_path("team-a", &spec, "shared", "kv/team-a-app/deeper").unwrap_err();
+        assert!(err.to_string().contains("secretStorePaths"), "{err}");
+        let err = check_secret_path("team-a", &spec, "shared", "secret/team-b/db")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"secret/team-b/db\"") && err.contains("\"shared\"") && err.contains("secret/team-a/**"),
+            "{err}"
+        );
+        // A store without entries is limited by secretStores alone.
+        assert!(check_secret_path("team-a", &spec, "own", "secret/anything").is_ok());
+        // An entry without paths permits none of the store's secrets.
+        let none = AppProjectSpec {
+            secret_store_paths: vec![capstan_api::project::SecretStorePaths {
+                store: "shared".into(),
+                paths: vec![],
+            }],
+            ..Default::default()
+        };
+        let err = check_secret_path("team-a", &none, "shared", "secret/a").unwrap_err();
+        assert!(err.to_string().contains("lists no path"), "{err}");
     }
 
     #[test]

@@ -109,6 +109,14 @@ pub(super) async fn resolve(
             object: described.clone(),
             reason,
         })?;
+        for (_, reference) in &references {
+            capstan_project::check_secret_path(project, rules, &store, &reference.location()).map_err(|source| {
+                PipelineError::SecretStoreRefused {
+                    object: described.clone(),
+                    source,
+                }
+            })?;
+        }
         for (key, _) in &references {
             for field in ["data", "stringData"] {
                 if object[field].get(key).is_some() {
