@@ -275,7 +275,7 @@ async fn dry_run_apply(client: &kube::Client, info: &KindInfo, key: &ObjectKey, 
     } else {
         Api::all_with(client.clone(), &info.resource)
     };
-    let pp = PatchParams::apply(FIELD_MANAGER).force().dry_run();
+    let pp = strict(PatchParams::apply(FIELD_MANAGER).force().dry_run());
     let obj = api
         .patch(&key.name, &pp, &Patch::Apply(desired))
         .await
@@ -287,6 +287,15 @@ async fn dry_run_apply(client: &kube::Client, info: &KindInfo, key: &ObjectKey, 
         key: key.clone(),
         source,
     })
+}
+
+/// `pp` with strict field validation, as `kubectl apply` (and so Argo CD) asks by default: a field
+/// the kind's schema does not know (a typo, a field of another version, an Argo CD field Capstan's
+/// Application does not have) is refused naming it, instead of being dropped silently. The dry run
+/// of a comparison asks it, so the refusal comes before any sync, and every apply asks it too.
+pub fn strict(mut pp: PatchParams) -> PatchParams {
+    pp.field_validation = Some(kube::api::ValidationDirective::Strict);
+    pp
 }
 
 /// Whether every field set in `desired` has the same value in `live` (lists element-wise).

@@ -1,5 +1,7 @@
 //! A commit that changes what runs and adds an object the API server rejects: nothing is applied,
-//! the SyncFail hooks run, and the failure names the rejected object.
+//! the SyncFail hooks run, and the failure names the rejected object. A field the kind's schema does
+//! not declare (a typo, an Argo CD field Capstan's Application lacks) is refused naming it, never
+//! dropped.
 
 mod support;
 
@@ -119,6 +121,61 @@ async fn a_rejected_new_object_stops_the_sync_before_anything_running_changes() 
     assert!(
         hook.is_some(),
         "the SyncFail hook ran for a sync refused before applying"
+    );
+    Ok(())
+}
+
+/// A Deployment with a misspelt field (`replica`) and a child Application with an Argo CD field
+/// Capstan's Application does not have (`helm.skipCrds`).
+const TYPO: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: typo}\nspec:\n  replica: 3\n  selector: {matchLabels: {app: typo}}\n  template:\n    metadata: {labels: {app: typo}}\n    spec: {containers: [{name: c, image: busybox}]}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unknown_fields_are_refused_naming_them_not_dropped() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("unknown-fields")?;
+    let url = env.git.git_url("unknown-fields");
+    let child = format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: skip-crds, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{url}', targetRevision: main, path: chart, helm: {{skipCrds: true}}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: skip-crds}}\n",
+        ns = env.ns
+    );
+    env.git.commit(
+        "unknown-fields",
+        "main",
+        &[("typo/deploy.yaml", Some(TYPO)), ("parent/child.yaml", Some(&child))],
+        "unknown fields",
+    )?;
+    // The refusal comes from the comparison's dry run (an object that exists) or from the apply (a new
+    // one); either way it names the field, and the object is not written without it.
+    let refusal = |a: &capstan_api::Application| {
+        condition(a, "ComparisonError").or_else(|| (op_phase(a) == "Failed").then(|| op_message(a)))
+    };
+    for (name, path, field) in [
+        ("typo", "typo", ".spec.replica"),
+        ("parent-of-skip-crds", "parent", "spec.source.helm.skipCrds"),
+    ] {
+        env.create_app(app(name, &url, path, "unknown-fields", true)).await?;
+        let refused = env
+            .wait_app(name, "refused naming the field", Duration::from_secs(60), |a| {
+                refusal(a).is_some()
+            })
+            .await?;
+        let message = refusal(&refused).unwrap_or_default();
+        assert!(message.contains(field), "{name}: {message}");
+    }
+    let (v, k, p) = DEPLOY_API;
+    assert!(env.get(v, k, p, "unknown-fields", "typo").await?.is_none());
+    // Never created with the field dropped (server-side apply with strict field validation).
+    assert!(
+        env.get(
+            "capstan.dev/v1alpha1",
+            "Application",
+            "applications",
+            &env.ns,
+            "skip-crds"
+        )
+        .await?
+        .is_none(),
+        "the child Application was created with its unknown field dropped"
     );
     Ok(())
 }

@@ -75,7 +75,7 @@ pub(super) async fn send(
     if SyncOptions::of_object(desired).replace {
         return replace(api, state, desired, dry_run).await;
     }
-    let mut pp = PatchParams::apply(FIELD_MANAGER).force();
+    let mut pp = capstan_compare::diff::strict(PatchParams::apply(FIELD_MANAGER).force());
     if dry_run {
         pp = pp.dry_run();
     }

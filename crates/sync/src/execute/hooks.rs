@@ -61,7 +61,7 @@ pub(super) async fn run_hook(
         if policies.contains(&DeletePolicy::BeforeHookCreation) {
             delete_previous_hook(&api, state, desired).await?;
         }
-        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        let pp = capstan_compare::diff::strict(PatchParams::apply(FIELD_MANAGER).force());
         api.patch(&name, &pp, &Patch::Apply(desired)).await?;
         name
     };
