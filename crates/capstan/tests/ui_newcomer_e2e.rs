@@ -159,6 +159,39 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
     });
     browser.goto(&format!("{base}/applications"))?;
 
+    // Columns sort; the sort is kept in the URL like the filters.
+    let first_row = || {
+        browser
+            .find_all(&testid("app-row"))
+            .ok()
+            .and_then(|rows| rows.into_iter().next())
+            .and_then(|r| r.attr("data-app").ok().flatten())
+            .unwrap_or_default()
+    };
+    until("sorted by name", Duration::from_secs(10), || first_row() == "auto");
+    browser.click(&testid("sort-name"), WAIT)?;
+    until("sorted by name, descending", Duration::from_secs(10), || {
+        first_row() == "fleet-one" && browser.url().is_ok_and(|u| u.ends_with("?sort=-name"))
+    });
+    let header = browser.wait_for(&format!("th:has({})", testid("sort-name")), WAIT)?;
+    assert_eq!(header.attr("aria-sort")?.as_deref(), Some("descending"));
+    browser.click(&testid("sort-message"), WAIT)?;
+    // broken is the only one with a message: last when ascending (empty first), first descending.
+    until("sorted by message", Duration::from_secs(10), || {
+        browser.url().is_ok_and(|u| u.ends_with("?sort=message")) && first_row() != "broken"
+    });
+    browser.click(&testid("sort-message"), WAIT)?;
+    until("sorted by message, descending", Duration::from_secs(10), || {
+        first_row() == "broken"
+    });
+    let url = browser.url()?;
+    browser.goto(&url)?;
+    browser.wait_for(&testid("app-row"), WAIT)?;
+    until("the sort applies after a reload", Duration::from_secs(10), || {
+        first_row() == "broken"
+    });
+    browser.goto(&format!("{base}/applications"))?;
+
     // Filters are kept in the URL: a reload shows the same list.
     browser.wait_for(&testid("app-search"), WAIT)?.send_keys("brok")?;
     until("the URL to carry the filter", Duration::from_secs(10), || {

@@ -97,7 +97,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ page: 'notfound' }} NotFoundPage
  * @typedef {LoginPage | ListPage | AppPage | AppSetsPage | AppSetPage | ClustersPage | NotFoundPage} Page
  */
-/** @typedef {{ search: string, project: string, cluster: string, namespace: string, sync: string, health: string, label: string }} Filters */
+/** @typedef {{ search: string, project: string, cluster: string, namespace: string, sync: string, health: string, label: string, sort: string }} Filters */
 
 // ---------------------------------------------------------------------------------------------
 // State
@@ -120,7 +120,7 @@ const state = {
   /** @type {Map<string, ApplicationSummary>} name -> summary (the stream stores a new object per change) */
   apps: new Map(),
   /** @type {Filters} */
-  filters: { search: '', project: '', cluster: '', namespace: '', sync: '', health: '', label: '' },
+  filters: { search: '', project: '', cluster: '', namespace: '', sync: '', health: '', label: '', sort: '' },
   /** @type {Tab} the tab of the Application page, kept from one Application to the next */
   tab: 'tree',
   /** @type {Page | null} */ page: null,
@@ -669,6 +669,37 @@ function openList() {
 
 const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
 const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation', 'Message'];
+/**
+ * What each column sorts on (its key is the column's name in lower case). The list is sorted by
+ * name unless `sort` (in the URL, like the filters) names a column, `-column` for descending.
+ * @type {Record<string, (a: ApplicationSummary) => string>}
+ */
+const SORT_KEYS = {
+  name: (a) => a.name || '',
+  project: (a) => a.project || '',
+  sync: (a) => a.sync || '',
+  health: (a) => a.health || '',
+  revision: (a) => a.revision || '',
+  cluster: (a) => a.cluster || '',
+  namespace: (a) => a.destNamespace || '',
+  operation: (a) => { const op = /** @type {OperationState | null | undefined} */ (a.operation); return (op && op.phase) || ''; },
+  message: (a) => statusMessage(a),
+};
+
+/** @param {string} column a key of SORT_KEYS: sort on it, or the other way round if it is the sort already */
+function sortOn(column) {
+  const cur = state.filters.sort || 'name';
+  const next = cur === column ? `-${column}` : column;
+  setFilter('sort', next === 'name' ? '' : next);
+}
+
+/** @param {string} header */
+function columnHeader(header) {
+  const column = header.toLowerCase();
+  const cur = state.filters.sort || 'name';
+  const dir = cur === column ? 'ascending' : cur === `-${column}` ? 'descending' : 'none';
+  return html`<th role="columnheader" aria-sort=${dir}><button type="button" class="sort" data-testid="sort-${column}" title="sort by ${column}" @click=${() => sortOn(column)}>${header}${dir === 'ascending' ? ' ▲' : dir === 'descending' ? ' ▼' : ''}</button></th>`;
+}
 
 /**
  * What is wrong with an Application, in one line, as `capstan app list` shows it: its first
@@ -705,7 +736,10 @@ function rowView(a) {
 
 /** @param {ListPage} page */
 function listView(page) {
-  const all = [...state.apps.values()].sort((a, b) => byName(a.name || '', b.name || ''));
+  const sort = state.filters.sort || 'name';
+  const desc = sort.startsWith('-') ? -1 : 1;
+  const key = SORT_KEYS[sort.replace(/^-/, '')] || SORT_KEYS.name;
+  const all = [...state.apps.values()].sort((a, b) => desc * (byName(key(a), key(b)) || byName(a.name || '', b.name || '')));
   const shown = all.filter(matches);
   const f = state.filters;
   let empty = '';
@@ -723,7 +757,7 @@ function listView(page) {
       <label>Label<input data-filter="label" .value=${f.label} placeholder="key=value" @input=${onFilter}></label>
     </div>
     <table class="apps" role="table">
-      <thead role="rowgroup"><tr role="row">${COLUMNS.map((h) => html`<th role="columnheader">${h}</th>`)}</tr></thead>
+      <thead role="rowgroup"><tr role="row">${COLUMNS.map(columnHeader)}</tr></thead>
       <tbody id="rows" role="rowgroup">${empty
         ? html`<tr role="row"><td colspan="9" class="empty" role="cell">${empty}</td></tr>`
         : repeat(shown, (a) => a.name, rowView)}</tbody>
