@@ -2,7 +2,8 @@
 //! `capstan controller --listen` on a real control plane: the list's message column, a refused
 //! rollback shown inside its dialog (and no rollback offered to the entry already deployed), the
 //! generated Applications' health on the ApplicationSet page, `ErrorOccurred=False` not drawn as an
-//! error, and the clusters' labels on the Clusters page.
+//! error, the clusters' labels on the Clusters page, and the list sorted on a column (kept in the
+//! URL).
 
 mod common;
 
