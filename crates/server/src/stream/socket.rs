@@ -66,6 +66,18 @@ impl std::fmt::Display for Topic {
     }
 }
 
+/// The most topics one subscription may name: a tab shows the list and one Application; a client
+/// naming thousands would make the server check and hold them all.
+pub const MAX_TOPICS: usize = 64;
+
+/// The largest message a tab may send (a subscription is a short JSON list).
+const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// Why a subscription naming `topics` is refused, if it is.
+fn too_many(topics: &[String]) -> Option<String> {
+    (topics.len() > MAX_TOPICS).then(|| format!("{} topics named; at most {MAX_TOPICS}", topics.len()))
+}
+
 /// A message from the tab.
 #[derive(Debug, Deserialize)]
 struct Subscribe {
@@ -221,7 +233,8 @@ pub async fn connect(
     let Some(permit) = permit(&state, &auth.principal) else {
         return too_many_streams();
     };
-    ws.on_upgrade(move |socket| run(socket, state, auth, permit))
+    ws.max_message_size(MAX_MESSAGE_BYTES)
+        .on_upgrade(move |socket| run(socket, state, auth, permit))
 }
 
 async fn send_all(socket: &mut WebSocket, frames: Vec<Value>) -> bool {
@@ -250,7 +263,10 @@ async fn run(mut socket: WebSocket, state: Arc<State>, auth: Auth, _permit: Stre
             () = &mut stop => break,
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<Subscribe>(text.as_str()) {
-                    Ok(s) => tab.subscribe(&s.topics),
+                    Ok(s) => match too_many(&s.topics) {
+                        Some(error) => vec![frame("", "error", json!({"error": error}))],
+                        None => tab.subscribe(&s.topics),
+                    },
                     Err(err) => vec![frame("", "error", json!({"error": format!("not a subscription: {err}")}))],
                 },
                 Some(Ok(Message::Close(_)) | Err(_)) | None => return,
@@ -291,6 +307,14 @@ mod tests {
         for bad in ["", "application/", "applications/x", "application", "apps"] {
             assert_eq!(Topic::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_subscription_names_a_bounded_number_of_topics() {
+        let topics = |n: usize| (0..n).map(|i| format!("application/a{i}")).collect::<Vec<_>>();
+        assert_eq!(too_many(&topics(MAX_TOPICS)), None);
+        let refusal = too_many(&topics(MAX_TOPICS + 1)).unwrap_or_default();
+        assert!(refusal.contains("65 topics") && refusal.contains("at most 64"), "{refusal}");
     }
 
     #[test]
