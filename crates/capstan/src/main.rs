@@ -127,7 +127,7 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     /// Every subcommand, flag and positional argument of `capstan` says what it is in `--help`.
     #[test]
@@ -153,5 +153,56 @@ mod tests {
         let mut missing = Vec::new();
         walk(&super::Cli::command(), "capstan", &mut missing);
         assert!(missing.is_empty(), "undocumented in --help: {missing:#?}");
+    }
+
+    /// One spelling per flag: the namespace of Capstan's objects is kubectl's `-n/--namespace` in
+    /// every command's `--help` (the older `-N/--app-namespace`, `--appset-namespace`,
+    /// `--capstan-namespace` are hidden aliases that still parse).
+    #[test]
+    fn every_command_names_the_namespace_as_kubectl_does() {
+        fn walk(cmd: &clap::Command, path: &str, leaves: &mut Vec<(String, String)>) {
+            let subs: Vec<&clap::Command> = cmd
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+                .collect();
+            if subs.is_empty() {
+                leaves.push((path.to_string(), cmd.clone().render_help().to_string()));
+            }
+            for sub in subs {
+                walk(sub, &format!("{path} {}", sub.get_name()), leaves);
+            }
+        }
+        let mut cli = super::Cli::command();
+        cli.build();
+        let mut leaves = Vec::new();
+        walk(&cli, "capstan", &mut leaves);
+        let with_namespace = ["app", "appset", "promote", "cluster", "account", "server", "controller"];
+        let mut checked = 0;
+        for (path, help) in &leaves {
+            for old in ["--app-namespace", "--appset-namespace", "--capstan-namespace", "-N,"] {
+                assert!(!help.contains(old), "{path} --help still shows {old}:\n{help}");
+            }
+            // Those that read a cluster (`appset generate` works offline).
+            let top = path.split(' ').nth(1).unwrap_or_default();
+            if with_namespace.contains(&top) && help.contains("--kubeconfig") {
+                assert!(
+                    help.contains("-n, --namespace <"),
+                    "{path} --help has no -n/--namespace:\n{help}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 15, "only {checked} commands checked");
+        for old in [
+            vec!["capstan", "app", "-N", "x", "list"],
+            vec!["capstan", "app", "--app-namespace", "x", "list"],
+            vec!["capstan", "appset", "list", "--appset-namespace", "x"],
+            vec!["capstan", "cluster", "--capstan-namespace", "x", "list"],
+            vec!["capstan", "promote", "-N", "x", "--from", "a", "--to", "b", "history"],
+        ] {
+            if let Err(e) = super::Cli::try_parse_from(&old) {
+                panic!("{old:?} no longer parses: {e}");
+            }
+        }
     }
 }

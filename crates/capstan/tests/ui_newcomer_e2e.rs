@@ -2,7 +2,8 @@
 //! `capstan controller --listen` on a real control plane: the list's message column, a refused
 //! rollback shown inside its dialog (and no rollback offered to the entry already deployed), the
 //! generated Applications' health on the ApplicationSet page, `ErrorOccurred=False` not drawn as an
-//! error, and the clusters' labels on the Clusters page.
+//! error, the clusters' labels on the Clusters page, and the list sorted on a column (kept in the
+//! URL).
 
 mod common;
 
@@ -156,6 +157,39 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
             && browser
                 .find_all(&format!("{}[data-app=\"broken\"]", testid("app-row")))
                 .is_ok_and(|r| r.is_empty())
+    });
+    browser.goto(&format!("{base}/applications"))?;
+
+    // Columns sort; the sort is kept in the URL like the filters.
+    let first_row = || {
+        browser
+            .find_all(&testid("app-row"))
+            .ok()
+            .and_then(|rows| rows.into_iter().next())
+            .and_then(|r| r.attr("data-app").ok().flatten())
+            .unwrap_or_default()
+    };
+    until("sorted by name", Duration::from_secs(10), || first_row() == "auto");
+    browser.click(&testid("sort-name"), WAIT)?;
+    until("sorted by name, descending", Duration::from_secs(10), || {
+        first_row() == "fleet-one" && browser.url().is_ok_and(|u| u.ends_with("?sort=-name"))
+    });
+    let header = browser.wait_for(&format!("th:has({})", testid("sort-name")), WAIT)?;
+    assert_eq!(header.attr("aria-sort")?.as_deref(), Some("descending"));
+    browser.click(&testid("sort-message"), WAIT)?;
+    // broken is the only one with a message: last when ascending (empty first), first descending.
+    until("sorted by message", Duration::from_secs(10), || {
+        browser.url().is_ok_and(|u| u.ends_with("?sort=message")) && first_row() != "broken"
+    });
+    browser.click(&testid("sort-message"), WAIT)?;
+    until("sorted by message, descending", Duration::from_secs(10), || {
+        first_row() == "broken"
+    });
+    let url = browser.url()?;
+    browser.goto(&url)?;
+    browser.wait_for(&testid("app-row"), WAIT)?;
+    until("the sort applies after a reload", Duration::from_secs(10), || {
+        first_row() == "broken"
     });
     browser.goto(&format!("{base}/applications"))?;
 

@@ -42,7 +42,7 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{app_promotions, apps, fleet, model, promotions, tree};
+    use api::{app_promotions, apps, fleet, model, promotions, revision, tree};
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -121,6 +121,13 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             "/api/applications/{name}/tree",
             get_with(tree::tree, |op| {
                 op.summary("Its objects and what they own, read live").tag("applications")
+            }),
+        )
+        .api_route(
+            "/api/applications/{name}/revisions/{revision}/metadata",
+            get_with(revision::metadata, |op| {
+                op.summary("Author, date and message of a commit of its Git sources (read from the cache)")
+                    .tag("applications")
             }),
         )
         .api_route(
@@ -250,6 +257,8 @@ pub fn router(state: Arc<State>) -> Router {
     let mut document = openapi::base();
     api_routes()
         .finish_api(&mut document)
+        // A WebSocket upgrade: not described by the OpenAPI document (see docs/ui.md).
+        .route("/api/stream", get(stream::socket::connect))
         .route("/api/{*rest}", axum::routing::any(api_not_found))
         .route("/ui/{*path}", get(ui::file))
         .route("/", get(ui::index))

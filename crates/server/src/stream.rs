@@ -11,8 +11,9 @@
 //! [`GLOBAL`] in all; over either, a new stream is refused with 429.
 
 pub mod limit;
+pub mod list;
+pub mod socket;
 
-use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,15 +27,15 @@ use kube::ResourceExt;
 use tokio::sync::broadcast;
 
 use crate::api::access::{authorized, project_of};
-use crate::api::apps::summary;
 use crate::auth::Auth;
 use crate::auth::rbac::{Principal, Role, Source};
 use crate::error::ApiError;
 use crate::state::{AppEvent, State};
 pub use limit::{GLOBAL, PER_PRINCIPAL, StreamLimiter};
+use list::{ListUpdate, ListView};
 
 /// How often a quiet stream re-checks that its credentials are still good.
-const RECHECK: Duration = Duration::from_secs(15);
+pub(crate) const RECHECK: Duration = Duration::from_secs(15);
 /// What a client over a limit is told to wait before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(15);
 
@@ -51,7 +52,7 @@ impl Drop for StreamPermit {
 }
 
 /// A place for one more stream of `principal`, if it is under the limits.
-fn permit(state: &Arc<State>, principal: &Principal) -> Option<StreamPermit> {
+pub(crate) fn permit(state: &Arc<State>, principal: &Principal) -> Option<StreamPermit> {
     let key = (principal.source, principal.name.clone());
     if state.streams.acquire(&key) {
         Some(StreamPermit {
@@ -65,7 +66,7 @@ fn permit(state: &Arc<State>, principal: &Principal) -> Option<StreamPermit> {
 }
 
 /// The 429 of a stream over the limits.
-fn too_many_streams() -> Response {
+pub(crate) fn too_many_streams() -> Response {
     crate::auth::too_many(
         &format!("too many open live-update streams (at most {PER_PRINCIPAL} per user, {GLOBAL} in all)"),
         RETRY_AFTER,
@@ -91,63 +92,23 @@ fn deleted_event(name: &str) -> Event {
         .data(serde_json::json!({"name": name}).to_string())
 }
 
-/// What the list stream has told its client so far.
+/// The list stream's state: what its client was told, and the change feed.
 struct ListStream {
     rx: broadcast::Receiver<AppEvent>,
     state: Arc<State>,
     auth: Auth,
-    sent: HashSet<String>,
+    view: ListView,
     _permit: StreamPermit,
 }
 
-impl ListStream {
-    /// Events for everything in the cache now, and `deleted` for what the client has that is gone.
-    fn snapshot(&mut self) -> Vec<Event> {
-        let policy = self.state.policy();
-        let mut events = Vec::new();
-        let mut now = HashSet::new();
-        for app in self.state.apps.state() {
-            let role = policy.role(&self.auth.principal, project_of(&app));
-            if role >= Role::ReadOnly {
-                now.insert(app.name_any());
-                events.push(
-                    Event::default()
-                        .event("application")
-                        .data(serde_json::to_string(&summary(&app, role)).unwrap_or_default()),
-                );
-            }
-        }
-        for gone in self.sent.difference(&now) {
-            events.push(deleted_event(gone));
-        }
-        self.sent = now;
-        events
-    }
-
-    /// The events one change means for this client.
-    fn on(&mut self, event: AppEvent) -> Vec<Event> {
-        match event {
-            AppEvent::Applied(app) => {
-                let name = app.name_any();
-                let role = self.state.policy().role(&self.auth.principal, project_of(&app));
-                if role >= Role::ReadOnly {
-                    self.sent.insert(name);
-                    vec![
-                        Event::default()
-                            .event("application")
-                            .data(serde_json::to_string(&summary(&app, role)).unwrap_or_default()),
-                    ]
-                } else if self.sent.remove(&name) {
-                    // No longer readable: gone, as far as this client is concerned.
-                    vec![deleted_event(&name)]
-                } else {
-                    Vec::new()
-                }
-            }
-            AppEvent::Deleted(name) if self.sent.remove(&name) => vec![deleted_event(&name)],
-            AppEvent::Deleted(_) => Vec::new(),
-        }
-    }
+fn list_events(updates: Vec<ListUpdate>) -> Vec<Event> {
+    updates
+        .into_iter()
+        .map(|u| match u {
+            ListUpdate::Summary(s) => Event::default().event("application").data(s.to_string()),
+            ListUpdate::Deleted(name) => deleted_event(&name),
+        })
+        .collect()
 }
 
 /// `GET /api/stream/applications`.
@@ -159,10 +120,10 @@ pub async fn applications(auth: Auth, AxState(state): AxState<Arc<State>>) -> Re
         rx: state.events.subscribe(),
         state: state.clone(),
         auth,
-        sent: HashSet::new(),
+        view: ListView::default(),
         _permit: permit,
     };
-    let first = list.snapshot();
+    let first = list_events(list.view.snapshot(&list.state, &list.auth));
     let updates = stream::unfold(list, |mut list| async move {
         loop {
             let received = tokio::time::timeout(RECHECK, list.rx.recv()).await;
@@ -171,9 +132,11 @@ pub async fn applications(auth: Auth, AxState(state): AxState<Arc<State>>) -> Re
             }
             let events = match received {
                 Err(_) => continue,
-                Ok(Ok(event)) => list.on(event),
+                Ok(Ok(event)) => list_events(list.view.on(&list.state, &list.auth, &event)),
                 // Fell behind: send the whole state again.
-                Ok(Err(broadcast::error::RecvError::Lagged(_))) => list.snapshot(),
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
+                    list_events(list.view.snapshot(&list.state, &list.auth))
+                }
                 Ok(Err(broadcast::error::RecvError::Closed)) => return None,
             };
             if !events.is_empty() {

@@ -408,7 +408,7 @@ async fn webhooks_need_a_secret_and_tell_nothing(server: SocketAddr, secrets: &A
     Ok(())
 }
 
-/// A principal may hold at most 8 streams: the 9th gets 429; closing one frees its place.
+/// A principal may hold at most PER_PRINCIPAL streams: the next gets 429; closing one frees its place.
 async fn streams_are_capped(server: SocketAddr, state: &Arc<State>, secrets: &Api<Secret>) -> anyhow::Result<()> {
     let (id, token, stored) = auth::new_token("admin", None);
     set_secret_value(secrets, &auth::token_key(&id), &stored).await?;

@@ -612,6 +612,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/applications/{name}/revisions/{revision}/metadata": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Author, date and message of a commit of its Git sources (read from the cache) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /**
+                 * @description `GET /api/applications/{name}/revisions/{revision}/metadata`: a deployed commit (Argo CD's
+                 *     `RevisionMetadata`).
+                 */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RevisionMetadata"];
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/applications/{name}/diff": {
         parameters: {
             query?: never;
@@ -2799,6 +2856,18 @@ export interface components {
             /** @description The items. */
             items: components["schemas"]["RevisionHistory"][];
         };
+        /**
+         * @description `GET /api/applications/{name}/revisions/{revision}/metadata`: a deployed commit (Argo CD's
+         *     `RevisionMetadata`).
+         */
+        RevisionMetadata: {
+            /** @description `Name <email>` of the commit's author. */
+            author: string;
+            /** @description The author date, RFC 3339. */
+            date: string;
+            /** @description The commit message. */
+            message: string;
+        };
         /** @description Body of `POST /api/applications/{name}/rollback`. */
         RollbackBody: {
             /**
@@ -2966,6 +3035,8 @@ export interface components {
             healthMessage: string;
             /** @description `group/kind/namespace/name`. */
             id: string;
+            /** @description The images a live Pod runs (its init and app containers); empty for other kinds. */
+            images?: string[];
             /** @description Kind. */
             kind: string;
             /** @description Name. */
@@ -2976,7 +3047,10 @@ export interface components {
             parentId?: string | null;
             /** @description Tracked but no longer in Git. */
             requiresPruning: boolean;
-            /** @description `Synced`/`OutOfSync` for the Application's objects, empty for children. */
+            /**
+             * @description `Synced`/`OutOfSync` for the Application's objects, `PreSync hook` (…) for the hooks of a
+             *     running operation, empty for children.
+             */
             sync: string;
             /** @description API version. */
             version: string;

@@ -6,7 +6,7 @@
 // built from strings anywhere in the UI, and there is no inline script or style (the
 // Content-Security-Policy forbids both; crates/server/tests/ui_assets.rs checks the served files). Lists are keyed with repeat(). The state of the page lives
 // in `state`; update() renders the current page from it, and lit-html changes only the DOM whose
-// values changed. Live updates come from server-sent events. Types of the API's answers are in
+// values changed. Live updates come over one WebSocket per tab (`live`, below), whatever the page. Types of the API's answers are in
 // api.d.ts, generated from the OpenAPI document; `make lint-ui` type-checks this file.
 
 import { html, svg, render, nothing } from './vendor/lit-html/lit-html.js';
@@ -33,6 +33,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {Schemas['PromotionRecord']} PromotionRecord
  * @typedef {Schemas['PreviewAnswer']} PromotionPreview
  * @typedef {Schemas['PromoteAnswer']} PromoteAnswer
+ * @typedef {Schemas['RevisionMetadata']} RevisionMetadata
  */
 
 // What the OpenAPI document leaves open (`type: object`): the Application is the Kubernetes object,
@@ -41,12 +42,13 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
 /**
  * @typedef {{ type?: string, status?: string, message?: string }} Condition
  * @typedef {{ kind?: string, name?: string, status?: string, message?: string, syncPhase?: string, syncWave?: number }} ResourceResult
- * @typedef {{ phase?: string, message?: string, startedAt?: string, operation?: { initiatedBy?: string }, resources?: ResourceResult[] }} OperationState
+ * @typedef {{ phase?: string, message?: string, startedAt?: string, finishedAt?: string | null, revision?: string, operation?: { initiatedBy?: string }, resources?: ResourceResult[] }} OperationState
  * @typedef {{ group?: string, kind?: string, namespace?: string, name?: string, status?: string }} ResourceStatus
  * @typedef {{ repoURL?: string, path?: string, targetRevision?: string, chart?: string, ref?: string, name?: string }} Source
  * @typedef {{
  *   metadata: { name: string },
- *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string } },
+ *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string },
+ *     syncPolicy?: { automated?: { prune?: boolean, selfHeal?: boolean } | null } | null },
  *   status?: {
  *     sync?: { status?: string, revision?: string, revisions?: string[] },
  *     health?: { status?: string },
@@ -54,6 +56,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *     operationState?: OperationState,
  *     resources?: ResourceStatus[],
  *     reconciledAt?: string | null,
+ *     history?: HistoryEntry[],
  *   },
  * }} Application
  * @typedef {{ type?: string, reason?: string, object?: string, message?: string, count?: number, lastTimestamp?: string }} EventItem
@@ -86,7 +89,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *   page: 'app', name: string, app: Application | null, error: string, summary: ApplicationSummary | undefined,
  *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
  *   history: Load<HistoryEntry[]>, promotions: Load<AppPromotions>, dialog: Dialog | null,
- *   refreshing?: string,
+ *   refreshing?: string, commit?: { revision: string, value?: RevisionMetadata, error?: string },
  * }} AppPage
  * @typedef {{ page: 'appsets', items: Load<AppSetSummary[]> }} AppSetsPage
  * @typedef {{ page: 'appset', name: string, data: Load<AppSet> }} AppSetPage
@@ -94,7 +97,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ page: 'notfound' }} NotFoundPage
  * @typedef {LoginPage | ListPage | AppPage | AppSetsPage | AppSetPage | ClustersPage | NotFoundPage} Page
  */
-/** @typedef {{ search: string, project: string, cluster: string, namespace: string, sync: string, health: string, label: string }} Filters */
+/** @typedef {{ search: string, project: string, cluster: string, namespace: string, sync: string, health: string, label: string, sort: string }} Filters */
 
 // ---------------------------------------------------------------------------------------------
 // State
@@ -116,10 +119,8 @@ const state = {
   /** @type {string | null} */ returnTo: null,
   /** @type {Map<string, ApplicationSummary>} name -> summary (the stream stores a new object per change) */
   apps: new Map(),
-  /** @type {EventSource | null} */ listStream: null,
-  /** @type {EventSource | null} */ appStream: null,
   /** @type {Filters} */
-  filters: { search: '', project: '', cluster: '', namespace: '', sync: '', health: '', label: '' },
+  filters: { search: '', project: '', cluster: '', namespace: '', sync: '', health: '', label: '', sort: '' },
   /** @type {Tab} the tab of the Application page, kept from one Application to the next */
   tab: 'tree',
   /** @type {Page | null} */ page: null,
@@ -312,6 +313,89 @@ document.addEventListener('click', (e) => {
   }
 });
 
+// ---------------------------------------------------------------------------------------------
+// Live updates: one WebSocket per tab carries every subscription (GET /api/stream, docs/server.md).
+// Browsers give an HTTP/1.1 host six connections, shared by all tabs; a WebSocket does not count
+// against them, so any number of tabs stay live and their requests are never queued behind streams.
+// When the socket drops, the top bar says so and it is opened again (1 s, doubling up to 10 s);
+// every (re)connection starts with the current state of each topic.
+
+/** @typedef {(event: string, data: any) => void} TopicHandler */
+const live = {
+  /** @type {WebSocket | null} */ ws: null,
+  /** @type {Map<string, TopicHandler>} topic -> what to do with its frames */
+  topics: new Map(),
+  /** @type {ReturnType<typeof setTimeout> | 0} */ retryTimer: 0,
+  retries: 0,
+  sendQueued: false,
+};
+
+/** @param {'connecting' | 'live' | 'retrying' | 'off'} s */
+function setLiveState(s) {
+  const el = byId('live');
+  el.dataset.state = s;
+  el.hidden = s !== 'retrying';
+  el.textContent = s === 'retrying' ? 'Live updates lost — reconnecting…' : '';
+}
+
+function liveSend() {
+  if (live.sendQueued) return;
+  live.sendQueued = true;
+  queueMicrotask(() => {
+    live.sendQueued = false;
+    if (live.ws && live.ws.readyState === WebSocket.OPEN) live.ws.send(JSON.stringify({ topics: [...live.topics.keys()] }));
+  });
+}
+
+function liveConnect() {
+  if (live.ws || live.retryTimer) return;
+  const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/stream`);
+  live.ws = ws;
+  ws.addEventListener('open', () => {
+    live.retries = 0;
+    setLiveState('live');
+    // A new connection starts each topic again with its whole state.
+    if (live.topics.has('applications')) state.apps.clear();
+    liveSend();
+  });
+  ws.addEventListener('message', (e) => {
+    /** @type {{ topic?: string, event?: string, data?: any }} */
+    const f = JSON.parse(e.data);
+    const handler = live.topics.get(f.topic || '');
+    if (handler) handler(f.event || '', f.data || {});
+    else if (f.event === 'error' && f.data && f.data.error) showError(f.data.error);
+  });
+  ws.addEventListener('close', () => {
+    if (live.ws !== ws) return;
+    live.ws = null;
+    if (!state.user) { setLiveState('off'); return; }
+    setLiveState('retrying');
+    const wait = Math.min(10000, 1000 * 2 ** live.retries);
+    live.retries += 1;
+    live.retryTimer = setTimeout(() => { live.retryTimer = 0; liveConnect(); }, wait);
+  });
+}
+
+/**
+ * Subscribe to `topic` (or drop it with `handler` null), opening the socket if need be.
+ * @param {string} topic
+ * @param {TopicHandler | null} handler
+ */
+function liveTopic(topic, handler) {
+  if (handler) { live.topics.set(topic, handler); liveConnect(); } else live.topics.delete(topic);
+  liveSend();
+}
+
+/** Close the socket (logged out): no retrying. */
+function liveStop() {
+  live.topics.clear();
+  if (live.retryTimer) { clearTimeout(live.retryTimer); live.retryTimer = 0; }
+  const ws = live.ws;
+  live.ws = null;
+  if (ws) ws.close();
+  setLiveState('off');
+}
+
 async function ensureUser() {
   if (state.user) return true;
   try {
@@ -324,7 +408,9 @@ async function ensureUser() {
 }
 
 function closeAppStream() {
-  if (state.appStream) { state.appStream.close(); state.appStream = null; }
+  for (const topic of [...live.topics.keys()]) {
+    if (topic.startsWith('application/')) liveTopic(topic, null);
+  }
 }
 
 /**
@@ -378,7 +464,7 @@ function view(page) {
 
 function openLogin() {
   $topbar.hidden = true;
-  if (state.listStream) { state.listStream.close(); state.listStream = null; }
+  liveStop();
   const ssoError = new URLSearchParams(location.search).get('sso_error');
   /** @type {LoginPage} */
   const page = { page: 'login', error: ssoError ? `Single sign-on failed: ${ssoError}` : '', sso: null };
@@ -438,6 +524,7 @@ byId('logout').addEventListener('click', async () => {
   state.user = null;
   state.csrf = null;
   state.apps.clear();
+  liveStop();
   navigate('/login');
 });
 
@@ -470,25 +557,22 @@ function scheduleListRender() {
 }
 
 function openListStream() {
-  if (state.listStream) return;
-  const es = new EventSource('/api/stream/applications');
-  // Every (re)connection starts with the whole list: forget what an earlier one said.
-  es.addEventListener('open', () => { state.apps.clear(); });
-  es.addEventListener('application', (e) => {
-    /** @type {ApplicationSummary} */
-    const s = JSON.parse(e.data);
-    if (!s.name) return;
-    state.apps.set(s.name, s);
-    const page = state.page;
-    if (page && page.page === 'list') page.loaded = true;
-    scheduleListRender();
-    if (page && page.page === 'app' && page.name === s.name) page.summary = s;
+  if (live.topics.has('applications')) return;
+  liveTopic('applications', (event, data) => {
+    if (event === 'application') {
+      /** @type {ApplicationSummary} */
+      const s = data;
+      if (!s.name) return;
+      state.apps.set(s.name, s);
+      const page = state.page;
+      if (page && page.page === 'list') page.loaded = true;
+      scheduleListRender();
+      if (page && page.page === 'app' && page.name === s.name) page.summary = s;
+    } else if (event === 'deleted') {
+      state.apps.delete(data.name);
+      scheduleListRender();
+    }
   });
-  es.addEventListener('deleted', (e) => {
-    state.apps.delete(JSON.parse(e.data).name);
-    scheduleListRender();
-  });
-  state.listStream = es;
 }
 
 /** @param {'project' | 'cluster' | 'destNamespace'} f */
@@ -585,6 +669,37 @@ function openList() {
 
 const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
 const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation', 'Message'];
+/**
+ * What each column sorts on (its key is the column's name in lower case). The list is sorted by
+ * name unless `sort` (in the URL, like the filters) names a column, `-column` for descending.
+ * @type {Record<string, (a: ApplicationSummary) => string>}
+ */
+const SORT_KEYS = {
+  name: (a) => a.name || '',
+  project: (a) => a.project || '',
+  sync: (a) => a.sync || '',
+  health: (a) => a.health || '',
+  revision: (a) => a.revision || '',
+  cluster: (a) => a.cluster || '',
+  namespace: (a) => a.destNamespace || '',
+  operation: (a) => { const op = /** @type {OperationState | null | undefined} */ (a.operation); return (op && op.phase) || ''; },
+  message: (a) => statusMessage(a),
+};
+
+/** @param {string} column a key of SORT_KEYS: sort on it, or the other way round if it is the sort already */
+function sortOn(column) {
+  const cur = state.filters.sort || 'name';
+  const next = cur === column ? `-${column}` : column;
+  setFilter('sort', next === 'name' ? '' : next);
+}
+
+/** @param {string} header */
+function columnHeader(header) {
+  const column = header.toLowerCase();
+  const cur = state.filters.sort || 'name';
+  const dir = cur === column ? 'ascending' : cur === `-${column}` ? 'descending' : 'none';
+  return html`<th role="columnheader" aria-sort=${dir}><button type="button" class="sort" data-testid="sort-${column}" title="sort by ${column}" @click=${() => sortOn(column)}>${header}${dir === 'ascending' ? ' ▲' : dir === 'descending' ? ' ▼' : ''}</button></th>`;
+}
 
 /**
  * What is wrong with an Application, in one line, as `capstan app list` shows it: its first
@@ -621,7 +736,10 @@ function rowView(a) {
 
 /** @param {ListPage} page */
 function listView(page) {
-  const all = [...state.apps.values()].sort((a, b) => byName(a.name || '', b.name || ''));
+  const sort = state.filters.sort || 'name';
+  const desc = sort.startsWith('-') ? -1 : 1;
+  const key = SORT_KEYS[sort.replace(/^-/, '')] || SORT_KEYS.name;
+  const all = [...state.apps.values()].sort((a, b) => desc * (byName(key(a), key(b)) || byName(a.name || '', b.name || '')));
   const shown = all.filter(matches);
   const f = state.filters;
   let empty = '';
@@ -639,7 +757,7 @@ function listView(page) {
       <label>Label<input data-filter="label" .value=${f.label} placeholder="key=value" @input=${onFilter}></label>
     </div>
     <table class="apps" role="table">
-      <thead role="rowgroup"><tr role="row">${COLUMNS.map((h) => html`<th role="columnheader">${h}</th>`)}</tr></thead>
+      <thead role="rowgroup"><tr role="row">${COLUMNS.map(columnHeader)}</tr></thead>
       <tbody id="rows" role="rowgroup">${empty
         ? html`<tr role="row"><td colspan="9" class="empty" role="cell">${empty}</td></tr>`
         : repeat(shown, (a) => a.name, rowView)}</tbody>
@@ -676,14 +794,21 @@ async function openApp(name) {
   page.summary = summary;
   update();
   loadTab(page);
+  if (state.tab !== 'tree') loadTree(page);
+  loadCommit(page);
   loadPromotions(page);
-  const es = new EventSource(`/api/stream/applications/${name}`);
   let lastStatus = JSON.stringify((page.app && page.app.status) || {});
-  es.addEventListener('application', (e) => {
+  closeAppStream();
+  liveTopic(`application/${name}`, (event, data) => {
+    if (!current(page)) return;
+    if (event === 'deleted') { showError(`Application ${name} was deleted`); return; }
+    if (event === 'error') { showError(data.error || `Application ${name} is no longer readable`); return; }
+    if (event !== 'application') return;
     /** @type {Application} */
-    const fresh = JSON.parse(e.data);
+    const fresh = data;
     page.app = fresh;
     update();
+    loadCommit(page);
     const status = JSON.stringify(fresh.status || {});
     if (status !== lastStatus) {
       lastStatus = status;
@@ -691,9 +816,6 @@ async function openApp(name) {
       if (state.tab === 'history') { loadHistory(page); loadPromotions(page); }
     }
   });
-  es.addEventListener('deleted', () => { showError(`Application ${name} was deleted`); });
-  closeAppStream();
-  state.appStream = es;
 }
 
 /** @type {ReturnType<typeof setTimeout> | 0} */
@@ -785,11 +907,16 @@ function appHeader(page, app) {
       ${healthBadge(st.health && st.health.status, 'app-health-badge')}
       <dl class="facts">
         ${sources.length ? sourcesView(sources, (st.sync && st.sync.revisions) || []) : html`
-        <dt>Revision</dt><dd class="mono">${short(st.sync && st.sync.revision)} <span class="muted">(${src.targetRevision || 'HEAD'})</span></dd>
+        <dt>Revision</dt><dd class="mono" data-testid="app-revision">${short(st.sync && st.sync.revision)} <span class="muted">(${src.targetRevision || 'HEAD'})</span></dd>
         <dt>Source</dt><dd class="mono">${src.repoURL} ${src.chart ? `chart ${src.chart}` : src.path}</dd>`}
         <dt>Destination</dt><dd>${dst.name || dst.server} / ${dst.namespace}</dd>
         <dt>Project</dt><dd>${app.spec.project || 'default'}</dd>
+        <dt>Sync policy</dt><dd data-testid="app-sync-policy">${syncPolicyText(app)}</dd>
+        <dt>Last sync</dt><dd data-testid="app-last-sync">${lastSyncView(st)}</dd>
+        ${sources.length ? nothing : html`<dt>Commit</dt><dd data-testid="app-commit">${commitView(page)}</dd>`}
+        <dt>Images</dt><dd class="mono" data-testid="app-images">${imagesView(page)}</dd>
       </dl>
+      ${revisionNote(app)}
       <div class="actions">
         ${canSync(page) ? html`<button type="button" class="primary" id="sync-button" data-testid="sync-button" @click=${() => { page.dialog = { kind: 'sync' }; update(); }}>Sync</button>
         <button type="button" id="refresh-button" data-testid="refresh-button" ?disabled=${refreshing} aria-busy=${refreshing ? 'true' : 'false'} @click=${() => refresh(page, st.reconciledAt || '')}>${refreshing ? 'Refreshing…' : 'Refresh'}</button>
@@ -797,6 +924,89 @@ function appHeader(page, app) {
         ${promoteButtons(page)}
       </div>
     </div>`;
+}
+
+/**
+ * The Application's sync policy as Argo CD's header says it: Manual, or Automated with prune and
+ * self-heal when on.
+ * @param {Application} app
+ */
+function syncPolicyText(app) {
+  const auto = app.spec.syncPolicy && app.spec.syncPolicy.automated;
+  if (!auto) return 'Manual';
+  const on = [auto.prune ? 'prune' : '', auto.selfHeal ? 'self-heal' : ''].filter(Boolean);
+  return on.length ? `Automated (${on.join(', ')})` : 'Automated';
+}
+
+/**
+ * The last sync: how it ended, when, and the revision it synced.
+ * @param {NonNullable<Application['status']>} st
+ */
+function lastSyncView(st) {
+  const op = st.operationState;
+  if (!op) return html`<span class="muted">never</span>`;
+  return html`${phaseBadge(op.phase)} ${when(op.finishedAt || op.startedAt)}${op.revision ? html` to <span class="mono">${short(op.revision)}</span>` : nothing}`;
+}
+
+/**
+ * The commit the header's revision names: its message's first line and author (the whole message
+ * on hover), loaded by loadCommit.
+ * @param {AppPage} page
+ */
+function commitView(page) {
+  const c = page.commit;
+  if (!c || !c.value) return html`<span class="muted">${c && c.error ? c.error : '–'}</span>`;
+  const subject = (c.value.message || '').split('\n')[0];
+  return html`<span title=${c.value.message}>${subject}</span> <span class="muted">— ${c.value.author} ${when(c.value.date)}</span>`;
+}
+
+/**
+ * Load the metadata of the revision the header shows, once per revision.
+ * @param {AppPage} page
+ */
+async function loadCommit(page) {
+  const st = (page.app && page.app.status) || {};
+  const revision = (st.sync && st.sync.revision) || '';
+  if (!/^[0-9a-f]{40}$/.test(revision) || (page.commit && page.commit.revision === revision)) return;
+  page.commit = { revision };
+  try {
+    /** @type {RevisionMetadata} */
+    const value = await api('GET', `/api/applications/${page.name}/revisions/${revision}/metadata`);
+    if (page.commit && page.commit.revision === revision) page.commit.value = value;
+  } catch (e) {
+    if (page.commit && page.commit.revision === revision) page.commit.error = messageOf(e);
+  }
+  if (current(page)) update();
+}
+
+/**
+ * The images its live Pods run (from the tree).
+ * @param {AppPage} page
+ */
+function imagesView(page) {
+  const nodes = page.tree.value;
+  if (!nodes) return html`<span class="muted">–</span>`;
+  const images = [...new Set(nodes.flatMap((n) => n.images || []))].sort();
+  return images.length ? images.join(', ') : html`<span class="muted">no running Pods</span>`;
+}
+
+/**
+ * Why the header's revision (what Git's target resolves to, compared now) is not the last history
+ * entry's (what the last successful sync deployed), when they differ.
+ * @param {Application} app
+ */
+function revisionNote(app) {
+  const st = app.status || {};
+  const history = st.history || [];
+  const last = history[history.length - 1];
+  const now = (st.sync && st.sync.revision) || '';
+  if (!last || !last.revision || !now || last.revision === now) return nothing;
+  const op = st.operationState;
+  const auto = app.spec.syncPolicy && app.spec.syncPolicy.automated;
+  const why = op && op.phase === 'Running' ? 'a sync is running'
+    : op && op.revision === now && op.phase !== 'Succeeded' ? `the sync to it ${(op.phase || '').toLowerCase()}`
+    : auto ? 'an automated sync will deploy it' : 'the sync policy is manual: Sync deploys it';
+  return html`<p class="muted revision-note" data-testid="app-revision-note">Git's ${short(now)} is compared here; the last sync (history #${last.id}) deployed ${short(last.revision)} — ${why}.</p>`;
 }
 
 /**

@@ -210,6 +210,40 @@ impl RepoCache {
         state.checkouts.checkout(&place, sha).await
     }
 
+    /// Author, date and message of commit `sha` of `url` if the cache holds it (never fetches: a
+    /// commit an Application deployed is there).
+    pub async fn commit_info(&self, url: &str, sha: &str) -> Result<Option<crate::CommitInfo>> {
+        check_url(url, self.allow_local)?;
+        if !is_full_sha(sha) {
+            return Ok(None);
+        }
+        let repo = self.repo(url);
+        if !repo.dir.join("HEAD").exists() || !self.has_commit(&repo, sha).await {
+            return Ok(None);
+        }
+        let none = Credentials::none();
+        let out = GitCommand {
+            url: &repo.url,
+            credentials: &none,
+            timeout: self.timeout,
+            allow_local: self.allow_local,
+            operation: "reading",
+        }
+        .run(
+            Some(&repo.dir),
+            &[
+                "show",
+                "-s",
+                "--no-show-signature",
+                crate::commit_info::FORMAT,
+                sha,
+                "--",
+            ],
+        )
+        .await?;
+        Ok(crate::commit_info::parse(&out))
+    }
+
     /// Checkouts of `url` on disk.
     pub fn checkouts_on_disk(&self, url: &str) -> usize {
         checkout::on_disk(&self.repo(url).checkouts)

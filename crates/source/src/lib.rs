@@ -21,6 +21,7 @@
 mod cache;
 pub mod chart;
 mod checkout;
+pub mod commit_info;
 mod credentials;
 mod git;
 pub mod image;
@@ -29,6 +30,7 @@ mod limits;
 pub use cache::{CacheStats, RepoCache, Resolved};
 pub use chart::{ChartCache, ChartDir, ChartError, ChartLimits, ChartRequest, ChartStats, ResolvedChart};
 pub use checkout::Checkout;
+pub use commit_info::CommitInfo;
 pub use credentials::Credentials;
 pub use git::{GitCommand, check_url, redact};
 pub use image::{ImageClient, ImageError, ImageRepository};

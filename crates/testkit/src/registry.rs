@@ -5,8 +5,8 @@
 //! start). Stopped when dropped.
 //!
 //! [`Registry::sharing`] starts a second registry on the same storage: tests push with the plain,
-//! open one (`helm push` of the helm that setup installs speaks plain HTTP to loopback registries
-//! but has no flag for a private CA) and read through the authenticated or TLS one.
+//! open one (`helm push --plain-http`; helm 3.10 spoke plain HTTP to loopback registries unasked
+//! and had no flag for a private CA) and read through the authenticated or TLS one.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
@@ -153,9 +153,17 @@ impl Registry {
 
     /// `helm push ARCHIVE oci://127.0.0.1:PORT/PATH` with the real helm (this registry must be plain
     /// HTTP and open).
+    /// Helm 3.13 and newer ask for plain HTTP with `--plain-http`; older ones (3.10) speak it to
+    /// loopback registries unasked and know no such flag.
     pub fn push_chart(&self, archive: &Path, path: &str) -> anyhow::Result<()> {
         let home = tempfile::Builder::new().prefix("capstan-helm-home-").tempdir()?;
-        run_helm(home.path(), &["push", &archive.to_string_lossy(), &self.oci_url(path)])?;
+        let archive = archive.to_string_lossy();
+        let url = self.oci_url(path);
+        let mut args = vec!["push", archive.as_ref(), url.as_str()];
+        if run_helm(home.path(), &["push", "--help"])?.contains("--plain-http") {
+            args.push("--plain-http");
+        }
+        run_helm(home.path(), &args)?;
         Ok(())
     }
 

@@ -117,6 +117,29 @@ impl Browser {
         self.session_call("POST", "/url", Some(json!({"url": url}))).map(|_| ())
     }
 
+    /// Open a new tab (not switched to); its window handle.
+    pub fn new_tab(&self) -> anyhow::Result<String> {
+        let v = self.session_call("POST", "/window/new", Some(json!({"type": "tab"})))?;
+        v["handle"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("no handle for the new tab: {v}"))
+    }
+
+    /// The current tab's window handle.
+    pub fn tab(&self) -> anyhow::Result<String> {
+        let v = self.session_call("GET", "/window", None)?;
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("no window handle: {v}"))
+    }
+
+    /// Make the tab `handle` the one commands go to.
+    pub fn switch_to(&self, handle: &str) -> anyhow::Result<()> {
+        self.session_call("POST", "/window", Some(json!({"handle": handle})))
+            .map(|_| ())
+    }
+
     /// The current URL.
     pub fn url(&self) -> anyhow::Result<String> {
         Ok(self

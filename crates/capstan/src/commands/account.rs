@@ -23,7 +23,7 @@ pub struct AccountArgs {
     #[command(flatten)]
     kube: KubeArgs,
     /// Namespace of the server's Secret.
-    #[arg(long, global = true, default_value = capstan_api::NAMESPACE)]
+    #[arg(long, short = 'n', global = true, default_value = capstan_api::NAMESPACE)]
     namespace: String,
     #[command(subcommand)]
     command: AccountCommand,

@@ -36,7 +36,8 @@ pub struct AppArgs {
     #[arg(long, global = true)]
     context: Option<String>,
     /// Namespace of the Applications.
-    #[arg(long = "app-namespace", short = 'N', global = true, default_value = capstan_api::NAMESPACE)]
+    #[arg(long = "namespace", short = 'n', global = true, default_value = capstan_api::NAMESPACE,
+          alias = "app-namespace", short_alias = 'N')]
     namespace: String,
     /// Without an AppProject named `default`, the `default` project denies everything (instead of
     /// allowing everything), as the controller started with the same flag does (`app diff`). Set

@@ -37,7 +37,8 @@ struct Target {
     #[command(flatten)]
     kube: KubeArgs,
     /// Namespace of the ApplicationSets.
-    #[arg(long = "appset-namespace", short = 'N', default_value = capstan_api::NAMESPACE)]
+    #[arg(long = "namespace", short = 'n', default_value = capstan_api::NAMESPACE,
+          alias = "appset-namespace", short_alias = 'N')]
     namespace: String,
 }
 

@@ -26,7 +26,8 @@ use crate::kube_client::{KubeArgs, describe};
 #[derive(Debug, clap::Args)]
 pub struct ClusterArgs {
     /// Namespace Capstan runs in on the hub (where cluster Secrets live).
-    #[arg(long = "capstan-namespace", global = true, default_value = capstan_api::NAMESPACE)]
+    #[arg(long = "namespace", short = 'n', global = true, default_value = capstan_api::NAMESPACE,
+          alias = "capstan-namespace")]
     namespace: String,
     #[command(subcommand)]
     command: ClusterCommand,
@@ -104,8 +105,9 @@ struct AddArgs {
     /// Annotation of the cluster, `key=value` (repeatable).
     #[arg(long = "annotation")]
     annotations: Vec<String>,
-    /// Manage only these namespaces on the cluster (repeatable; default: all).
-    #[arg(long = "namespace")]
+    /// Manage only these namespaces on the cluster (repeatable; default: all). Argo CD's `cluster add`
+    /// calls it `--namespace`; here `-n/--namespace` is, as in every command, where Capstan's objects are.
+    #[arg(long = "managed-namespace")]
     namespaces: Vec<String>,
     /// With `--namespace`: also allow cluster-scoped objects.
     #[arg(long)]

@@ -16,7 +16,7 @@ pub struct ControllerArgs {
     #[command(flatten)]
     kube: KubeArgs,
     /// Namespace whose Applications (and repository Secrets) are served.
-    #[arg(long, default_value = capstan_api::NAMESPACE)]
+    #[arg(long, short = 'n', default_value = capstan_api::NAMESPACE)]
     namespace: String,
     /// Directory for Git caches (default: $CAPSTAN_CACHE/controller or ~/.cache/capstan/controller).
     #[arg(long)]

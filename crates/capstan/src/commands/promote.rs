@@ -24,7 +24,8 @@ pub struct PromoteArgs {
     #[arg(long, global = true)]
     context: Option<String>,
     /// Namespace of the pipelines and Applications.
-    #[arg(long = "app-namespace", short = 'N', global = true, default_value = capstan_api::NAMESPACE)]
+    #[arg(long = "namespace", short = 'n', global = true, default_value = capstan_api::NAMESPACE,
+          alias = "app-namespace", short_alias = 'N')]
     namespace: String,
     /// The PromotionPipeline (optional when exactly one exists).
     #[arg(long, global = true)]

@@ -34,7 +34,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Namespace of the Applications and of the server's Secret and RBAC ConfigMap.
-    #[arg(long, default_value = capstan_api::NAMESPACE)]
+    #[arg(long, short = 'n', default_value = capstan_api::NAMESPACE)]
     namespace: String,
     /// Directory for Capstan's Git caches; diffs use its `server` subdirectory, and no Application may
     /// read a repository from anywhere in it (default: $CAPSTAN_CACHE or ~/.cache/capstan).

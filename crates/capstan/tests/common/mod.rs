@@ -129,6 +129,17 @@ pub fn controller_with_server_log(
     cache: &std::path::Path,
     extra: &[&str],
 ) -> anyhow::Result<(Controller, String, Option<String>, KeptLog)> {
+    controller_listening(kubeconfig, cache, "127.0.0.1:0", extra)
+}
+
+/// [`controller_with_server_log`] with the server on `listen` (e.g. the port of a controller stopped
+/// before, to restart it where its clients are).
+pub fn controller_listening(
+    kubeconfig: &str,
+    cache: &std::path::Path,
+    listen: &str,
+    extra: &[&str],
+) -> anyhow::Result<(Controller, String, Option<String>, KeptLog)> {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args([
@@ -136,7 +147,7 @@ pub fn controller_with_server_log(
             "--kubeconfig",
             kubeconfig,
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--cache-dir",
         ])
         .arg(cache)

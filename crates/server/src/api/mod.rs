@@ -1,6 +1,6 @@
 //! The JSON API: Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
 //! clusters ([`fleet`]), promotions between environments ([`promotions`]) and an Application's
-//! promotions ([`app_promotions`]), and the bodies they answer ([`model`]); [`access`] decides who
+//! promotions ([`app_promotions`]), deployed commits ([`revision`]), and the bodies they answer ([`model`]); [`access`] decides who
 //! sees which Application.
 
 pub mod access;
@@ -9,6 +9,7 @@ pub mod apps;
 pub mod fleet;
 pub mod model;
 pub mod promotions;
+pub mod revision;
 pub mod tree;
 
 use crate::error::ApiError;

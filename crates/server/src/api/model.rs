@@ -168,7 +168,8 @@ pub struct TreeNode {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// `Synced`/`OutOfSync` for the Application's objects, empty for children.
+    /// `Synced`/`OutOfSync` for the Application's objects, `PreSync hook` (…) for the hooks of a
+    /// running operation, empty for children.
     pub sync: String,
     /// Health status.
     pub health: String,
@@ -178,6 +179,9 @@ pub struct TreeNode {
     pub requires_pruning: bool,
     /// Sync wave.
     pub wave: i64,
+    /// The images a live Pod runs (its init and app containers); empty for other kinds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 /// An Event of an Application or of one of its objects.
@@ -337,4 +341,16 @@ impl<T: JsonSchema> OperationOutput for Accept<T> {
             .into_iter()
             .collect()
     }
+}
+
+/// `GET /api/applications/{name}/revisions/{revision}/metadata`: a deployed commit (Argo CD's
+/// `RevisionMetadata`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RevisionMetadata {
+    /// `Name <email>` of the commit's author.
+    pub author: String,
+    /// The author date, RFC 3339.
+    pub date: String,
+    /// The commit message.
+    pub message: String,
 }

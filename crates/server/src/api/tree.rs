@@ -1,6 +1,8 @@
-//! The resource tree of an Application: its objects (from `status.resources`) and, read live from
-//! the destination, what they own — ReplicaSets of Deployments, Pods of ReplicaSets, StatefulSets,
-//! DaemonSets and Jobs, Jobs of CronJobs — linked through `ownerReferences`.
+//! The resource tree of an Application: its objects (from `status.resources`), the hooks a running
+//! operation waits on (from `status.operationState`, while they are live) and, read live from the
+//! destination, what they own — ReplicaSets of Deployments, Pods of ReplicaSets, StatefulSets,
+//! DaemonSets and Jobs, Jobs of CronJobs — linked through `ownerReferences`; each Pod with the
+//! images it runs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -90,6 +92,7 @@ pub fn link(roots: Vec<TreeNode>, children: &[Value], rules: &HealthRules) -> Ve
                 health_message: health.message,
                 requires_pruning: false,
                 wave: 0,
+                images: Vec::new(),
             };
             placed.insert((ns.to_string(), kind, name), node.id.clone());
             nodes.push(node);
@@ -124,7 +127,53 @@ fn roots(app: &Application) -> Vec<TreeNode> {
                 health_message: health.message,
                 requires_pruning: r.requires_pruning,
                 wave: r.sync_wave.unwrap_or(0),
+                images: Vec::new(),
             }
+        })
+        .collect()
+}
+
+/// What marks a hook's node: its phases then this (`PreSync hook`) in `sync`.
+const HOOK: &str = " hook";
+
+/// The Application's hooks that are live (Jobs and Pods: what an operation waits on), as roots: they
+/// are not in `status.resources`, and Argo CD shows them in the tree while they exist. A hook is an
+/// object with the hook annotation that the Application's tracking annotation claims; its `sync`
+/// says its phases (`PreSync hook`). Pure: the objects are given.
+pub fn hook_roots(app: &Application, live: &[Value], rules: &HealthRules) -> Vec<TreeNode> {
+    let tracking = capstan_compare::normalize::Tracking::new(
+        app.metadata.namespace.as_deref().unwrap_or_default(),
+        &app.name_any(),
+    )
+    .id();
+    live.iter()
+        .filter(|o| capstan_compare::normalize::owner(o).as_deref() == Some(tracking.as_str()))
+        .filter_map(|o| {
+            let Ok(capstan_kube::annotations::HookSpec::Phases(phases)) = capstan_kube::annotations::hook(o) else {
+                return None;
+            };
+            let api_version = o.get("apiVersion").and_then(Value::as_str).unwrap_or("v1");
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let kind = o.get("kind").and_then(Value::as_str).unwrap_or("");
+            let ns = o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+            let name = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+            let health = rules.assess(o, &capstan_health::Context::default());
+            let phases: Vec<&str> = phases.iter().map(|p| p.as_str()).collect();
+            Some(TreeNode {
+                id: id(group, kind, ns, name),
+                parent_id: None,
+                group: group.into(),
+                version: version.into(),
+                kind: kind.into(),
+                namespace: ns.into(),
+                name: name.into(),
+                sync: format!("{}{HOOK}", phases.join(",")),
+                health: health.code.as_str().into(),
+                health_message: health.message,
+                requires_pruning: false,
+                wave: 0,
+                images: Vec::new(),
+            })
         })
         .collect()
 }
@@ -132,6 +181,13 @@ fn roots(app: &Application) -> Vec<TreeNode> {
 /// The tree of `app`, children read live from its destination.
 pub async fn build(state: &State, app: &Application) -> Result<Vec<TreeNode>, ApiError> {
     let roots = roots(app);
+    // While an operation runs, its hooks may be the only live objects (a first sync's PreSync Job).
+    let running = app
+        .status
+        .as_ref()
+        .and_then(|s| s.operation_state.as_ref())
+        .is_some_and(|op| op.phase == capstan_api::operation::OperationPhase::Running);
+    let destination = running.then(|| app.spec.destination.namespace.clone());
     let namespaces: BTreeSet<String> = roots
         .iter()
         .filter(|n| is_live_root(n))
@@ -139,9 +195,10 @@ pub async fn build(state: &State, app: &Application) -> Result<Vec<TreeNode>, Ap
             matches!(
                 n.kind.as_str(),
                 "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" | "CronJob"
-            )
+            ) || n.kind == "Pod"
         })
         .map(|n| n.namespace.clone())
+        .chain(destination)
         .filter(|ns| !ns.is_empty())
         .collect();
     if namespaces.is_empty() {
@@ -189,7 +246,37 @@ pub async fn build(state: &State, app: &Application) -> Result<Vec<TreeNode>, Ap
             }
         }
     }
-    Ok(link(roots, &children, &state.pipeline.health.current()))
+    let mut roots = roots;
+    let rules = state.pipeline.health.current();
+    for hook in hook_roots(app, &children, &rules) {
+        if !roots.iter().any(|r| r.id == hook.id) {
+            roots.push(hook);
+        }
+    }
+    Ok(with_images(link(roots, &children, &rules), &children))
+}
+
+/// Each Pod's images, from its live object. Pure: the objects are given.
+pub fn with_images(mut nodes: Vec<TreeNode>, live: &[Value]) -> Vec<TreeNode> {
+    for n in nodes.iter_mut().filter(|n| n.kind == "Pod") {
+        let Some(pod) = live.iter().find(|o| {
+            o.get("kind").and_then(Value::as_str) == Some("Pod")
+                && o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(n.namespace.as_str())
+                && o.pointer("/metadata/name").and_then(Value::as_str) == Some(n.name.as_str())
+        }) else {
+            continue;
+        };
+        for list in ["/spec/initContainers", "/spec/containers"] {
+            for c in pod.pointer(list).and_then(Value::as_array).into_iter().flatten() {
+                if let Some(image) = c.get("image").and_then(Value::as_str)
+                    && !n.images.iter().any(|i| i == image)
+                {
+                    n.images.push(image.to_string());
+                }
+            }
+        }
+    }
+    nodes
 }
 
 /// `GET /api/applications/{name}/tree`.
@@ -221,6 +308,7 @@ mod tests {
             health_message: String::new(),
             requires_pruning: false,
             wave: 0,
+            images: Vec::new(),
         }
     }
 
@@ -266,5 +354,51 @@ mod tests {
         assert!(!is_live_root(&nodes[0]));
         let nodes = link(vec![root("Deployment", "coredns")], &[rs], &HealthRules::default());
         assert_eq!(nodes.len(), 2, "a live root gets its children");
+    }
+
+    #[test]
+    fn the_applications_live_hooks_are_roots_with_their_pods_below() {
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "capstan"},
+            "spec": {"source": {"repoURL": "https://git.test/r.git"}, "destination": {"namespace": "ns"}}
+        }))
+        .expect("an Application");
+        let hook = |name: &str, tracking: &str, hook: Option<&str>| {
+            let mut annotations = json!({"capstan.dev/tracking-id": tracking});
+            if let Some(h) = hook {
+                annotations["capstan.dev/hook"] = json!(h);
+            }
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+                "status": {"active": 1}})
+        };
+        let live = vec![
+            hook("migrate", "capstan/a", Some("PreSync")),
+            hook("other-apps", "capstan/b", Some("PreSync")),
+            hook("not-a-hook", "capstan/a", None),
+            owned("v1", "Pod", "migrate-x", "Job", "migrate"),
+        ];
+        let roots = hook_roots(&app, &live, &HealthRules::default());
+        assert_eq!(roots.len(), 1, "{roots:?}");
+        assert_eq!(
+            (roots[0].id.as_str(), roots[0].sync.as_str(), roots[0].health.as_str()),
+            ("batch/Job/ns/migrate", "PreSync hook", "Progressing")
+        );
+        let nodes = link(roots, &live, &HealthRules::default());
+        assert_eq!(nodes[1].id, "/Pod/ns/migrate-x");
+        assert_eq!(nodes[1].parent_id.as_deref(), Some("batch/Job/ns/migrate"));
+    }
+
+    #[test]
+    fn a_pod_lists_the_images_it_runs() {
+        let mut pod_root = root("Pod", "web");
+        pod_root.group = String::new();
+        let live = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"initContainers": [{"name": "i", "image": "busybox:1"}],
+                     "containers": [{"name": "a", "image": "nginx:1.27"}, {"name": "b", "image": "nginx:1.27"}]}});
+        let nodes = with_images(vec![pod_root, root("Deployment", "web")], &[live]);
+        assert_eq!(nodes[0].images, vec!["busybox:1", "nginx:1.27"]);
+        assert!(nodes[1].images.is_empty());
     }
 }

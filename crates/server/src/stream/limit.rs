@@ -6,7 +6,8 @@ use std::sync::Mutex;
 use crate::auth::rbac::Source;
 
 /// Open streams allowed per principal.
-pub const PER_PRINCIPAL: usize = 8;
+/// (Each browser tab of the web UI holds one: its WebSocket.)
+pub const PER_PRINCIPAL: usize = 16;
 /// Open streams allowed in all.
 pub const GLOBAL: usize = 256;
 /// Counts of open streams, per principal and in all.
