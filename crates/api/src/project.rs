@@ -5,6 +5,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::sync_window::SyncWindow;
+
 /// The project every Application without `spec.project` belongs to. If no AppProject of this
 /// name exists, it allows everything.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -57,6 +59,9 @@ pub struct AppProjectSpec {
     /// no write at all (Applications only read, and `sourceRepos` is all they need).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_repo_paths: Vec<RepoPaths>,
+    /// When its Applications may sync (Argo CD's sync windows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sync_windows: Vec<SyncWindow>,
 }
 
 /// Files of repositories a project's ImageUpdaters and PromotionPipelines may commit to
