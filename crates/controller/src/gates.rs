@@ -4,6 +4,7 @@
 //! `capstan_project::windows`.
 
 use capstan_api::Application;
+use capstan_api::project::AppProjectSpec;
 use capstan_project::windows::{self, DateTime, Target, Utc, Verdict, WindowError};
 use kube::ResourceExt;
 
@@ -64,7 +65,15 @@ impl Windows {
 
 /// Now, as the controller's clock says, for window decisions.
 pub fn now(ctx: &Ctx) -> DateTime<Utc> {
-    let t = ctx.config.clock.now();
+    instant(ctx.config.clock.now())
+}
+
+/// Now, as the system clock says (the CLI and the server, judging a request).
+pub fn system_now() -> DateTime<Utc> {
+    instant(crate::clock::Clock::default().now())
+}
+
+fn instant(t: k8s_openapi::jiff::Timestamp) -> DateTime<Utc> {
     windows::instant(t.as_second(), t.subsec_nanosecond().max(0) as u32).unwrap_or_default()
 }
 
@@ -72,9 +81,13 @@ pub fn now(ctx: &Ctx) -> DateTime<Utc> {
 /// none applies (or the project cannot be read: the comparison reports that).
 pub async fn windows(ctx: &Ctx, app: &Application) -> Option<Windows> {
     let (project, spec) = ctx.pipeline.projects.get(&app.spec.project).await.ok()?;
-    if spec.sync_windows.is_empty() {
-        return None;
-    }
+    windows_at(app, &project, &spec, now(ctx))
+}
+
+/// The sync windows of `spec` (project `project`) that apply to `app`, at `at`; `None` when none
+/// applies.
+pub fn windows_at(app: &Application, project: &str, spec: &AppProjectSpec, at: DateTime<Utc>) -> Option<Windows> {
+    let list = &spec.sync_windows;
     let d = &app.spec.destination;
     let name = app.name_any();
     let target = Target {
@@ -83,8 +96,6 @@ pub async fn windows(ctx: &Ctx, app: &Application) -> Option<Windows> {
         server: &d.server,
         cluster: &d.name,
     };
-    let at = now(ctx);
-    let list = &spec.sync_windows;
     if !list.iter().any(|w| windows::applies(w, &target)) {
         return None;
     }
@@ -94,7 +105,7 @@ pub async fn windows(ctx: &Ctx, app: &Application) -> Option<Windows> {
         _ => Vec::new(),
     };
     Some(Windows {
-        project,
+        project: project.to_string(),
         manual: windows::verdict(list, &target, true, at),
         next_allowed: if automated.allowed() {
             None
@@ -105,6 +116,25 @@ pub async fn windows(ctx: &Ctx, app: &Application) -> Option<Windows> {
         automated,
         errors,
     })
+}
+
+/// Why a manual operation of `app` may not start now, judged before the request is written (the
+/// CLI and the HTTP server refuse it with this reason): a dependency that is missing, in a cycle or
+/// not Synced and Healthy by its stored status (`lookup` finds the Applications of its
+/// namespace), or a sync window of its project (`spec`, named `project`) that blocks manual syncs.
+/// The controller checks again when it takes the request up.
+pub fn manual_refusal(
+    app: &Application,
+    lookup: &dyn Fn(&str) -> Option<Application>,
+    project: &str,
+    spec: &AppProjectSpec,
+    at: DateTime<Utc>,
+) -> Option<String> {
+    let gate = dependencies::gate(app, lookup, &|_| None);
+    if !matches!(gate, Gate::Ready) {
+        return Some(gate.to_string());
+    }
+    windows_at(app, project, spec, at).and_then(|w| w.refusal(true))
 }
 
 /// The dependency gate of `app`: each dependency's status judged at the revision it resolves to
