@@ -46,7 +46,10 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
     git.commit(
         "site",
         "main",
-        &[("app/cm.yaml", Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: b}\n"))],
+        &[(
+            "app/cm.yaml",
+            Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: b}\n"),
+        )],
         "v1",
     )?;
     let repo = git.git_url("site");
@@ -67,8 +70,14 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
     let out = capstan(&kc, &["project", "windows", "frozen"]);
     let listed = text(&out);
     assert!(out.status.success(), "{listed}");
-    assert!(listed.contains("Active") && listed.contains("deny") && listed.contains("Disabled"), "{listed}");
-    assert!(listed.contains("Inactive") && listed.contains("Europe/Berlin"), "{listed}");
+    assert!(
+        listed.contains("Active") && listed.contains("deny") && listed.contains("Disabled"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("Inactive") && listed.contains("Europe/Berlin"),
+        "{listed}"
+    );
     let missing = capstan(&kc, &["project", "windows", "nope"]);
     assert!(!missing.status.success());
 
@@ -85,7 +94,10 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
     assert_eq!(refused.status, 409, "{}", refused.body);
     assert!(refused.body.contains("deny window syncWindows[0]"), "{}", refused.body);
     let shown = text(&capstan(&kc, &["app", "get", "frozen"]));
-    assert!(shown.contains("Active Window:") && shown.contains("deny syncWindows[0]"), "{shown}");
+    assert!(
+        shown.contains("Active Window:") && shown.contains("deny syncWindows[0]"),
+        "{shown}"
+    );
     assert!(shown.contains("Manual Sync:") && shown.contains("refused"), "{shown}");
 
     // manualSync: true lets it through.
@@ -102,7 +114,11 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
         text(&capstan(&kc, &["app", "list"])).contains("dependency missing not found")
     });
     let out = capstan(&kc, &["app", "sync", "late"]);
-    assert!(!out.status.success() && text(&out).contains("dependency missing not found"), "{}", text(&out));
+    assert!(
+        !out.status.success() && text(&out).contains("dependency missing not found"),
+        "{}",
+        text(&out)
+    );
     let refused = http.post("/api/applications/late/sync", json!({}));
     assert_eq!(refused.status, 409, "{}", refused.body);
     Ok(())

@@ -162,7 +162,7 @@ impl Parsed {
             }
             // croner answers the last second before a daylight-saving gap for a time the gap
             // skipped: the window starts when the gap ends.
-            let after = found.clone() + chrono::Duration::seconds(1);
+            let after = found + chrono::Duration::seconds(1);
             if self.skipped(found.naive_local() + chrono::Duration::seconds(1), after.naive_local())
                 && after.with_timezone(&Utc) <= at
             {
@@ -181,7 +181,7 @@ impl Parsed {
             // A time the schedule matches, or the end of a daylight-saving gap that skipped one.
             // (croner 3.0 also answers the end of a gap for schedules that match no time in it,
             // e.g. `0 1 * * *` on the day Berlin skips 02:00–03:00.)
-            let before = (found.clone() - chrono::Duration::seconds(1)).naive_local() + chrono::Duration::seconds(1);
+            let before = (found - chrono::Duration::seconds(1)).naive_local() + chrono::Duration::seconds(1);
             if self.matches(found.naive_local()) || self.skipped(before, found.naive_local()) {
                 return Some(found.with_timezone(&Utc));
             }

@@ -116,7 +116,7 @@ fn deny_wins_and_allow_windows_that_are_not_active_block() {
         "allow windows exist but none is active"
     );
     assert_eq!(
-        verdict(&[deny.clone()], &APP, false, at("2026-06-01T12:00:00Z")),
+        verdict(std::slice::from_ref(&deny), &APP, false, at("2026-06-01T12:00:00Z")),
         Verdict::Allowed
     );
     assert!(verdict(&[], &APP, false, at("2026-06-01T12:00:00Z")).allowed());
@@ -222,4 +222,28 @@ fn bad_windows_are_named_and_block() {
     assert!(!never.active_at(now));
     let s = states(&[window(SyncWindowKind::Deny, "0 0 30 2 *", "1h", "")], now);
     assert!(!s[0].active);
+}
+
+#[test]
+fn the_next_allowed_instant_follows_the_zone_across_daylight_saving() {
+    let allow = [window(SyncWindowKind::Allow, "0 9 * * *", "1h", "America/New_York")];
+    // Saturday 7 March 2026, after the window (EST): the next is Sunday 09:00 EDT, 13:00 UTC.
+    assert_eq!(
+        next_allowed(&allow, &APP, false, at("2026-03-07T15:00:00Z")),
+        Some(at("2026-03-08T13:00:00Z"))
+    );
+    // Inside the window: now.
+    assert_eq!(
+        next_allowed(&allow, &APP, false, at("2026-03-07T14:10:00Z")),
+        Some(at("2026-03-07T14:10:00Z"))
+    );
+    // The reconcile after a change is due when the window closes, then when it opens.
+    assert_eq!(
+        next_change(&allow, &APP, at("2026-03-07T14:10:00Z")),
+        Some(at("2026-03-07T15:00:00Z"))
+    );
+    assert_eq!(
+        next_change(&allow, &APP, at("2026-03-07T15:00:00Z")),
+        Some(at("2026-03-08T13:00:00Z"))
+    );
 }
