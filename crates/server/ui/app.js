@@ -46,7 +46,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ repoURL?: string, path?: string, targetRevision?: string, chart?: string, ref?: string, name?: string }} Source
  * @typedef {{
  *   metadata: { name: string },
- *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string } },
+ *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string }, dependsOn?: { name: string }[] },
  *   status?: {
  *     sync?: { status?: string, revision?: string, revisions?: string[] },
  *     health?: { status?: string },
@@ -778,6 +778,10 @@ function appHeader(page, app) {
   const name = app.metadata.name;
   // Refreshing until the controller has compared again (reconciledAt moves on).
   const refreshing = page.refreshing !== undefined && page.refreshing === (st.reconciledAt || '');
+  const dependsOn = app.spec.dependsOn || [];
+  // A sync window holding the automated sync (which window, when the next sync may run), or one
+  // that does not parse.
+  const held = (st.conditions || []).find((c) => c.type === 'SyncWindowBlocked' || c.type === 'SyncWindowError');
   return html`
     <div class="header">
       <h1 data-testid="app-title">${name}</h1>
@@ -789,6 +793,8 @@ function appHeader(page, app) {
         <dt>Source</dt><dd class="mono">${src.repoURL} ${src.chart ? `chart ${src.chart}` : src.path}</dd>`}
         <dt>Destination</dt><dd>${dst.name || dst.server} / ${dst.namespace}</dd>
         <dt>Project</dt><dd>${app.spec.project || 'default'}</dd>
+        ${dependsOn.length ? html`<dt>Depends on</dt><dd data-testid="app-depends-on">${dependsOn.map((d) => d.name).join(', ')}</dd>` : nothing}
+        ${held ? html`<dt>Sync window</dt><dd data-testid="app-sync-window">${held.message}</dd>` : nothing}
       </dl>
       <div class="actions">
         ${canSync(page) ? html`<button type="button" class="primary" id="sync-button" data-testid="sync-button" @click=${() => { page.dialog = { kind: 'sync' }; update(); }}>Sync</button>
