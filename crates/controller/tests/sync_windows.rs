@@ -24,7 +24,11 @@ fn project(env: &Env, windows: serde_json::Value) -> serde_json::Value {
 }
 
 async fn live_version(env: &Env) -> anyhow::Result<String> {
-    let cm = env.get(CM_API.0, CM_API.1, CM_API.2, "win-frozen", "frozen").await?;
+    live_version_in(env, "win-frozen").await
+}
+
+async fn live_version_in(env: &Env, namespace: &str) -> anyhow::Result<String> {
+    let cm = env.get(CM_API.0, CM_API.1, CM_API.2, namespace, "frozen").await?;
     Ok(cm
         .and_then(|c| c["data"]["version"].as_str().map(str::to_string))
         .unwrap_or_default())
@@ -154,5 +158,47 @@ async fn a_window_that_does_not_parse_is_a_condition_naming_it() -> anyhow::Resu
             .await?
             .is_none()
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_end_of_a_window_wakes_the_application() -> anyhow::Result<()> {
+    use k8s_openapi::jiff::Timestamp;
+    let mut env = Env::shared().await?;
+    // The controller's clock reads 10:59:30 UTC now and moves on; the deny window ends at 11:00.
+    let shown: Timestamp = "2026-06-01T10:59:30Z".parse()?;
+    let offset = shown.duration_since(Timestamp::now());
+    env.kill_controller().await;
+    env.clock = capstan_controller::clock::Clock::from_fn(move || Timestamp::now() + offset);
+    env.start_controller();
+    env.git.create_repo("windows")?;
+    env.git.commit(
+        "windows",
+        "main",
+        &[("app/cm.yaml", Some(config_map("v1").as_str()))],
+        "v1",
+    )?;
+    let deny = json!([{"kind": "deny", "schedule": "0 10 * * *", "duration": "1h", "applications": ["waking"]}]);
+    env.apply_project("waking", project(&env, deny)).await?;
+    let mut manifest = app("waking", &env.git.git_url("windows"), "app", "win-waking", true);
+    manifest["spec"]["project"] = json!("waking");
+    env.create_app(manifest).await?;
+    let held = env
+        .wait_app("waking", "the window holding the sync", Duration::from_secs(25), |a| {
+            condition(a, "SyncWindowBlocked").is_some()
+        })
+        .await?;
+    let message = condition(&held, "SyncWindowBlocked").unwrap_or_default();
+    assert!(
+        message.contains("next sync may run at 2026-06-01T11:00:00Z"),
+        "{message}"
+    );
+    assert_eq!(op_phase(&held), "");
+    // No refresh, and the poll is minutes away: the window's end itself wakes the Application.
+    env.wait_app("waking", "synced once the window ended", Duration::from_secs(60), |a| {
+        op_phase(a) == "Succeeded" && condition(a, "SyncWindowBlocked").is_none()
+    })
+    .await?;
+    assert_eq!(live_version_in(&env, "win-waking").await?, "v1");
     Ok(())
 }
