@@ -54,6 +54,17 @@ pub struct ApplicationSpec {
     /// identities of a Secret in Capstan's namespace that the project permits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decryption: Option<Decryption>,
+    /// Applications (in the same namespace) that must be Synced and Healthy at their own current
+    /// target revision before this one starts a sync; deleted only after this one is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<ApplicationDependency>,
+}
+
+/// An Application another one depends on (`spec.dependsOn[]`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ApplicationDependency {
+    /// Its name, in the dependent Application's namespace.
+    pub name: String,
 }
 
 /// How encrypted files of the sources are decrypted.

@@ -15,6 +15,7 @@ pub mod labels;
 pub mod operation;
 pub mod project;
 pub mod promotion;
+pub mod sync_window;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use applicationset::{ApplicationSet, ApplicationSetSpec, ApplicationSetStatus};

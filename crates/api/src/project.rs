@@ -5,6 +5,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::sync_window::SyncWindow;
+
 /// The project every Application without `spec.project` belongs to. If no AppProject of this
 /// name exists, it allows everything.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -62,6 +64,9 @@ pub struct AppProjectSpec {
     /// no write at all (Applications only read, and `sourceRepos` is all they need).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_repo_paths: Vec<RepoPaths>,
+    /// When its Applications may sync (Argo CD's sync windows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sync_windows: Vec<SyncWindow>,
 }
 
 /// Secrets of one store a project's Applications may read (`AppProject.spec.secretStorePaths[]`).

@@ -340,6 +340,16 @@ mod tests {
     }
 
     #[test]
+    fn render_passes_depends_on_through_with_substitution() {
+        let mut t = template();
+        t["spec"]["dependsOn"] = json!([{"name": "{{name}}-db"}]);
+        let p = params(&[("name", "staging"), ("env", "stage"), ("server", "https://s")]);
+        let app = render(&t, None, &p, Some("capstan"), "element 0").unwrap();
+        let names: Vec<&str> = app.spec.depends_on.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["staging-db"]);
+    }
+
+    #[test]
     fn render_reports_the_missing_parameter_and_where() {
         let p = params(&[("name", "staging"), ("env", "stage")]);
         let err = render(&template(), None, &p, None, "generators[0].list, element 0").unwrap_err();

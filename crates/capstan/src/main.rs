@@ -61,6 +61,8 @@ enum Command {
     Appset(commands::appset::AppsetArgs),
     /// Register destination clusters and inspect them.
     Cluster(commands::cluster::ClusterArgs),
+    /// Inspect AppProjects (their sync windows).
+    Project(commands::project::ProjectArgs),
     /// Promote a service from one environment to a later one (one Git commit), or show the history.
     Promote(commands::promote::PromoteArgs),
     /// Write the CustomResourceDefinitions generated from the Rust types.
@@ -112,6 +114,7 @@ fn main() -> ExitCode {
             Command::App(args) => commands::app::run(args).await,
             Command::Appset(args) => commands::appset::run(args).await,
             Command::Cluster(args) => commands::cluster::run(args).await,
+            Command::Project(args) => commands::project::run(args).await,
             Command::Promote(args) => commands::promote::run(args).await,
             Command::Crds(args) => commands::crds::run(args),
         }

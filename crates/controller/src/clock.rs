@@ -1,9 +1,44 @@
 //! Time as the controller records it: timestamps in status (RFC 3339, UTC, `Z`), the time since one,
-//! and the jitter that spreads periodic work out.
+//! and the jitter that spreads periodic work out; and the [`Clock`] that decisions depending on the
+//! time of day (sync windows) read, which tests can set.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
+
+/// The clock sync windows are judged by: the system's, or one a test sets.
+#[derive(Clone, Default)]
+pub struct Clock {
+    fixed: Option<Arc<dyn Fn() -> Timestamp + Send + Sync>>,
+}
+
+impl Clock {
+    /// A clock that tells the time `now` answers (tests: a fixed or moving instant).
+    pub fn from_fn(now: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        Self {
+            fixed: Some(Arc::new(now)),
+        }
+    }
+
+    /// The current instant.
+    pub fn now(&self) -> Timestamp {
+        match &self.fixed {
+            Some(now) => now(),
+            None => Timestamp::now(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.fixed.is_some() {
+            "Clock(set)"
+        } else {
+            "Clock(system)"
+        })
+    }
+}
 
 /// Now, to the second (as Kubernetes writes `metav1.Time`): condition transitions, history entries.
 pub fn now() -> String {

@@ -22,6 +22,8 @@ pub struct Config {
     pub allow_local_repositories: bool,
     /// Whether a missing `default` AppProject denies everything (instead of allowing everything).
     pub deny_implicit_default_project: bool,
+    /// The clock sync windows are judged by (the system's unless a test sets one).
+    pub clock: crate::clock::Clock,
 }
 
 impl Default for Config {
@@ -35,6 +37,7 @@ impl Default for Config {
             concurrency: 32,
             allow_local_repositories: false,
             deny_implicit_default_project: false,
+            clock: Default::default(),
         }
     }
 }

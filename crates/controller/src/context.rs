@@ -28,6 +28,8 @@ pub struct Ctx {
     /// Per Application, the resourceVersion of this controller's last status write and of the
     /// last version its watch delivered (see [`Ctx::cache_is_fresh`]).
     written: std::sync::Mutex<std::collections::HashMap<String, Versions>>,
+    /// The watched Applications of the namespace (dependencies are read from here).
+    apps: std::sync::OnceLock<kube::runtime::reflector::Store<Application>>,
     /// Running operations' terminate signals, fed by the Application watch.
     terminations: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<Option<String>>>>,
 }
@@ -46,8 +48,31 @@ impl Ctx {
             pollers,
             config,
             written: Default::default(),
+            apps: Default::default(),
             terminations: Default::default(),
         }
+    }
+
+    /// Read Applications from the controller's watch cache `store` from now on.
+    pub fn use_apps(&self, store: kube::runtime::reflector::Store<Application>) {
+        let _ = self.apps.set(store);
+    }
+
+    /// The Application `name` of `namespace` as the watch cache holds it (read from the API server
+    /// when there is no cache).
+    pub async fn app_named(&self, namespace: &str, name: &str) -> Option<Application> {
+        if let Some(store) = self.apps.get() {
+            return store
+                .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+                .map(|a| (*a).clone());
+        }
+        let api: kube::Api<Application> = kube::Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name).await.ok().flatten()
+    }
+
+    /// Every Application the watch cache holds.
+    pub fn cached_apps(&self) -> Vec<Arc<Application>> {
+        self.apps.get().map(|s| s.state()).unwrap_or_default()
     }
 
     /// Whether `cached`, the watch cache's copy of `key` handed to a reconcile, is as fresh as a

@@ -1,5 +1,6 @@
 //! Deleting an Application's objects when the Application is deleted with the resources finalizer
-//! (objects with `sync-options: Delete=false` stay), then removing the finalizer.
+//! (objects with `sync-options: Delete=false` stay), then removing the finalizer. Deletion runs in
+//! reverse dependency order: while Applications that depend on this one exist, it waits and says so.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,9 @@ pub fn has_finalizer(app: &Application) -> bool {
 /// the finalizer. Objects with `sync-options: Delete=false` are left in place.
 pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError> {
     if !has_finalizer(app) {
+        return Ok(());
+    }
+    if wait_for_dependents(app, ctx).await? {
         return Ok(());
     }
     let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
@@ -141,6 +145,34 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
         }
     }
     remove_finalizer(app, ctx).await
+}
+
+/// Whether Applications that depend on `app` still exist: then its objects stay until they are gone
+/// (their deletion wakes it), and its status says which it waits for.
+async fn wait_for_dependents(app: &Application, ctx: &Ctx) -> Result<bool, ReconcileError> {
+    let namespace = app.namespace().unwrap_or_default();
+    let cached = ctx.cached_apps();
+    let waiting_for = crate::dependencies::dependents(&app.name_any(), &namespace, cached.iter().map(|a| &**a));
+    let mut status = app.status.clone().unwrap_or_default();
+    let before = status.conditions.clone();
+    status
+        .conditions
+        .retain(|c| c.type_ != crate::dependencies::DELETION_CONDITION);
+    if !waiting_for.is_empty() {
+        crate::status::set_condition(
+            &mut status,
+            crate::dependencies::DELETION_CONDITION,
+            format!(
+                "deletion waits for the Applications that depend on it to be deleted first: {}",
+                waiting_for.join(", ")
+            ),
+        );
+    }
+    if status.conditions != before {
+        let mut stored = app.clone();
+        crate::status::patch_status(ctx, &mut stored, &status).await?;
+    }
+    Ok(!waiting_for.is_empty())
 }
 
 /// Remove the resources finalizer, keeping any other.

@@ -7,6 +7,8 @@
 //!   comparison, requested, resumed and automated operations, status, deletion.
 //! - [`operation`]: running a sync or rollback and recording it (operation state, history, Events),
 //!   in steps: `prepare`, `record`, `progress`, `finish`.
+//! - [`gates`]: what holds a new sync back — dependencies not ready, a sync window — read for one
+//!   Application.
 //! - [`automated`]: whether an automated sync (new revision, self-heal, retry) is due; pure.
 //! - [`finalize`]: deleting an Application's objects with the resources finalizer.
 //! - [`status`]: writing status (merge patches, conditions) and clearing request annotations.
@@ -19,6 +21,7 @@
 //! - [`watches`]: watches, filtered by Capstan's tracking label, on every kind Capstan manages: a
 //!   cache of the live managed objects that comparisons read, and a trigger that re-reconciles an
 //!   Application when one of its objects changes.
+//! - [`dependencies`]: `spec.dependsOn` — ready, waiting, missing, cycles, dependents; pure.
 //! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
 //! - [`config`], [`error`], [`clock`]: settings, error types, timestamps; they depend on no module.
 //!
@@ -30,8 +33,10 @@ pub mod clock;
 pub mod clusters;
 pub mod config;
 pub mod context;
+pub mod dependencies;
 pub mod error;
 pub mod finalize;
+pub mod gates;
 pub mod health_config;
 pub mod operation;
 pub mod pipeline;
@@ -94,6 +99,7 @@ pub async fn run(
         .deny_implicit_default(config.deny_implicit_default_project);
     pipeline.projects.spawn();
     let trigger_tx_for_health = trigger_tx.clone();
+    let dependency_tx = trigger_tx.clone();
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
     let ctx = Arc::new(context::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 
@@ -109,12 +115,14 @@ pub async fn run(
             }
         }),
     }));
+    ctx.use_apps(reader.clone());
     let forget = ctx.clone();
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))
         .default_backoff()
         // A deleted Application is not reconciled again: release its poller and cluster interest here.
         .inspect_ok(move |event| match event {
             watcher::Event::Delete(app) => {
+                wake_related(&forget, app, &dependency_tx);
                 let app_ref = kube::runtime::reflector::ObjectRef::from_obj(app);
                 forget.pollers.forget(&app_ref);
                 forget.pipeline.clusters.forget(&app_ref);
@@ -127,6 +135,7 @@ pub async fn run(
             watcher::Event::Apply(app) => {
                 forget.record_observed(app);
                 forget.observe(app);
+                wake_related(&forget, app, &dependency_tx);
             }
             watcher::Event::InitApply(app) => forget.observe(app),
             _ => {}
@@ -154,4 +163,28 @@ pub async fn run(
         .await;
     tracing::info!("Application controller stopped");
     Ok(())
+}
+
+/// `app` changed or was deleted: reconcile the Applications that depend on it (one waiting for it
+/// may start its sync now; the status writes of the Application itself pass no trigger filter),
+/// and those it depends on that are being deleted (one may be waiting for it to go).
+fn wake_related(
+    ctx: &context::Ctx,
+    app: &Application,
+    tx: &futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Application>>,
+) {
+    use kube::ResourceExt;
+    let namespace = app.namespace().unwrap_or_default();
+    let cached = ctx.cached_apps();
+    let dependents = dependencies::dependents(&app.name_any(), &namespace, cached.iter().map(|a| &**a));
+    let deleted_dependencies = dependencies::names(app).into_iter().filter(|name| {
+        cached.iter().any(|a| {
+            a.name_any() == *name
+                && a.namespace().as_deref() == Some(namespace.as_str())
+                && a.metadata.deletion_timestamp.is_some()
+        })
+    });
+    for name in dependents.into_iter().chain(deleted_dependencies) {
+        let _ = tx.unbounded_send(kube::runtime::reflector::ObjectRef::new(&name).within(&namespace));
+    }
 }

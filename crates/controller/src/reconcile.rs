@@ -15,11 +15,12 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use crate::context::Ctx;
+use crate::dependencies::{self, Gate};
 use crate::error::{InvalidRequest, PipelineError, PipelineErrorKind, ReconcileError};
 use crate::operation::{self, record};
 use crate::pipeline::Resolved;
 use crate::status::{clear_handled_request, clear_terminate, set_condition, write_status};
-use crate::{automated, clock, finalize};
+use crate::{automated, clock, finalize, gates};
 
 // Kept here for their users outside the crate.
 pub use crate::status::clear_annotations;
@@ -201,14 +202,35 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
     }
 
     let from_request = matches!(requested, Some(Ok(_)));
+    // What holds a new operation back: dependencies not ready, a sync window. A running one goes on.
+    let deps = gates::dependencies(&ctx, &app).await;
+    let windows = gates::windows(&ctx, &app).await;
+    let mut held = Held::default();
     let op = match requested {
+        Some(Ok(op)) if op.sync.is_some() || op.rollback.is_some() => match refusal(&deps, &windows, true) {
+            // A request written past the CLI's and the server's checks (or before a dependency
+            // changed) is refused, as they would have.
+            Some(why) => {
+                tracing::info!(app = %key, %why, "requested operation refused");
+                status.operation_state = Some(record::failed_to_start(&op, &why));
+                held.request = true;
+                None
+            }
+            None => Some(op),
+        },
         Some(Ok(op)) => Some(op),
         Some(Err(message)) => {
             set_condition(&mut status, "InvalidSpecError", message.to_string());
             None
         }
-        None => running.or_else(|| automated::automated(&app, &status, &state.revision.id(), &state.comparison)),
+        None => running.or_else(|| {
+            let due = automated::automated(&app, &status, &state.revision.id(), &state.comparison)?;
+            held.dependencies = !matches!(deps, Gate::Ready);
+            held.window = windows.as_ref().is_some_and(|w| w.refusal(false).is_some());
+            (!held.dependencies && !held.window).then_some(due)
+        }),
     };
+    gate_conditions(&mut status, &deps, &windows, &held);
     let state = match op {
         Some(op) => {
             // An operation is decided on the cached view; one that will change something acts on a
@@ -254,7 +276,64 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         // 250 ms: a reconcile that decides against the retry must not come back at once).
         return Ok(Action::requeue(due.max(Duration::from_millis(250))));
     }
-    Ok(Action::requeue(clock::jitter(ctx.config.poll_interval, &key)))
+    let poll = clock::jitter(ctx.config.poll_interval, &key);
+    // A window opening or closing is a reason to look again (not only the next poll).
+    let change = windows
+        .as_ref()
+        .and_then(|w| w.next_change)
+        .and_then(|t| (t - gates::now(&ctx)).to_std().ok())
+        .map(|d| d + Duration::from_secs(1));
+    Ok(Action::requeue(change.map_or(poll, |c| c.min(poll))))
+}
+
+/// What held a new operation back in this reconcile.
+#[derive(Default)]
+struct Held {
+    /// An automated sync was due, its dependencies are not ready.
+    dependencies: bool,
+    /// An automated sync was due, a sync window holds it.
+    window: bool,
+    /// A requested operation was refused.
+    request: bool,
+}
+
+/// Why a new operation (`manual`: requested) may not start now: dependencies first, then windows.
+fn refusal(deps: &Gate, windows: &Option<gates::Windows>, manual: bool) -> Option<String> {
+    if !matches!(deps, Gate::Ready) {
+        return Some(deps.to_string());
+    }
+    windows.as_ref().and_then(|w| w.refusal(manual))
+}
+
+/// The conditions that say what holds the Application back: a missing dependency or a cycle (always),
+/// waiting for dependencies and a window holding the sync (while a sync is held), a window that
+/// does not parse (always).
+fn gate_conditions(status: &mut ApplicationStatus, deps: &Gate, windows: &Option<gates::Windows>, held: &Held) {
+    status.conditions.retain(|c| {
+        !matches!(
+            c.type_.as_str(),
+            dependencies::WAITING_CONDITION
+                | dependencies::ERROR_CONDITION
+                | gates::WINDOW_CONDITION
+                | gates::WINDOW_ERROR_CONDITION
+        )
+    });
+    match deps {
+        Gate::Missing(_) | Gate::Cycle(_) => set_condition(status, dependencies::ERROR_CONDITION, deps.to_string()),
+        Gate::Waiting(_) if held.dependencies || held.request => {
+            set_condition(status, dependencies::WAITING_CONDITION, deps.to_string())
+        }
+        _ => {}
+    }
+    if let Some(w) = windows {
+        if let Some(message) = w.error_message() {
+            set_condition(status, gates::WINDOW_ERROR_CONDITION, message);
+        } else if held.window
+            && let Some(why) = w.refusal(false)
+        {
+            set_condition(status, gates::WINDOW_CONDITION, format!("automated sync held: {why}"));
+        }
+    }
 }
 
 /// A requested operation that could not start (Git or rendering failed) is recorded as failed, so

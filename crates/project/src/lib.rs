@@ -39,6 +39,7 @@
 //! AppProject named default exists, and the operator has not made it deny-all) is exempt.
 
 mod spelling;
+pub mod windows;
 
 use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination, RepoPaths};
 use globset::GlobBuilder;
@@ -103,6 +104,7 @@ pub fn allow_all() -> AppProjectSpec {
             paths: vec!["**".into()],
             branches: vec!["*".into()],
         }],
+        ..Default::default()
     }
 }
 

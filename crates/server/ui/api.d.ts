@@ -1945,6 +1945,11 @@ export interface components {
             /** @description e.g. `ComparisonError`, `SyncError`, `InvalidSpecError`, `SharedResourceWarning`. */
             type: string;
         };
+        /** @description An Application another one depends on (`spec.dependsOn[]`). */
+        ApplicationDependency: {
+            /** @description Its name, in the dependent Application's namespace. */
+            name: string;
+        };
         /** @description The cluster (by `server` URL or by `name`) and namespace to deploy to. */
         ApplicationDestination: {
             /** @description Name of a registered cluster (alternative to `server`). */
@@ -2187,6 +2192,11 @@ export interface components {
              *     identities of a Secret in Capstan's namespace that the project permits.
              */
             decryption?: components["schemas"]["Decryption"] | null;
+            /**
+             * @description Applications (in the same namespace) that must be Synced and Healthy at their own current
+             *     target revision before this one starts a sync; deleted only after this one is gone.
+             */
+            dependsOn?: components["schemas"]["ApplicationDependency"][];
             /** @description The cluster and namespace to deploy to. */
             destination: components["schemas"]["ApplicationDestination"];
             /** @description Differences to ignore when comparing desired and live state. */

@@ -47,7 +47,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ repoURL?: string, path?: string, targetRevision?: string, chart?: string, ref?: string, name?: string }} Source
  * @typedef {{
  *   metadata: { name: string },
- *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string },
+ *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string }, dependsOn?: { name: string }[],
  *     syncPolicy?: { automated?: { prune?: boolean, selfHeal?: boolean } | null } | null },
  *   status?: {
  *     sync?: { status?: string, revision?: string, revisions?: string[] },
@@ -900,6 +900,10 @@ function appHeader(page, app) {
   const name = app.metadata.name;
   // Refreshing until the controller has compared again (reconciledAt moves on).
   const refreshing = page.refreshing !== undefined && page.refreshing === (st.reconciledAt || '');
+  const dependsOn = app.spec.dependsOn || [];
+  // A sync window holding the automated sync (which window, when the next sync may run), or one
+  // that does not parse.
+  const held = (st.conditions || []).find((c) => c.type === 'SyncWindowBlocked' || c.type === 'SyncWindowError');
   return html`
     <div class="header">
       <h1 data-testid="app-title">${name}</h1>
@@ -915,6 +919,8 @@ function appHeader(page, app) {
         <dt>Last sync</dt><dd data-testid="app-last-sync">${lastSyncView(st)}</dd>
         ${sources.length ? nothing : html`<dt>Commit</dt><dd data-testid="app-commit">${commitView(page)}</dd>`}
         <dt>Images</dt><dd class="mono" data-testid="app-images">${imagesView(page)}</dd>
+        ${dependsOn.length ? html`<dt>Depends on</dt><dd data-testid="app-depends-on">${dependsOn.map((d) => d.name).join(', ')}</dd>` : nothing}
+        ${held ? html`<dt>Sync window</dt><dd data-testid="app-sync-window">${held.message}</dd>` : nothing}
       </dl>
       ${revisionNote(app)}
       <div class="actions">

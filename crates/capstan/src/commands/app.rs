@@ -240,7 +240,19 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                 refresh_and_wait(&api, &name, if hard_refresh { "hard" } else { "normal" }).await?;
             }
             let app = get(&api, &name).await?;
-            print_app(&app, output)?;
+            let windows = match output {
+                Output::Table | Output::Wide => {
+                    let projects = capstan_controller::projects::Projects::new(client.clone(), &args.namespace);
+                    match projects.get(&app.spec.project).await {
+                        Ok((project, spec)) => {
+                            show::window_lines(&app, &project, &spec, capstan_controller::gates::system_now())
+                        }
+                        Err(_) => Vec::new(),
+                    }
+                }
+                _ => Vec::new(),
+            };
+            print_app(&app, output, &windows)?;
             Ok(ExitCode::SUCCESS)
         }
         AppCommand::Diff { name, revision } => {
@@ -517,6 +529,7 @@ async fn request(
 ) -> anyhow::Result<ExitCode> {
     let app = get(api, name).await?;
     refuse_early(&app, op)?;
+    refuse_held(api, &app).await?;
     let body = serde_json::to_string(op)?;
     annotate(api, name, OPERATION_ANNOTATION, &body).await?;
     let what = if op.rollback.is_some() { "rollback" } else { "sync" };
@@ -584,6 +597,34 @@ fn refuse_early(app: &Application, op: &Operation) -> anyhow::Result<()> {
         if capstan_kube::ObjectKey::parse(r).is_none() {
             bail!("invalid --resource {r:?}: use GROUP/KIND/NAMESPACE/NAME");
         }
+    }
+    Ok(())
+}
+
+/// Refuse a sync or rollback that `app`'s dependencies or its project's sync windows do not let
+/// start now (as the HTTP server does, with 409). There is no flag to force it: a window with
+/// `manualSync: true` is how a project lets manual syncs through.
+async fn refuse_held(api: &Api<Application>, app: &Application) -> anyhow::Result<()> {
+    let namespace = api_namespace(api);
+    let client = api.clone().into_client();
+    let projects = capstan_controller::projects::Projects::new(client, &namespace);
+    let Ok((project, spec)) = projects.get(&app.spec.project).await else {
+        // A missing project is reported by the comparison and refused by the sync.
+        return Ok(());
+    };
+    let others = if app.spec.depends_on.is_empty() {
+        Vec::new()
+    } else {
+        api.list(&Default::default())
+            .await
+            .map_err(|e| anyhow!("{}", describe(&e)))
+            .context("listing Applications")?
+            .items
+    };
+    let lookup = |n: &str| others.iter().find(|a| a.name_any() == n).cloned();
+    let at = capstan_controller::gates::system_now();
+    if let Some(why) = capstan_controller::gates::manual_refusal(app, &lookup, &project, &spec, at) {
+        bail!("cannot sync {} now: {why}", app.name_any());
     }
     Ok(())
 }

@@ -73,6 +73,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         concurrency: args.concurrency.max(1),
         allow_local_repositories: args.allow_local_repositories,
         deny_implicit_default_project: args.deny_implicit_default_project,
+        clock: Default::default(),
     };
     let appsets = capstan_appset::controller::AppSetConfig {
         namespace: config.namespace.clone(),

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod crds;
 pub mod install;
 pub mod local;
+pub mod project;
 pub mod promote;
 pub mod promotion_table;
 pub mod server;

@@ -35,6 +35,8 @@ pub struct Env {
     pub poll_interval: Duration,
     /// `--deny-implicit-default-project` for the next (re)start of the controller.
     pub deny_implicit_default_project: bool,
+    /// The clock sync windows are judged by, for the next (re)start of the controller.
+    pub clock: capstan_controller::clock::Clock,
 }
 
 impl Env {
@@ -99,6 +101,7 @@ impl Env {
             wave_timeout,
             poll_interval,
             deny_implicit_default_project: false,
+            clock: Default::default(),
         };
         env.start_controller();
         Ok(env)
@@ -112,6 +115,7 @@ impl Env {
             wave_timeout: self.wave_timeout,
             poll_interval: self.poll_interval,
             deny_implicit_default_project: self.deny_implicit_default_project,
+            clock: self.clock.clone(),
             ..Default::default()
         };
         let client = self.client.clone();

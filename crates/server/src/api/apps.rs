@@ -422,6 +422,31 @@ async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), A
     .map_err(|e| ApiError::kube(&format!("updating Application {name}"), &e))
 }
 
+/// Refuse a manual operation that its dependencies or its project's sync windows do not let start
+/// now (409 with the reason; the controller would refuse it too, later and less visibly).
+async fn not_held(state: &State, app: &Application) -> Result<(), ApiError> {
+    let (project, spec) = match state.pipeline.projects.get(&app.spec.project).await {
+        Ok(found) => found,
+        // The project itself is reported by the comparison and refused by the sync.
+        Err(_) => return Ok(()),
+    };
+    let namespace = app.namespace().unwrap_or_default();
+    let lookup = |name: &str| {
+        state
+            .apps
+            .get(&kube::runtime::reflector::ObjectRef::new(name).within(&namespace))
+            .map(|a| (*a).clone())
+    };
+    let at = capstan_controller::gates::system_now();
+    match capstan_controller::gates::manual_refusal(app, &lookup, &project, &spec, at) {
+        Some(why) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("cannot sync Application {:?} now: {why}", app.name_any()),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Refuse a new operation while one runs or another request is pending (as Argo CD does), instead of
 /// silently replacing someone else's request.
 fn idle(app: &Application) -> Result<(), ApiError> {
@@ -449,6 +474,7 @@ pub async fn sync(
 ) -> Result<Accept<Requested>, ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
     idle(&app)?;
+    not_held(&state, &app).await?;
     let body = body.map(|b| b.0).unwrap_or_default();
     for r in &body.resources {
         if capstan_kube::ObjectKey::parse(r).is_none() {
@@ -503,6 +529,7 @@ pub async fn rollback(
         return Err(ApiError::new(status, format!("Application {name:?}: {refused}")));
     }
     idle(&app)?;
+    not_held(&state, &app).await?;
     let op = Operation {
         sync: None,
         rollback: Some(RollbackOperation {

@@ -44,7 +44,7 @@ pub(super) fn summary_line(app: &Application) -> String {
     )
 }
 
-pub(super) fn print_app(app: &Application, output: Output) -> anyhow::Result<()> {
+pub(super) fn print_app(app: &Application, output: Output, windows: &[(String, String)]) -> anyhow::Result<()> {
     match output {
         Output::Json => outln!("{}", serde_json::to_string_pretty(&printable(app))?),
         Output::Yaml => out!("{}", serde_saphyr::to_string(&printable(app))?),
@@ -133,10 +133,17 @@ pub(super) fn print_app(app: &Application, output: Output) -> anyhow::Result<()>
                     health_text
                 },
             ));
+            if !spec.depends_on.is_empty() {
+                let names: Vec<&str> = spec.depends_on.iter().map(|d| d.name.as_str()).collect();
+                fields.push(("Depends On", names.join(", ")));
+            }
             if let Some(op) = &status.operation_state {
                 fields.push(("Operation", format!("{}: {}", op.phase, op.message)));
             }
             for (k, v) in fields {
+                outln!("{:<15}{v}", format!("{k}:"));
+            }
+            for (k, v) in windows {
                 outln!("{:<15}{v}", format!("{k}:"));
             }
             for c in &status.conditions {
@@ -203,4 +210,58 @@ fn source_line(i: usize, source: &capstan_api::application::ApplicationSource, r
         source.repo_url,
         target_of(source)
     )
+}
+
+/// The lines `app get` shows about the sync windows of `app`'s project (`spec`, named `project`)
+/// that apply to it at `at`: each active window, and whether and when automated and manual syncs
+/// may run. Nothing when no window applies.
+pub(super) fn window_lines(
+    app: &Application,
+    project: &str,
+    spec: &capstan_api::AppProjectSpec,
+    at: capstan_project::windows::DateTime<capstan_project::windows::Utc>,
+) -> Vec<(String, String)> {
+    use capstan_project::windows;
+    let Some(state) = capstan_controller::gates::windows_at(app, project, spec, at) else {
+        return Vec::new();
+    };
+    let d = &app.spec.destination;
+    let name = app.name_any();
+    let target = windows::Target {
+        name: &name,
+        namespace: &d.namespace,
+        server: &d.server,
+        cluster: &d.name,
+    };
+    let mut lines = Vec::new();
+    for s in windows::states(&spec.sync_windows, at) {
+        if !s.active || !windows::applies(&s.window, &target) {
+            continue;
+        }
+        let until = s
+            .next_change
+            .map(|t| format!(" until {}", windows::format_instant(t)))
+            .unwrap_or_default();
+        lines.push((
+            "Active Window".to_string(),
+            format!(
+                "{} syncWindows[{}] ({}, {}){until}",
+                s.window.kind.as_str(),
+                s.index,
+                s.window.schedule,
+                s.window.duration
+            ),
+        ));
+    }
+    let automated = match state.refusal(false) {
+        None => "may run now".to_string(),
+        Some(why) => format!("held: {why}"),
+    };
+    lines.push(("Auto Sync".to_string(), automated));
+    let manual = match state.refusal(true) {
+        None => "may run now".to_string(),
+        Some(why) => format!("refused: {why}"),
+    };
+    lines.push(("Manual Sync".to_string(), manual));
+    lines
 }
