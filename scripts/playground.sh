@@ -436,6 +436,8 @@ step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
   sed "s|HELM_REPOSITORY|$HELM_REPOSITORY|g; s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 done
+step "Applying the ordering example (examples/ordering/apps.yaml: dependsOn, a sync window) with repoURL $REPO_URL"
+sed "s|REPO_URL|$REPO_URL|g" examples/ordering/apps.yaml | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 step "Applying the example ApplicationSets (examples/appsets/) with repoURL $REPO_URL"
 for f in examples/appsets/*.yaml; do
   printf -- '---\n'

@@ -42,6 +42,9 @@ const TOP: [&str; 9] = [
     "payments-secrets",
     "root",
 ];
+/// The Applications of `examples/ordering/apps.yaml` (with its AppProject `ordering`): the API
+/// depends on the database.
+const ORDERED: [&str; 2] = ["ordering-database", "ordering-api"];
 /// The children `root` creates from `examples/app-of-apps/`.
 const CHILDREN: [&str; 2] = ["platform", "frontend"];
 /// What the ApplicationSets of `examples/appsets/` generate in the playground: `platform`'s guestbook
@@ -274,6 +277,16 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         applied, TOP,
         "examples/apps/ holds the nine Applications the README describes"
     );
+    // Then examples/ordering/apps.yaml (an AppProject with a sync window, two dependent Applications).
+    let ordering = std::fs::read_to_string(examples().join("ordering/apps.yaml"))?;
+    let file = work.path().join("ordering.yaml");
+    std::fs::write(&file, ordering.replace("REPO_URL", &repo))?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply examples/ordering/apps.yaml: {}",
+        text(&out)
+    );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
         .iter()
@@ -339,6 +352,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             .iter()
             .chain(&CHILDREN)
             .chain(&GENERATED)
+            .chain(&ORDERED)
             .all(|name| list.items.iter().any(|a| a.name_any() == *name && synced_healthy(a)));
         if done {
             break;
@@ -377,12 +391,25 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "kustomize-guestbook",
             "kustomized-helm-guestbook",
             "multi-source-guestbook",
+            "ordering-api",
+            "ordering-database",
             "payments-secrets",
             "payments-staging",
             "platform",
             "root"
         ],
-        "the nine entry points, root's two children and the ApplicationSets' four, nothing else"
+        "the nine entry points, the ordering example's two, root's two children and the ApplicationSets' four, nothing else"
+    );
+    // ordering-api depends on ordering-database: its first sync started once the database's had
+    // finished (both to the millisecond, as the controller records them).
+    let op_of = |app: &Application| app.status.clone().and_then(|s| s.operation_state).unwrap_or_default();
+    let database = op_of(&apps.get("ordering-database").await?);
+    let api = op_of(&apps.get("ordering-api").await?);
+    let database_finished = database.finished_at.clone().unwrap_or_default();
+    assert!(
+        !database_finished.is_empty() && database_finished <= api.started_at,
+        "ordering-api started at {} before ordering-database finished at {database_finished}",
+        api.started_at
     );
     for name in TOP.iter().chain(&CHILDREN).chain(&GENERATED) {
         let app = apps.get(name).await?;

@@ -314,7 +314,10 @@ mod tests {
         let topics = |n: usize| (0..n).map(|i| format!("application/a{i}")).collect::<Vec<_>>();
         assert_eq!(too_many(&topics(MAX_TOPICS)), None);
         let refusal = too_many(&topics(MAX_TOPICS + 1)).unwrap_or_default();
-        assert!(refusal.contains("65 topics") && refusal.contains("at most 64"), "{refusal}");
+        assert!(
+            refusal.contains("65 topics") && refusal.contains("at most 64"),
+            "{refusal}"
+        );
     }
 
     #[test]
