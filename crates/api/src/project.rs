@@ -73,7 +73,7 @@ pub struct AppProjectSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretStorePaths {
-    /// The store's name (exact).
+    /// The store's name (exact), or `*` for every store.
     pub store: String,
     /// Globs over `mount/path` of the KV secrets (`secret/team-a/**`): `*` stays within one
     /// segment, `**` crosses segments. Empty: no secret of the store.

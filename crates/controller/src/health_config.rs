@@ -30,6 +30,8 @@ pub struct HealthConfig {
     client: kube::Client,
     namespace: String,
     rules: RwLock<HealthRules>,
+    /// Whether the ConfigMap has been read once (present or not).
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 impl HealthConfig {
@@ -39,7 +41,18 @@ impl HealthConfig {
             client,
             namespace: namespace.to_string(),
             rules: RwLock::new(HealthRules::default()),
+            loaded: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Wait until the ConfigMap has been read once, at most `timeout` (false when it was not: the
+    /// rules are then empty until it is). The controller waits before its first reconcile, so that no
+    /// wave advances on a verdict the operators' rules would not give.
+    pub async fn wait_loaded(&self, timeout: std::time::Duration) -> bool {
+        let mut loaded = self.loaded.subscribe();
+        tokio::time::timeout(timeout, loaded.wait_for(|l| *l))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// The rules in force now (cheap: shared, not copied).
@@ -78,9 +91,13 @@ impl HealthConfig {
                     continue;
                 }
                 Ok(watcher::Event::InitDone) if !listed => (None, Default::default()),
-                Ok(watcher::Event::InitDone) => continue,
+                Ok(watcher::Event::InitDone) => {
+                    self.loaded.send_replace(true);
+                    continue;
+                }
                 Err(err) => {
-                    tracing::debug!(%err, "capstan-cm watch error");
+                    // Retried with backoff; an error that lasts (RBAC) must be seen.
+                    tracing::warn!(%err, configmap = CONFIG_MAP_NAME, "cannot watch the health rules");
                     continue;
                 }
             };
@@ -100,6 +117,7 @@ impl HealthConfig {
             }
             tracing::info!(configmap = CONFIG_MAP_NAME, keys = data.len(), "health rules loaded");
             last = Some(data);
+            self.loaded.send_replace(true);
             if let Some(on_change) = &on_change {
                 (on_change.reconcile_all)();
             }

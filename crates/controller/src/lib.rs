@@ -116,6 +116,9 @@ pub async fn run(
         }),
     }));
     ctx.use_apps(reader.clone());
+    if !ctx.pipeline.health.wait_loaded(Duration::from_secs(10)).await {
+        tracing::warn!("the health rules (capstan-cm) could not be read in 10 s: starting with the built-in rules");
+    }
     let forget = ctx.clone();
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))
         .default_backoff()

@@ -15,6 +15,8 @@
 //!   answer is known, so its echoes are told apart exactly and any other change triggers a reconcile.
 //!   A change made while a watch was down (or before its first list succeeded, as for a kind whose
 //!   CRD the same sync created) arrives only in the re-list that follows: it triggers a reconcile too.
+//!   An object deleted while the watch was down is not in that list and triggers nothing: the next
+//!   poll of its Application notices it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -55,15 +55,26 @@ pub(crate) fn parse<'a>(data: impl IntoIterator<Item = (&'a str, &'a str)>) -> (
         message,
     };
 
+    // The older map's kinds, as `<group>_<kind>` keys: a split `useOpenLibs` key applies to them too
+    // (Argo CD merges both forms into one override per kind).
+    let map_kinds: Vec<String> = data
+        .get(CUSTOMIZATIONS)
+        .and_then(|v| serde_saphyr::from_str::<BTreeMap<String, serde_json::Value>>(v).ok())
+        .map(|m| m.keys().map(|k| k.replacen('/', "_", 1)).collect())
+        .unwrap_or_default();
+    let split_open_libs = |gk: &str| -> Option<Result<bool, String>> {
+        let v = data.get(format!("{OPEN_LIBS_PREFIX}{gk}").as_str())?;
+        Some(parse_bool(v).ok_or_else(|| format!("{OPEN_LIBS_PREFIX}{gk} is {v:?}, not true or false")))
+    };
+    // Split keys first, then the older map, then CEL: for one kind the first wins (Argo CD's split
+    // keys override the map's entries).
+    let (mut split, mut legacy, mut exprs) = (Vec::new(), Vec::new(), Vec::new());
     for (&key, &value) in &data {
         if let Some(gk) = key.strip_prefix(HEALTH_PREFIX) {
-            let open_libs = match data.get(format!("{OPEN_LIBS_PREFIX}{gk}").as_str()) {
-                None => Ok(false),
-                Some(v) => parse_bool(v).ok_or_else(|| format!("{OPEN_LIBS_PREFIX}{gk} is {v:?}, not true or false")),
-            };
-            entries.push(lua_entry(key, &argo_override_key(gk), value, open_libs));
+            let open_libs = split_open_libs(gk).unwrap_or(Ok(false));
+            split.push(lua_entry(key, &argo_override_key(gk), value, open_libs));
         } else if let Some(gk) = key.strip_prefix(OPEN_LIBS_PREFIX) {
-            if !data.contains_key(format!("{HEALTH_PREFIX}{gk}").as_str()) {
+            if !data.contains_key(format!("{HEALTH_PREFIX}{gk}").as_str()) && !map_kinds.iter().any(|k| k == gk) {
                 unsupported.push(err(key, format!("there is no {HEALTH_PREFIX}{gk} for it to apply to")));
             }
         } else if key == CUSTOMIZATIONS {
@@ -79,7 +90,9 @@ pub(crate) fn parse<'a>(data: impl IntoIterator<Item = (&'a str, &'a str)>) -> (
                             ));
                         }
                         if let Some(script) = c.health_lua {
-                            entries.push(lua_entry(&at, &Ok(gk), &script, Ok(c.use_open_libs.unwrap_or(false))));
+                            let open_libs = split_open_libs(&gk.replacen('/', "_", 1))
+                                .unwrap_or(Ok(c.use_open_libs.unwrap_or(false)));
+                            legacy.push(lua_entry(&at, &Ok(gk), &script, open_libs));
                         }
                     }
                 }
@@ -89,7 +102,7 @@ pub(crate) fn parse<'a>(data: impl IntoIterator<Item = (&'a str, &'a str)>) -> (
                 Err(e) => unsupported.push(err(key, format!("is not a list of health check expressions: {e}"))),
                 Ok(list) => {
                     for (i, item) in list.into_iter().enumerate() {
-                        entries.push(cel_entry(&format!("{key}[{i}]"), item));
+                        exprs.push(cel_entry(&format!("{key}[{i}]"), item));
                     }
                 }
             }
@@ -102,7 +115,11 @@ pub(crate) fn parse<'a>(data: impl IntoIterator<Item = (&'a str, &'a str)>) -> (
             unsupported.push(err(key, format!("is not a setting of {CONFIG_MAP_NAME}")));
         }
     }
-    // Exact kinds before patterns, as Argo CD looks the exact key up first; otherwise in key order.
+    entries.extend(split);
+    entries.extend(legacy);
+    entries.extend(exprs);
+    // Exact kinds before patterns, as Argo CD looks the exact key up first; otherwise in the order
+    // above (a stable sort).
     entries.sort_by_key(|e| !e.selector.is_exact());
     (entries, unsupported)
 }

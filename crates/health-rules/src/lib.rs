@@ -17,6 +17,7 @@
 //! error (never silently judged by another rule), and [`HealthRules::broken_rule_for`] lets callers put
 //! a condition on each Application using that kind.
 
+mod bounded;
 pub mod cel;
 mod config;
 mod key;

@@ -173,6 +173,11 @@ fn the_sandbox_has_no_files_processes_or_chunk_loading() {
             "package",
             r#"package.loadlib("libc.so.6", "system") return {status = "Healthy"}"#,
         ),
+        // Coroutines run without the time limit's hook: not opened, even with useOpenLibs.
+        (
+            "coroutine",
+            r#"coroutine.resume(coroutine.create(function() end)) return {status = "Healthy"}"#,
+        ),
     ] {
         for open in ["false", "true"] {
             let r = rules(&[
@@ -386,4 +391,98 @@ fn the_playground_settings_load_without_errors() {
     annotated["metadata"]["annotations"] = json!({"example.capstan.dev/health": "Degraded"});
     assert_eq!(health(&r, &annotated).0, HealthCode::Degraded);
     assert_eq!(health(&r, &config_map("x")).0, HealthCode::Healthy);
+}
+
+#[test]
+fn catching_errors_does_not_outlive_the_time_limit() {
+    for (what, script, open) in [
+        (
+            "pcall",
+            "while true do pcall(function() while true do end end) end",
+            "false",
+        ),
+        (
+            "xpcall",
+            "while true do xpcall(function() while true do end end, function() end) end",
+            "false",
+        ),
+    ] {
+        let r = rules(&[
+            ("resource.customizations.health.ConfigMap", script),
+            ("resource.customizations.useOpenLibs.ConfigMap", open),
+        ]);
+        let start = std::time::Instant::now();
+        let (code, message) = health(&r, &config_map("x"));
+        assert_eq!(code, HealthCode::Unknown, "{what}");
+        assert!(message.contains("ran longer than"), "{what}: {message}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "{what}");
+    }
+}
+
+#[test]
+fn library_loops_the_hook_cannot_see_are_bounded() {
+    for (what, script) in [
+        (
+            "table.move",
+            "table.move({}, 1, 9223372036854775806, 2) return {status = 'Healthy'}",
+        ),
+        (
+            "string.rep",
+            "string.rep('', 9223372036854775807) return {status = 'Healthy'}",
+        ),
+        (
+            "string.find",
+            "string.find(string.rep('a', 100000), '.-.-.-.-.-b') return {status = 'Healthy'}",
+        ),
+    ] {
+        let r = rules(&[
+            ("resource.customizations.health.ConfigMap", script),
+            ("resource.customizations.useOpenLibs.ConfigMap", "true"),
+        ]);
+        let start = std::time::Instant::now();
+        let (code, message) = health(&r, &config_map("x"));
+        assert_eq!(code, HealthCode::Unknown, "{what}");
+        assert!(message.contains(what), "{what}: {message}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "{what}");
+    }
+}
+
+#[test]
+fn a_split_key_wins_over_the_older_map_and_use_open_libs_applies_to_both() {
+    let map = "ConfigMap:\n  health.lua: |\n    return {status = 'Suspended', message = string.lower('MAP')}\n";
+    let r = rules(&[
+        ("resource.customizations", map),
+        ("resource.customizations.useOpenLibs.ConfigMap", "true"),
+    ]);
+    assert!(r.errors().is_empty(), "{:?}", r.errors());
+    assert_eq!(health(&r, &config_map("x")), (HealthCode::Suspended, "map".into()));
+    let r = rules(&[
+        ("resource.customizations", map),
+        (
+            "resource.customizations.health.ConfigMap",
+            "return {status = 'Degraded', message = 'split'}",
+        ),
+    ]);
+    assert_eq!(health(&r, &config_map("x")), (HealthCode::Degraded, "split".into()));
+}
+
+#[test]
+fn cel_rules_with_nested_comprehensions_are_refused_and_wrong_answers_show_no_value() {
+    let exprs = "- apiVersion: v1\n  kind: ConfigMap\n  current: \"metadata.?labels.orValue({}).all(k, ['a', 'b'].exists(x, x == k))\"\n";
+    let r = rules(&[("healthCheckExprs", exprs)]);
+    assert_eq!(r.errors().len(), 1);
+    assert!(
+        r.errors()[0].message.contains("inside another comprehension"),
+        "{}",
+        r.errors()[0].message
+    );
+    let secret_rule = "- apiVersion: v1\n  kind: Secret\n  current: \"data\"\n";
+    let r = rules(&[("healthCheckExprs", secret_rule)]);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "data": {"password": "c2VjcmV0LXZhbHVl"}});
+    let (code, message) = health(&r, &secret);
+    assert_eq!(code, HealthCode::Unknown);
+    assert!(
+        message.contains("not a boolean") && !message.contains("c2VjcmV0"),
+        "{message}"
+    );
 }

@@ -259,14 +259,23 @@ pub fn check_secret_path(
     store: &str,
     location: &str,
 ) -> Result<(), Violation> {
-    let entries: Vec<_> = spec.secret_store_paths.iter().filter(|e| e.store == store).collect();
+    let entries: Vec<_> = spec
+        .secret_store_paths
+        .iter()
+        .filter(|e| e.store == store || e.store == "*")
+        .collect();
     if entries.is_empty() {
         return Ok(());
     }
     let violation = |message: String| Violation::new(project_name, SECRET_STORE_PATHS, message);
     let mut listed = Vec::new();
     for pattern in entries.iter().flat_map(|e| &e.paths) {
-        match glob_match(pattern, location, true) {
+        // Not `glob_match`: its `*` alone means anything, where here `*` stays within one segment.
+        let matched = GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+            .map(|g| g.compile_matcher().is_match(location));
+        match matched {
             Ok(true) => return Ok(()),
             Ok(false) => listed.push(pattern.as_str()),
             Err(e) => {
@@ -773,6 +782,16 @@ mod named_tests {
             err.contains("\"secret/team-b/db\"") && err.contains("\"shared\"") && err.contains("secret/team-a/**"),
             "{err}"
         );
+        // `*` alone stays within one segment; an entry for `*` limits every store.
+        let every = AppProjectSpec {
+            secret_store_paths: vec![capstan_api::project::SecretStorePaths {
+                store: "*".into(),
+                paths: vec!["*".into()],
+            }],
+            ..Default::default()
+        };
+        assert!(check_secret_path("team-a", &every, "any", "secret").is_ok());
+        assert!(check_secret_path("team-a", &every, "any", "secret/deeper").is_err());
         // A store without entries is limited by secretStores alone.
         assert!(check_secret_path("team-a", &spec, "own", "secret/anything").is_ok());
         // An entry without paths permits none of the store's secrets.

@@ -16,7 +16,8 @@ use crate::output::outln;
 #[derive(Debug, clap::Args)]
 pub struct ProjectArgs {
     /// Namespace Capstan runs in (where AppProjects live).
-    #[arg(long = "capstan-namespace", global = true, default_value = capstan_api::NAMESPACE)]
+    #[arg(long = "namespace", short = 'n', global = true, default_value = capstan_api::NAMESPACE,
+          alias = "capstan-namespace")]
     namespace: String,
     #[command(flatten)]
     kube: KubeArgs,
