@@ -1,8 +1,8 @@
 //! End to end, against a real control plane and a real git server: repository content that tries to
 //! make a tool run the repository's own script. A kustomization whose `helmCharts[].releaseName` is a
 //! Helm option (`--post-renderer=./evil.sh`, the attack of issue 27) and one whose `valuesFile` climbs
-//! out of the repository are refused by the running controller with a condition naming the field; the
-//! executable script in the repository never runs, and nothing reaches the destination.
+//! out of the repository are refused by the running controller with a condition naming the field or
+//! the path; the executable script in the repository never runs, and nothing reaches the destination.
 
 mod support;
 
@@ -72,7 +72,11 @@ async fn a_kustomization_cannot_make_helm_run_the_repositorys_script() -> anyhow
     let url = env.git.git_url("hostile-render");
     for (name, path, field) in [
         ("hostile-renderer", "renderer", "helmCharts[0].releaseName"),
-        ("hostile-values", "values", "helmCharts[0].valuesFile"),
+        (
+            "hostile-values",
+            "values",
+            "\"../../../../etc/passwd\" escapes the repository",
+        ),
     ] {
         env.create_app(app(name, &url, path, name, true)).await?;
         let refused = env
