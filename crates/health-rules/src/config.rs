@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::cel::CelRule;
-use crate::key::{Selector, group_of};
+use capstan_health::api_group as group_of;
+
+use crate::key::Selector;
 use crate::lua::LuaRule;
 use crate::{Entry, Rule, RuleError};
 
@@ -57,11 +59,13 @@ pub(crate) fn parse<'a>(data: impl IntoIterator<Item = (&'a str, &'a str)>) -> (
 
     // The older map's kinds, as `<group>_<kind>` keys: a split `useOpenLibs` key applies to them too
     // (Argo CD merges both forms into one override per kind).
-    let map_kinds: Vec<String> = data
+    let mut legacy_map = data
         .get(CUSTOMIZATIONS)
-        .and_then(|v| serde_saphyr::from_str::<BTreeMap<String, serde_json::Value>>(v).ok())
-        .map(|m| m.keys().map(|k| k.replacen('/', "_", 1)).collect())
-        .unwrap_or_default();
+        .map(|v| serde_saphyr::from_str::<BTreeMap<String, Customization>>(v));
+    let map_kinds: Vec<String> = match &legacy_map {
+        Some(Ok(m)) => m.keys().map(|k| k.replacen('/', "_", 1)).collect(),
+        _ => Vec::new(),
+    };
     let split_open_libs = |gk: &str| -> Option<Result<bool, String>> {
         let v = data.get(format!("{OPEN_LIBS_PREFIX}{gk}").as_str())?;
         Some(parse_bool(v).ok_or_else(|| format!("{OPEN_LIBS_PREFIX}{gk} is {v:?}, not true or false")))
@@ -78,7 +82,7 @@ pub(crate) fn parse<'a>(data: impl IntoIterator<Item = (&'a str, &'a str)>) -> (
                 unsupported.push(err(key, format!("there is no {HEALTH_PREFIX}{gk} for it to apply to")));
             }
         } else if key == CUSTOMIZATIONS {
-            match serde_saphyr::from_str::<BTreeMap<String, Customization>>(value) {
+            match legacy_map.take().unwrap_or_else(|| Ok(BTreeMap::new())) {
                 Err(e) => unsupported.push(err(key, format!("is not a map of group/Kind to customizations: {e}"))),
                 Ok(map) => {
                     for (gk, c) in map {

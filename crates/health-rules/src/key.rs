@@ -20,7 +20,7 @@ impl GroupKind {
         let kind = obj.get("kind")?.as_str()?;
         let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         Some(GroupKind {
-            group: group_of(api_version).to_string(),
+            group: capstan_health::api_group(api_version).to_string(),
             kind: kind.to_string(),
         })
     }
@@ -33,11 +33,6 @@ impl GroupKind {
             format!("{}/{}", self.group, self.kind)
         }
     }
-}
-
-/// The group of an `apiVersion` (`apps/v1` → `apps`, `v1` → the core group).
-pub fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
 /// The kinds one rule applies to.

@@ -363,7 +363,8 @@ pub fn worst<I: IntoIterator<Item = HealthCode>>(codes: I) -> HealthCode {
 }
 
 /// The API group of an `apiVersion`: `"apps"` for `"apps/v1"`, `""` (core) for `"v1"`.
-fn api_group(api_version: &str) -> &str {
+/// The API group of an `apiVersion` (`apps/v1` → `apps`, `v1` → the core group, empty).
+pub fn api_group(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
