@@ -106,13 +106,40 @@ pub async fn sandbox_cost(runs: usize) -> anyhow::Result<()> {
             plain.push(once(program, &args, &repo, &home, false).await?);
             confined.push(once(program, &args, &repo, &home, true).await?);
         }
+        // Each confined run is paired with the unconfined run just before it, so a machine that
+        // slows down or speeds up during the benchmark moves both alike.
+        let mut paired: Vec<f64> = plain
+            .iter()
+            .zip(&confined)
+            .map(|(p, c)| (c.as_secs_f64() - p.as_secs_f64()) * 1000.0)
+            .collect();
+        paired.sort_by(f64::total_cmp);
+        let paired = paired[paired.len() / 2];
         let (p, c) = (median(plain), median(confined));
         let cost = (c.as_secs_f64() / p.as_secs_f64() - 1.0) * 100.0;
         println!(
-            "12 sandbox cost, {name}: median {:.1} ms unconfined, {:.1} ms confined ({cost:+.1} %), {runs} runs each",
+            "12 sandbox cost, {name}: median {:.1} ms unconfined, {:.1} ms confined ({cost:+.1} %); median paired difference {paired:+.2} ms ({:+.1} %); {runs} runs each",
             p.as_secs_f64() * 1000.0,
-            c.as_secs_f64() * 1000.0
+            c.as_secs_f64() * 1000.0,
+            paired / (p.as_secs_f64() * 1000.0) * 100.0
         );
     }
+    // What building the confinement costs the parent alone (the Landlock ruleset and its rules),
+    // without starting anything: the part of the cost Capstan itself can shrink.
+    let mut built = Vec::new();
+    for _ in 0..runs.max(20) * 5 {
+        let mut cmd = tokio::process::Command::new(&kustomize);
+        let started = Instant::now();
+        Confinement::new(&kustomize)
+            .read(&repo)
+            .write(&home)
+            .limits(Limits::for_tool(60))
+            .apply(&mut cmd)?;
+        built.push(started.elapsed());
+    }
+    println!(
+        "12 sandbox cost, building the confinement in the parent: median {:.3} ms",
+        median(built).as_secs_f64() * 1000.0
+    );
     Ok(())
 }

@@ -3,7 +3,11 @@
 //! and a count), that it holds no file at all, or that Helm or Kustomize printed nothing — so that a
 //! layout Capstan does not read never looks like an empty desired state.
 
-use crate::{RenderError, RenderRequest, Tool, blocking, directory, normalise_app_path, resolve_in_repo};
+use crate::kind::Tool;
+use crate::paths::{normalise_app_path, resolve_in_repo};
+use crate::request::RenderRequest;
+use crate::task::blocking;
+use crate::{RenderError, directory};
 
 /// Most skipped files an [`RenderError::EmptyRender`] names.
 const SKIPPED_NAMED: usize = 10;

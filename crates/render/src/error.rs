@@ -316,7 +316,7 @@ pub enum RenderError {
         /// The Application's path.
         path: String,
         /// How it was rendered.
-        tool: crate::Tool,
+        tool: crate::kind::Tool,
         /// What the directory holds: the files skipped (the first ten and a count), or why nothing came.
         detail: String,
     },

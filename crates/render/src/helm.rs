@@ -17,8 +17,9 @@ use capstan_api::application::{ApplicationSourceHelm, HelmParameter};
 use serde_json::Value;
 
 use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
+use crate::task::blocking;
 use crate::tools::Tool;
-use crate::{RenderError, blocking, manifests, tools};
+use crate::{RenderError, manifests, tools};
 
 /// What to render.
 pub(crate) struct HelmJob {
@@ -313,12 +314,12 @@ fn inline_values(options: &ApplicationSourceHelm, chart: &str) -> Result<Option<
 
 /// The repository dependencies (`http(s)://`, `oci://`) of the chart in `chart_dir` missing from
 /// `charts/`.
-pub(crate) fn remote_dependencies(chart_dir: &Path) -> Vec<crate::RemoteDependency> {
+pub(crate) fn remote_dependencies(chart_dir: &Path) -> Vec<crate::dependency::RemoteDependency> {
     let field = |d: &Value, k: &str| d.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
     chart_dependencies(chart_dir)
         .into_iter()
         .flat_map(|(_, deps)| deps)
-        .map(|d| crate::RemoteDependency {
+        .map(|d| crate::dependency::RemoteDependency {
             name: field(&d, "name"),
             repository: field(&d, "repository"),
             version: field(&d, "version"),

@@ -107,6 +107,13 @@ const KUSTOMIZATION: Shape = Object(&[
     ("sortOptions", Any),
 ]);
 
+/// Read a kustomization file's text as the renderer does before Kustomize runs: it is refused unless
+/// Capstan understands all of it (one document, Kustomize's fields spelled exactly). For the fuzzer
+/// and tools; `file` names it in the error.
+pub fn check_text(text: &str, file: &str) -> Result<(), RenderError> {
+    read(text, file).map(|_| ())
+}
+
 /// Parse the kustomization `text` (of the file `file`, relative to the repository root) and check
 /// that Capstan understands all of it; returns the document.
 pub(crate) fn read(text: &str, file: &str) -> Result<Value, RenderError> {

@@ -15,17 +15,11 @@ use std::time::Duration;
 use capstan_api::application::ApplicationSourceKustomize;
 use serde_json::Value;
 
+pub use crate::kind::{KUSTOMIZATION_FILES, kustomization_file};
 use crate::kustomize_charts::{self, HelmChart};
 use crate::paths::{copy_tree, display_rel, resolve_in_repo, scan_symlinks};
-use crate::{RenderError, blocking, kustomization, manifests, tools};
-
-/// The file names Kustomize accepts, in its order of preference.
-pub const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
-
-/// The kustomization file in `dir`, if any.
-pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
-    KUSTOMIZATION_FILES.iter().map(|f| dir.join(f)).find(|p| p.is_file())
-}
+use crate::task::blocking;
+use crate::{RenderError, kustomization, manifests, tools};
 
 fn has_options(k: &ApplicationSourceKustomize) -> bool {
     !k.name_prefix.is_empty()

@@ -48,6 +48,17 @@ pub(crate) fn parse_yaml_value(text: &str) -> Result<Value, ValueError> {
     }
 }
 
+/// Parse a repository file's manifests as the directory renderer does: a multi-document YAML stream,
+/// or, when `json` is set, one JSON object or `List`. `origin` names the file in errors. (Public for
+/// the fuzz targets in `fuzz/`.)
+pub fn parse(text: &str, origin: &str, json: bool) -> Result<Vec<Value>, RenderError> {
+    if json {
+        parse_json(text, origin)
+    } else {
+        parse_yaml_stream(text, origin)
+    }
+}
+
 /// Parse a multi-document YAML stream into its documents, as they are (empty ones are `null`).
 pub(crate) fn parse_yaml_stream_raw(text: &str) -> Result<Vec<Value>, serde_saphyr::Error> {
     serde_saphyr::from_str_multiple_with_options(text, options())

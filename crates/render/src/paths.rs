@@ -267,9 +267,27 @@ fn copy_file(from: &Path, to: &Path) -> Result<(), RenderError> {
         .map_err(|e| RenderError::io(format!("cannot copy {} to {}", from.display(), to.display()), e))
 }
 
+/// `spec.source.path` as used in messages and keys: `.` for the root, no leading `./` or trailing `/`.
+pub(crate) fn normalise_app_path(path: &str) -> String {
+    let mut p = path.trim();
+    while let Some(rest) = p.strip_prefix("./") {
+        p = rest;
+    }
+    let p = p.trim_end_matches('/');
+    if p.is_empty() { ".".to_string() } else { p.to_string() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn app_paths_are_normalised() {
+        assert_eq!(normalise_app_path(""), ".");
+        assert_eq!(normalise_app_path("./"), ".");
+        assert_eq!(normalise_app_path("./apps/web/"), "apps/web");
+        assert_eq!(normalise_app_path("apps"), "apps");
+    }
     use std::os::unix::fs::symlink;
 
     fn repo() -> (tempfile::TempDir, PathBuf) {

@@ -104,7 +104,7 @@ async fn invalid_yaml_names_file_and_line() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [unclosed\n  labels: {}\n",
     );
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::InvalidYaml { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::InvalidYaml { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.starts_with("app/bad.yaml: invalid YAML"), "{msg}");
     assert!(msg.contains("line 5"), "{msg}");
@@ -130,7 +130,7 @@ async fn missing_api_version_names_file_and_document() {
     );
     let err = render(&repo, &source("app")).await.unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, RenderError::InvalidManifest { .. }), "{msg}");
+    assert!(matches!(err.root(), RenderError::InvalidManifest { .. }), "{msg}");
     assert!(
         msg.contains("app/x.yaml (document 2, line 6)") && msg.contains("no apiVersion"),
         "{msg}"
@@ -162,9 +162,9 @@ async fn missing_and_escaping_paths() {
     let err = render(&repo, &source("../../etc")).await.unwrap_err();
     assert_eq!(err.to_string(), r#"path "../../etc" escapes the repository"#);
     let err = render(&repo, &source("/etc")).await.unwrap_err();
-    assert!(matches!(err, RenderError::AbsolutePath { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::AbsolutePath { .. }), "{err}");
     let err = render(&repo, &source("apps/a.yaml")).await.unwrap_err();
-    assert!(matches!(err, RenderError::AppPathNotDirectory { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::AppPathNotDirectory { .. }), "{err}");
 }
 
 #[tokio::test]
@@ -174,7 +174,7 @@ async fn symlinked_manifest_outside_the_repository_is_never_read() {
     repo.file("app/ok.yaml", &configmap("ok"))
         .symlink(repo.outside.join("stolen.yaml"), "app/leak.yaml");
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::SymlinkEscape { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::SymlinkEscape { .. }), "{err:?}");
     assert!(err.to_string().contains("app/leak.yaml"), "{err}");
 
     let repo = Repo::new();
@@ -189,7 +189,7 @@ async fn symlinked_manifest_outside_the_repository_is_never_read() {
     let repo = Repo::new();
     repo.symlink(&repo.outside, "app");
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::SymlinkEscape { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::SymlinkEscape { .. }), "{err:?}");
 }
 
 #[tokio::test]

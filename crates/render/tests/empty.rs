@@ -53,7 +53,7 @@ async fn a_directory_of_files_capstan_does_not_read_is_an_error_naming_them() {
     assert_eq!(renderer.render(&req, REVISION).await.unwrap().objects.len(), 0);
     req.allow_empty = false;
     let err = renderer.render(&req, REVISION).await.unwrap_err();
-    assert!(matches!(err, RenderError::EmptyRender { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::EmptyRender { .. }), "{err}");
 }
 
 #[tokio::test]

@@ -184,7 +184,7 @@ async fn dependency_paths_must_stay_in_the_repository() {
         "apiVersion: v2\nname: web\nversion: 0.1.0\ndependencies:\n- name: redis\n  version: 1.0.0\n  repository: https://charts.example.com\n",
     );
     let err = render(&repo, &source("chart")).await.unwrap_err();
-    assert!(matches!(err, RenderError::RemoteDependency { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::RemoteDependency { .. }), "{err}");
 }
 
 #[tokio::test]
@@ -343,7 +343,7 @@ async fn template_error_carries_helms_message() {
         .file("chart/templates/cm.yaml", "metadata:\n  name: {{ .Release.Name \n");
     let err = render(&repo, &source("chart")).await.unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, RenderError::ToolFailed { .. }), "{msg}");
+    assert!(matches!(err.root(), RenderError::ToolFailed { .. }), "{msg}");
     assert!(
         msg.starts_with("helm template failed for path 'chart': Error: parse error"),
         "{msg}"
@@ -389,7 +389,7 @@ async fn value_file_errors() {
         },
     );
     let err = render(&repo, &absolute).await.unwrap_err();
-    assert!(matches!(err, RenderError::AbsolutePath { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::AbsolutePath { .. }), "{err}");
 
     let linked = helm_source(
         "chart",
@@ -400,10 +400,10 @@ async fn value_file_errors() {
     );
     let err = render(&repo, &linked).await.unwrap_err();
     assert!(err.to_string().contains("values/linked.yaml"), "{err}");
-    assert!(matches!(err, RenderError::SymlinkEscape { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::SymlinkEscape { .. }), "{err:?}");
     // Any symlink in the checkout leading out is refused before helm runs at all.
     let err = render(&repo, &source("chart")).await.unwrap_err();
-    assert!(matches!(err, RenderError::OutOfBoundsSymlink { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::OutOfBoundsSymlink { .. }), "{err:?}");
 }
 
 #[tokio::test]
@@ -440,7 +440,7 @@ async fn tool_invocations_time_out() {
         decryption: None,
     };
     let err = renderer.render(&req, REVISION).await.unwrap_err();
-    assert!(matches!(err, RenderError::Timeout { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::Timeout { .. }), "{err:?}");
     assert_eq!(err.to_string(), "helm template timed out after 1 ms (path 'chart')");
 }
 
@@ -484,7 +484,7 @@ async fn ref_value_files_come_from_the_named_source_and_stay_in_it() {
     assert_eq!(data(&rendered, "myapp-values")["a"], "from-ref");
 
     let err = render_ref(with("$other/envs/prod.yaml")).await.unwrap_err();
-    assert!(matches!(err, RenderError::UnknownRef { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::UnknownRef { .. }), "{err:?}");
     assert!(
         err.to_string()
             .contains("no source of the Application has `ref: other`"),
@@ -494,9 +494,9 @@ async fn ref_value_files_come_from_the_named_source_and_stay_in_it() {
     let err = render_ref(with("$values/../../outside/secret.yaml")).await.unwrap_err();
     assert!(err.to_string().contains("escapes the repository"), "{err}");
     let err = render_ref(with("$values/envs/linked.yaml")).await.unwrap_err();
-    assert!(matches!(err, RenderError::SymlinkEscape { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::SymlinkEscape { .. }), "{err:?}");
     let err = render_ref(with("$values")).await.unwrap_err();
-    assert!(matches!(err, RenderError::MissingValueFile { .. }), "{err:?}");
+    assert!(matches!(err.root(), RenderError::MissingValueFile { .. }), "{err:?}");
 }
 
 /// Odd `$ref` value files are refused by name, never read from outside the ref source's checkout: `$`

@@ -45,7 +45,7 @@ async fn a_release_name_that_is_a_helm_flag_runs_nothing() {
             },
         );
         let err = render(&repo, &s).await.unwrap_err();
-        assert!(matches!(err, RenderError::InvalidReleaseName { .. }), "{err}");
+        assert!(matches!(err.root(), RenderError::InvalidReleaseName { .. }), "{err}");
         assert!(err.to_string().contains("invalid Helm release name"), "{err}");
     }
     assert!(!marker.exists(), "the post-renderer ran");
@@ -149,7 +149,7 @@ async fn a_forged_lock_file_pointing_at_the_controllers_disk_is_refused() {
         "dependencies:\n- name: lib\n  repository: file:///var/lib/capstan/other-team/charts/lib\n  version: 0.1.0\ndigest: sha256:0\ngenerated: \"2026-01-01T00:00:00Z\"\n",
     );
     let err = render(&repo, &source("chart")).await.unwrap_err();
-    assert!(matches!(err, RenderError::ForgedLock { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::ForgedLock { .. }), "{err}");
     let msg = err.to_string();
     assert!(msg.contains("chart/Chart.lock") && msg.contains("lib"), "{msg}");
 }
@@ -168,7 +168,7 @@ async fn a_forged_requirements_lock_naming_a_registry_is_refused() {
             "dependencies:\n- name: lib\n  repository: oci://127.0.0.1:5000/internal/lib\n  version: 0.1.0\n",
         );
     let err = render(&repo, &source("chart")).await.unwrap_err();
-    assert!(matches!(err, RenderError::ForgedLock { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::ForgedLock { .. }), "{err}");
 }
 
 fn kustomization(repo: &Repo, text: &str) {
@@ -190,7 +190,10 @@ async fn kustomize_remote_bases_are_refused_before_kustomize_runs() {
         let repo = Repo::new();
         kustomization(&repo, &format!("resources:\n- cm.yaml\n- {reference}\n"));
         let err = render(&repo, &source("app")).await.unwrap_err();
-        assert!(matches!(err, RenderError::RemoteReference { .. }), "{reference}: {err}");
+        assert!(
+            matches!(err.root(), RenderError::RemoteReference { .. }),
+            "{reference}: {err}"
+        );
         assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
     }
 }
@@ -208,7 +211,7 @@ async fn a_kustomize_helm_chart_nobody_fetched_is_refused_before_kustomize_runs(
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].repository, "http://127.0.0.1:9/charts");
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::RemoteDependency { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::RemoteDependency { .. }), "{err}");
     let message = err.to_string();
     assert!(
         message.contains("app/kustomization.yaml") && message.contains("internal") && message.contains("not fetched"),
@@ -228,7 +231,10 @@ async fn kustomize_helm_charts_cannot_name_paths_outside_the_chart_home() {
         let repo = Repo::new();
         kustomization(&repo, entry);
         let err = render(&repo, &source("app")).await.unwrap_err();
-        assert!(matches!(err, RenderError::KustomizeHelmChart { .. }), "{entry}: {err}");
+        assert!(
+            matches!(err.root(), RenderError::KustomizeHelmChart { .. }),
+            "{entry}: {err}"
+        );
         assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
         assert!(
             std::fs::read_dir(&repo.outside).unwrap().next().is_none(),
@@ -267,7 +273,7 @@ async fn kustomize_options_starting_with_a_dash_stay_values() {
                 .collect();
             assert_eq!(names, ["--load-restrictor=LoadRestrictionsNonecm"]);
         }
-        Err(err) => assert!(matches!(err, RenderError::ToolFailed { .. }), "{err}"),
+        Err(err) => assert!(matches!(err.root(), RenderError::ToolFailed { .. }), "{err}"),
     }
 }
 
@@ -287,7 +293,7 @@ async fn a_yaml_alias_bomb_is_refused_by_the_parser_budget() {
     repo.file("app/bomb.yaml", &bomb);
     let started = std::time::Instant::now();
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::InvalidYaml { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::InvalidYaml { .. }), "{err}");
     assert!(
         started.elapsed() < std::time::Duration::from_secs(10),
         "the bomb was expanded"
@@ -301,7 +307,7 @@ async fn a_200_mb_manifest_is_refused_before_it_is_read() {
     let big = std::fs::File::create(repo.root.join("app/huge.yaml")).unwrap();
     big.set_len(200 * 1024 * 1024).unwrap();
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::FileTooLarge { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::FileTooLarge { .. }), "{err}");
     assert!(err.to_string().contains("app/huge.yaml"), "{err}");
 }
 
@@ -315,7 +321,7 @@ async fn json_nested_10000_deep_is_refused() {
     );
     repo.file("app/deep.json", &deep);
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::InvalidJson { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::InvalidJson { .. }), "{err}");
 }
 
 #[tokio::test]
@@ -328,7 +334,7 @@ async fn yaml_nested_10000_deep_is_refused() {
     );
     repo.file("app/deep.yaml", &deep);
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::InvalidYaml { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::InvalidYaml { .. }), "{err}");
 }
 
 #[tokio::test]
@@ -352,7 +358,7 @@ async fn an_object_defined_twice_is_refused_instead_of_last_one_wins() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: team-a}\ndata: {owner: attacker}\n",
     );
     let err = render(&repo, &source("app")).await.unwrap_err();
-    assert!(matches!(err, RenderError::DuplicateObject { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::DuplicateObject { .. }), "{err}");
     assert!(err.to_string().contains("ConfigMap team-a/settings"), "{err}");
 }
 
@@ -382,7 +388,7 @@ async fn a_lock_file_spelled_in_another_case_is_read_as_helm_reads_it() {
         "Dependencies:\n- Name: lib\n  Repository: file:///var/lib/capstan/other-team/charts/lib\n  version: 0.1.0\n",
     );
     let err = render(&repo, &source("chart")).await.unwrap_err();
-    assert!(matches!(err, RenderError::ForgedLock { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::ForgedLock { .. }), "{err}");
     // A chart whose dependency names its repository twice, in two cases, is ambiguous.
     let repo = Repo::new();
     repo.file(
@@ -406,7 +412,10 @@ async fn kustomize_remote_spellings_outside_any_list_are_refused() {
         kustomization(&repo, &format!("resources:\n- cm.yaml\n- {reference}\n"));
         let err = render(&repo, &source("app")).await.unwrap_err();
         assert!(
-            matches!(err, RenderError::RemoteReference { .. } | RenderError::InFile { .. }),
+            matches!(
+                err.root(),
+                RenderError::RemoteReference { .. } | RenderError::InFile { .. }
+            ),
             "{reference}: {err}"
         );
         assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
@@ -575,7 +584,10 @@ async fn kustomize_helm_chart_fields_that_are_helm_flags_run_nothing() {
             &format!("helmCharts:\n- name: web\n  {entry}\n"),
         );
         let err = render(&repo, &source("app")).await.unwrap_err();
-        assert!(matches!(err, RenderError::KustomizeHelmChart { .. }), "{entry}: {err}");
+        assert!(
+            matches!(err.root(), RenderError::KustomizeHelmChart { .. }),
+            "{entry}: {err}"
+        );
         assert!(err.to_string().contains("app/kustomization.yaml"), "{err}");
         assert!(!marker.exists(), "{entry}: the post-renderer ran");
     }
@@ -628,7 +640,7 @@ async fn a_kustomization_capstan_cannot_read_completely_is_refused() {
         std::fs::write(repo.outside.join("kustomization.yaml"), "resources: []\n").unwrap();
         let err = render(&repo, &source("app")).await.unwrap_err();
         assert!(
-            matches!(err, RenderError::UnsupportedKustomization { .. }),
+            matches!(err.root(), RenderError::UnsupportedKustomization { .. }),
             "{text}: {err}"
         );
         let message = err.to_string();
@@ -655,7 +667,7 @@ async fn symlinks_cannot_multiply_what_a_render_writes() {
         ..Default::default()
     });
     let err = render(&repo, &s).await.unwrap_err();
-    assert!(matches!(err, RenderError::LinkedCopyTooLarge { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::LinkedCopyTooLarge { .. }), "{err}");
     assert!(err.to_string().contains("64 MiB"), "{err}");
     // A handful of links is fine.
     let repo = Repo::new();

@@ -330,7 +330,7 @@ async fn a_memory_bomb_is_stopped_by_the_workers_memory_limit() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, RenderError::ToolFailed { command, stderr, .. } if command == "jsonnet" && stderr.contains("memory allocation")),
+        matches!(err.root(), RenderError::ToolFailed { command, stderr, .. } if command == "jsonnet" && stderr.contains("memory allocation")),
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(30), "{err}");

@@ -148,7 +148,7 @@ async fn wrong_keys_tampered_files_and_forged_sops_entries_are_refused_naming_th
     let err = render_decrypted(&repo, &source("app"), &decryption(&[&other]))
         .await
         .unwrap_err();
-    assert!(matches!(err, RenderError::Decrypt { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::Decrypt { .. }), "{err}");
     let message = format!("{err} {err:?}");
     assert!(
         message.contains("app/secret.yaml") && message.contains(&key.recipient),
@@ -166,7 +166,7 @@ async fn wrong_keys_tampered_files_and_forged_sops_entries_are_refused_naming_th
     let err = render_decrypted(&repo, &source("app"), &decryption(&[&key]))
         .await
         .unwrap_err();
-    assert!(matches!(err, RenderError::Decrypt { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::Decrypt { .. }), "{err}");
     assert!(err.to_string().contains("MAC"), "{err}");
 
     // Not a SOPS file, but a top-level `sops` entry.
@@ -178,6 +178,6 @@ async fn wrong_keys_tampered_files_and_forged_sops_entries_are_refused_naming_th
     let err = render_decrypted(&repo, &source("app"), &decryption(&[&key]))
         .await
         .unwrap_err();
-    assert!(matches!(err, RenderError::Decrypt { .. }), "{err}");
+    assert!(matches!(err.root(), RenderError::Decrypt { .. }), "{err}");
     assert!(err.to_string().contains("app/secret.yaml"), "{err}");
 }

@@ -1,13 +1,14 @@
 //! [`Confinement`]: what one program may read, write, execute and connect to, and its resource
 //! limits; [`Confinement::apply`] arranges for a `tokio::process::Command` to start inside it.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
-    path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetError, Scope, path_beneath_rules,
 };
 use tokio::process::Command;
 
@@ -59,6 +60,52 @@ const LOADERS: &[&str] = &[
     "/lib/ld-musl-x86_64.so.1",
     "/lib/ld-musl-aarch64.so.1",
 ];
+
+/// The rules every confinement shares ([`SYSTEM_READ`], [`SYSTEM_WRITE`], [`LOADERS`]), as
+/// `O_PATH` handles opened once per process: each tool run then adds them without opening and
+/// checking some thirty paths again (benchmark 12 in docs/benchmarks.md). A handle names the
+/// directory or file it was opened on, so replacing one of these system paths while Capstan runs
+/// (a mount over `/usr`, say) is seen only after a restart; paths missing at start stay missing.
+struct SystemRules {
+    handles: Vec<(PathFd, BitFlags<AccessFs>)>,
+}
+
+impl SystemRules {
+    fn get() -> &'static SystemRules {
+        static RULES: OnceLock<SystemRules> = OnceLock::new();
+        RULES.get_or_init(|| {
+            let read: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::ReadDir;
+            let write: BitFlags<AccessFs> = read | AccessFs::from_write(TARGET_ABI);
+            let exec: BitFlags<AccessFs> = read | AccessFs::Execute;
+            let all = SYSTEM_READ
+                .iter()
+                .map(|p| (p, read))
+                .chain(SYSTEM_WRITE.iter().map(|p| (p, write)))
+                .chain(LOADERS.iter().map(|p| (p, exec)));
+            let handles = all
+                .filter_map(|(path, access)| {
+                    let fd = PathFd::new(path).ok()?;
+                    // A file takes only the rights that apply to files (as `path_beneath_rules`).
+                    let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(true);
+                    let access = if is_dir {
+                        access
+                    } else {
+                        access & AccessFs::from_file(TARGET_ABI)
+                    };
+                    Some((fd, access))
+                })
+                .collect();
+            SystemRules { handles }
+        })
+    }
+
+    /// The rules, borrowing the handles.
+    fn rules(&self) -> impl Iterator<Item = Result<PathBeneath<BorrowedFd<'_>>, RulesetError>> + '_ {
+        self.handles
+            .iter()
+            .map(|(fd, access)| Ok(PathBeneath::new(fd.as_fd(), *access)))
+    }
+}
 
 /// Resource limits of one confined program (`None`: inherited).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,23 +247,20 @@ impl Confinement {
                 .scope(Scope::AbstractUnixSocket | Scope::Signal)
                 .map_err(failed)?;
         }
-        let existing = |paths: Vec<PathBuf>| -> Vec<PathBuf> { paths.into_iter().filter(|p| p.exists()).collect() };
-        let system_read = existing(SYSTEM_READ.iter().map(PathBuf::from).collect());
-        let system_write = existing(SYSTEM_WRITE.iter().map(PathBuf::from).collect());
         let mut executables = vec![self.program.clone()];
         // A tool installed as a script (an operator's wrapper) needs its interpreter; the tool is
         // the operator's choice, so its interpreter is too.
         executables.extend(interpreter(&self.program));
         executables.extend(self.exec.iter().cloned());
-        executables.extend(LOADERS.iter().map(PathBuf::from));
+        // The system's rules come from handles opened once per process (see [`SystemRules`]); the
+        // per-run paths are opened now. `path_beneath_rules` skips paths that do not exist.
         let mut created = ruleset
             .create()
             .map_err(failed)?
-            .add_rules(path_beneath_rules(system_read, read))
-            .and_then(|r| r.add_rules(path_beneath_rules(existing(self.read.clone()), read)))
-            .and_then(|r| r.add_rules(path_beneath_rules(system_write, write)))
-            .and_then(|r| r.add_rules(path_beneath_rules(existing(self.write.clone()), write)))
-            .and_then(|r| r.add_rules(path_beneath_rules(existing(executables), exec)))
+            .add_rules(SystemRules::get().rules())
+            .and_then(|r| r.add_rules(path_beneath_rules(&self.read, read)))
+            .and_then(|r| r.add_rules(path_beneath_rules(&self.write, write)))
+            .and_then(|r| r.add_rules(path_beneath_rules(&executables, exec)))
             .map_err(failed)?;
         for port in &self.connect_tcp {
             created = created
