@@ -132,7 +132,7 @@ async fn lua_and_cel_rules_change_health_in_a_running_controller() -> anyhow::Re
                         .iter()
                         .find(|r| r.kind == kind)
                         .and_then(|r| r.health.as_ref())
-                        .map(|h| (h.status.clone(), h.message.clone()))
+                        .map(|h| (h.status, h.message.clone()))
                 };
                 health_of(a) == "Degraded"
                     && of("ConfigMap") == Some((HealthCode::Degraded, "white is not a colour".into()))
