@@ -50,6 +50,7 @@ lint: lint-ui
 	$(CACHE)/machete/bin/cargo-machete
 	python3 scripts/module-cycles.py
 	python3 scripts/architecture-check.py
+	python3 scripts/vocabulary-check.py
 
 ## The web UI (crates/server/ui): the vendored lit-html files are its npm release's, ui/api.d.ts is
 ## what openapi-typescript makes of the OpenAPI document, and `tsc --noEmit` type-checks the UI's

@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::operation::{OPERATION_ANNOTATION, Operation, OperationPhase};
+pub use crate::status::{ConditionType, HealthCode, ResultCode, SyncCode};
 
 /// An Application: a source in Git rendered and kept in sync with a destination.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -433,7 +434,7 @@ pub struct ApplicationStatus {
 #[serde(rename_all = "camelCase")]
 pub struct SyncStatus {
     /// `Synced`, `OutOfSync` or `Unknown`.
-    pub status: String,
+    pub status: SyncCode,
     /// The resolved commit SHA (or chart version) of a single-source Application.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub revision: String,
@@ -447,7 +448,7 @@ pub struct SyncStatus {
 #[serde(rename_all = "camelCase")]
 pub struct HealthStatus {
     /// The health status.
-    pub status: String,
+    pub status: HealthCode,
     /// Why, when not Healthy.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -471,8 +472,8 @@ pub struct ResourceStatus {
     /// Name.
     pub name: String,
     /// `Synced`, `OutOfSync` or `Unknown`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub status: String,
+    #[serde(default)]
+    pub status: SyncCode,
     /// Health of the object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthStatus>,
@@ -523,7 +524,7 @@ pub struct OperationState {
 }
 
 /// What a sync did to one object.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceResult {
     /// API group.
@@ -540,7 +541,7 @@ pub struct ResourceResult {
     /// Name.
     pub name: String,
     /// `Synced`, `SyncFailed`, `Pruned`, `PruneSkipped`.
-    pub status: String,
+    pub status: ResultCode,
     /// Message from the API server or the hook.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -577,17 +578,13 @@ pub struct RevisionHistory {
     pub sources: Vec<ApplicationSource>,
 }
 
-/// The condition type of a failed comparison with Git (render, repository or destination error):
-/// the Application can become neither Synced nor Healthy until it is fixed.
-pub const COMPARISON_ERROR: &str = "ComparisonError";
-
 /// An error or warning about the Application.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationCondition {
     /// e.g. `ComparisonError`, `SyncError`, `InvalidSpecError`, `SharedResourceWarning`.
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: ConditionType,
     /// What is wrong, and where.
     pub message: String,
     /// When it was first observed (RFC 3339).
@@ -682,7 +679,7 @@ impl Application {
         let unhealthy = status
             .health
             .as_ref()
-            .filter(|h| h.status != "Healthy" && !h.message.is_empty());
+            .filter(|h| h.status != HealthCode::Healthy && !h.message.is_empty());
         let message = if let Some(c) = status.conditions.iter().find(|c| !c.message.is_empty()) {
             format!("{}: {}", c.type_, c.message)
         } else if let Some(o) = failed_operation {

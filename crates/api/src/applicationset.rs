@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::application::{ApplicationSpec, preserve_unknown_object};
+use crate::status::{ApplicationSetConditionType, HealthCode, RolloutStatus, SyncCode};
 
 /// An ApplicationSet: one template fanned out over the parameter sets its generators produce.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -297,12 +298,12 @@ pub struct ApplicationSetStatus {
 }
 
 /// One condition of an ApplicationSet.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationSetCondition {
     /// Condition type.
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: ApplicationSetConditionType,
     /// `True` or `False`.
     pub status: String,
     /// What happened, and where.
@@ -324,7 +325,7 @@ pub struct ApplicationSetApplicationStatus {
     pub application: String,
     /// `Waiting` (out of sync, its step not reached), `Pending` (step reached, waiting for a slot),
     /// `Progressing` (sync requested or running), `Healthy` (Synced and Healthy), `Failed`.
-    pub status: String,
+    pub status: RolloutStatus,
     /// Why.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -346,11 +347,13 @@ pub struct ApplicationSetResource {
     /// Application name.
     pub name: String,
     /// Its sync status.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "SyncCode")]
+    pub status: Option<SyncCode>,
     /// Its health status.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub health: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "HealthCode")]
+    pub health: Option<HealthCode>,
 }
 
 /// Schema for free-form JSON arrays (list elements, child generators).

@@ -97,6 +97,91 @@ mod tests {
         }
     }
 
+    /// Remove from `new` every `enum` list that `old` does not have at the same place, and report
+    /// where (as JSON pointers). Everything else is left for the caller to compare.
+    fn drop_added_enums(new: &mut serde_json::Value, old: &serde_json::Value, at: &str, added: &mut Vec<String>) {
+        match (new, old) {
+            (serde_json::Value::Object(n), serde_json::Value::Object(o)) => {
+                if n.contains_key("enum") && !o.contains_key("enum") {
+                    assert_eq!(
+                        n.get("type"),
+                        Some(&serde_json::json!("string")),
+                        "{at}: an enum on a non-string"
+                    );
+                    n.remove("enum");
+                    added.push(at.to_string());
+                }
+                for (key, child) in n.iter_mut() {
+                    if let Some(o_child) = o.get(key) {
+                        drop_added_enums(child, o_child, &format!("{at}/{key}"), added);
+                    }
+                }
+            }
+            (serde_json::Value::Array(n), serde_json::Value::Array(o)) => {
+                for (i, (child, o_child)) in n.iter_mut().zip(o).enumerate() {
+                    drop_added_enums(child, o_child, &format!("{at}/{i}"), added);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Where (JSON pointers) `a` and `b` differ.
+    fn differences(a: &serde_json::Value, b: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+        match (a, b) {
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                for key in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+                    match (x.get(key), y.get(key)) {
+                        (Some(u), Some(v)) => differences(u, v, &format!("{at}/{key}"), out),
+                        _ => out.push(format!("{at}/{key}")),
+                    }
+                }
+            }
+            (serde_json::Value::Array(x), serde_json::Value::Array(y)) if x.len() == y.len() => {
+                for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                    differences(u, v, &format!("{at}/{i}"), out);
+                }
+            }
+            _ if a != b => out.push(at.to_string()),
+            _ => {}
+        }
+    }
+
+    /// The status words became enums (`crate::status`): the CRDs may differ from those generated
+    /// before that change (kept under `tests/fixtures/crds-before-status-enums/`, taken from
+    /// `deploy/crds/` as it was) only by the added `enum` lists of string fields, so every object
+    /// stored before still validates, and nothing else in the schema moved.
+    #[test]
+    fn crds_differ_from_those_before_the_status_enums_only_by_added_enums() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds-before-status-enums");
+        let mut added = Vec::new();
+        for (file, crd) in all() {
+            let text = std::fs::read_to_string(dir.join(file)).expect("the CRD as it was");
+            let old: serde_json::Value = serde_saphyr::from_str(&text).expect("old CRD");
+            let mut new = serde_json::to_value(&crd).expect("new CRD");
+            let mut here = Vec::new();
+            drop_added_enums(&mut new, &old, "", &mut here);
+            let mut changed = Vec::new();
+            differences(&new, &old, "", &mut changed);
+            assert!(changed.is_empty(), "{file} changed beyond added enums at {changed:#?}");
+            added.extend(here.into_iter().map(|at| format!("{file}{at}")));
+        }
+        for field in [
+            "status/properties/sync/properties/status",
+            "status/properties/health/properties/status",
+            "status/properties/resources/items/properties/status",
+            "status/properties/operationState/properties/resources/items/properties/status",
+            "status/properties/conditions/items/properties/type",
+        ] {
+            assert!(
+                added
+                    .iter()
+                    .any(|a| a.starts_with("applications.") && a.ends_with(field)),
+                "no enum added at {field}: {added:#?}"
+            );
+        }
+    }
+
     #[test]
     fn writers_require_a_project() {
         for (file, crd) in all() {

@@ -15,6 +15,7 @@ pub mod labels;
 pub mod operation;
 pub mod project;
 pub mod promotion;
+pub mod status;
 pub mod sync_window;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use capstan_api::applicationset::{ApplicationSetApplicationStatus, RollingSyncStep};
 use capstan_api::operation::OperationPhase;
+use capstan_api::status::{HealthCode, RolloutStatus, SyncCode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -49,12 +50,12 @@ pub struct AppView {
     pub labels: BTreeMap<String, String>,
     /// Its source, `repoURL@targetRevision`: Applications sharing one must report the same commit.
     pub source: String,
-    /// `status.sync.status`: `Synced`, `OutOfSync`, `Unknown` or empty (not compared yet).
-    pub sync: String,
+    /// `status.sync.status`: `Synced`, `OutOfSync`, `Unknown`, or `None` (not compared yet).
+    pub sync: Option<SyncCode>,
     /// `status.sync.revision`: the commit it was compared with.
     pub revision: String,
-    /// `status.health.status`.
-    pub health: String,
+    /// `status.health.status` (`None` before the first comparison).
+    pub health: Option<HealthCode>,
     /// `status.health.message`.
     pub health_message: String,
     /// `status.operationState`, if any.
@@ -253,7 +254,7 @@ pub fn plan(
     // Applications of one source that report different commits: not all have seen the latest yet.
     let mut revisions: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for a in &apps {
-        if matches!(a.sync.as_str(), "Synced" | "OutOfSync") && !a.revision.is_empty() && !a.updated {
+        if matches!(a.sync, Some(SyncCode::Synced | SyncCode::OutOfSync)) && !a.revision.is_empty() && !a.updated {
             revisions.entry(&a.source).or_default().insert(&a.revision);
         }
     }
@@ -303,25 +304,27 @@ pub fn plan(
     }
 
     let mut statuses = Vec::with_capacity(apps.len());
-    let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for (i, a) in apps.iter().enumerate() {
         let step = step_of_app[i];
         let (status, message, requested_since) = if chosen.contains(&i) {
             (
-                "Progressing",
+                RolloutStatus::Progressing,
                 format!("{REQUESTED} (step {})", step.map(|s| s + 1).unwrap_or(0)),
                 Some(now_text.clone()),
             )
         } else {
             match &states[i] {
-                State::Healthy => ("Healthy", "Synced and Healthy".to_string(), None),
-                State::Requested { since, message } => ("Progressing", message.clone(), Some(since.clone())),
-                State::Busy(m) => ("Progressing", m.clone(), None),
-                State::Failed(m) => ("Failed", m.clone(), None),
-                State::Unknown(m) => ("Waiting", m.clone(), None),
+                State::Healthy => (RolloutStatus::Healthy, "Synced and Healthy".to_string(), None),
+                State::Requested { since, message } => {
+                    (RolloutStatus::Progressing, message.clone(), Some(since.clone()))
+                }
+                State::Busy(m) => (RolloutStatus::Progressing, m.clone(), None),
+                State::Failed(m) => (RolloutStatus::Failed, m.clone(), None),
+                State::Unknown(m) => (RolloutStatus::Waiting, m.clone(), None),
                 State::OutOfSync => match step {
                     None => (
-                        "Waiting",
+                        RolloutStatus::Waiting,
                         "OutOfSync; matched by no RollingSync step, so the rollout never syncs it".to_string(),
                         None,
                     ),
@@ -330,10 +333,10 @@ pub fn plan(
                             .clone()
                             .or_else(|| hold.clone())
                             .unwrap_or_else(|| "waiting for a maxUpdate slot".into());
-                        ("Pending", format!("OutOfSync; {why}"), None)
+                        (RolloutStatus::Pending, format!("OutOfSync; {why}"), None)
                     }
                     Some(_) => (
-                        "Waiting",
+                        RolloutStatus::Waiting,
                         format!(
                             "OutOfSync; waiting for step {} to be Synced and Healthy",
                             active.map(|s| s + 1).unwrap_or(0)
@@ -343,7 +346,7 @@ pub fn plan(
                 },
             }
         };
-        *counts.entry(status).or_default() += 1;
+        *counts.entry(status.to_string()).or_default() += 1;
         let old = prev.get(a.name.as_str());
         let was_requested = old.is_some_and(|o| is_requested(o));
         let same = old.is_some_and(|o| o.status == status) && was_requested == requested_since.is_some();
@@ -352,14 +355,14 @@ pub fn plan(
             (None, Some(o)) if same && !o.last_transition_time.is_empty() => o.last_transition_time.clone(),
             _ => now_text.clone(),
         };
-        let target_revision = match (status, old) {
+        let target_revision = match (&status, old) {
             // The commit that failed stays recorded, so a new commit can be told apart.
-            ("Failed", Some(o)) if same && !o.target_revision.is_empty() => o.target_revision.clone(),
+            (RolloutStatus::Failed, Some(o)) if same && !o.target_revision.is_empty() => o.target_revision.clone(),
             _ => a.revision.clone(),
         };
         statuses.push(ApplicationSetApplicationStatus {
             application: a.name.clone(),
-            status: status.into(),
+            status,
             message,
             step: step.map(|s| (s + 1).to_string()).unwrap_or_default(),
             target_revision,
@@ -393,7 +396,7 @@ pub fn plan(
 }
 
 fn is_requested(s: &ApplicationSetApplicationStatus) -> bool {
-    s.status == "Progressing" && s.message.starts_with(REQUESTED)
+    s.status == RolloutStatus::Progressing && s.message.starts_with(REQUESTED)
 }
 
 fn classify(app: &AppView, prev: Option<&ApplicationSetApplicationStatus>, now: Timestamp) -> State {
@@ -421,15 +424,18 @@ fn classify(app: &AppView, prev: Option<&ApplicationSetApplicationStatus>, now: 
                     return State::Failed(format!("sync {}: {}", o.phase.as_str().to_lowercase(), o.message));
                 }
                 OperationPhase::Succeeded => {
-                    if app.health == "Degraded" {
+                    if app.health == Some(HealthCode::Degraded) {
                         return State::Failed(with_detail("synced, but health is Degraded", &app.health_message));
                     }
-                    if app.sync == "Synced" && app.health == "Healthy" && !app.request_pending {
+                    if app.sync == Some(SyncCode::Synced)
+                        && app.health == Some(HealthCode::Healthy)
+                        && !app.request_pending
+                    {
                         return State::Healthy;
                     }
-                    if app.sync == "Synced" {
+                    if app.sync == Some(SyncCode::Synced) {
                         return requested(with_detail(
-                            &format!("synced; health is {}", or_unknown(&app.health)),
+                            &format!("synced; health is {}", app.health.unwrap_or_default()),
                             &app.health_message,
                         ));
                     }
@@ -453,23 +459,23 @@ fn classify(app: &AppView, prev: Option<&ApplicationSetApplicationStatus>, now: 
     if app.updated {
         return State::Unknown("its spec changed: waiting for the Application controller to compare it".into());
     }
-    let healthy = app.sync == "Synced" && app.health == "Healthy";
+    let healthy = app.sync == Some(SyncCode::Synced) && app.health == Some(HealthCode::Healthy);
     // A failure stays until the Application recovers or a new commit replaces the one that failed.
-    if let Some(p) = prev.filter(|p| p.status == "Failed")
+    if let Some(p) = prev.filter(|p| p.status == RolloutStatus::Failed)
         && !healthy
         && p.target_revision == app.revision
     {
         return State::Failed(p.message.clone());
     }
-    match app.sync.as_str() {
-        "Synced" if healthy => State::Healthy,
-        "Synced" => State::Busy(with_detail(
-            &format!("Synced; health is {}", or_unknown(&app.health)),
+    match app.sync {
+        Some(SyncCode::Synced) if healthy => State::Healthy,
+        Some(SyncCode::Synced) => State::Busy(with_detail(
+            &format!("Synced; health is {}", app.health.unwrap_or_default()),
             &app.health_message,
         )),
-        "OutOfSync" => State::OutOfSync,
-        "" => State::Unknown("not compared with Git yet".into()),
-        other => State::Unknown(format!("sync status is {other}")),
+        Some(SyncCode::OutOfSync) => State::OutOfSync,
+        None => State::Unknown("not compared with Git yet".into()),
+        Some(other @ SyncCode::Unknown) => State::Unknown(format!("sync status is {other}")),
     }
 }
 
@@ -479,10 +485,6 @@ fn with_detail(text: &str, detail: &str) -> String {
     } else {
         format!("{text}: {detail}")
     }
-}
-
-fn or_unknown(s: &str) -> &str {
-    if s.is_empty() { "Unknown" } else { s }
 }
 
 fn short(sha: &str) -> &str {

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
+use capstan_api::status::{ConditionType, HealthCode, SyncCode};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -105,7 +106,7 @@ async fn list_generator_creates_owned_applications_updates_them_and_deletes_remo
                             && st
                                 .resources
                                 .iter()
-                                .all(|r| r.status == "Synced" && r.health == "Healthy")
+                                .all(|r| r.status == Some(SyncCode::Synced) && r.health == Some(HealthCode::Healthy))
                     })
             },
         )
@@ -471,7 +472,7 @@ async fn an_unreadable_or_duplicate_cluster_secret_leaves_applications_alone() -
         env.wait_app(name, "the comparison error reported", Duration::from_secs(60), |a| {
             a.status
                 .as_ref()
-                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "ComparisonError"))
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == ConditionType::ComparisonError))
         })
         .await?;
     }
@@ -783,7 +784,7 @@ fn app_status_of(set: &capstan_api::ApplicationSet, app: &str) -> Option<(String
         .application_status
         .iter()
         .find(|s| s.application == app)
-        .map(|s| (s.status.clone(), s.step.clone(), s.message.clone()))
+        .map(|s| (s.status.to_string(), s.step.clone(), s.message.clone()))
 }
 
 /// Step 2 is synced only after step 1 is Synced and Healthy at the same commit.

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use capstan_api::status::{HealthCode, SyncCode};
 use capstan_testkit::TestCluster;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -80,8 +81,8 @@ impl Bench {
                 .iter()
                 .filter(|a| is_generated(a))
                 .filter(|a| {
-                    a.data.pointer("/status/sync/status") == Some(&json!("Synced"))
-                        && a.data.pointer("/status/health/status") == Some(&json!("Healthy"))
+                    a.data.pointer("/status/sync/status") == Some(&json!(SyncCode::Synced))
+                        && a.data.pointer("/status/health/status") == Some(&json!(HealthCode::Healthy))
                 })
                 .count();
             if done == n {

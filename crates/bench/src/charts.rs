@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use capstan_api::status::{HealthCode, SyncCode};
 use capstan_testkit::charts::{ChartServer, ChartServerOptions, index_repository, run_helm};
 use futures::{StreamExt, stream};
 use kube::api::ListParams;
@@ -66,8 +67,8 @@ impl Bench {
             .await;
         results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
         self.until_all(&names, |a| {
-            a.pointer("/status/sync/status") == Some(&json!("Synced"))
-                && a.pointer("/status/health/status") == Some(&json!("Healthy"))
+            a.pointer("/status/sync/status") == Some(&json!(SyncCode::Synced))
+                && a.pointer("/status/health/status") == Some(&json!(HealthCode::Healthy))
         })
         .await?;
         let elapsed = started.elapsed();
@@ -99,7 +100,7 @@ impl Bench {
         let started = Instant::now();
         self.until_all(&names, |a| {
             a.pointer("/status/sync/revision") == Some(&json!("1.1.0"))
-                && a.pointer("/status/sync/status") == Some(&json!("Synced"))
+                && a.pointer("/status/sync/status") == Some(&json!(SyncCode::Synced))
         })
         .await?;
         println!(

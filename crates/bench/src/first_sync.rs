@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use capstan_api::operation::OperationPhase;
+use capstan_api::status::SyncCode;
 use serde_json::json;
 
 use crate::setup::*;
@@ -62,7 +63,7 @@ impl Bench {
         ))
         .await?;
         self.wait("configmaps", Duration::from_secs(120), |s| {
-            s.pointer("/sync/status") == Some(&json!("OutOfSync"))
+            s.pointer("/sync/status") == Some(&json!(SyncCode::OutOfSync))
         })
         .await?;
         let writes_before = self.configmap_writes().await?;
@@ -85,7 +86,7 @@ impl Bench {
         );
 
         self.wait("configmaps", Duration::from_secs(60), |s| {
-            s.pointer("/sync/status") == Some(&json!("Synced"))
+            s.pointer("/sync/status") == Some(&json!(SyncCode::Synced))
         })
         .await?;
         // Measure the re-sync itself, not the tail of the first one: wait until the controller has

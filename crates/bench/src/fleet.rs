@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use capstan_api::status::{HealthCode, SyncCode};
 use capstan_testkit::git;
 use futures::{StreamExt, stream};
 use kube::api::{Api, ListParams, PostParams};
@@ -63,8 +64,8 @@ impl Bench {
                         if !name.starts_with("fleet-") {
                             continue;
                         }
-                        if a.data.pointer("/status/sync/status") == Some(&json!("Synced"))
-                            && a.data.pointer("/status/health/status") == Some(&json!("Healthy"))
+                        if a.data.pointer("/status/sync/status") == Some(&json!(SyncCode::Synced))
+                            && a.data.pointer("/status/health/status") == Some(&json!(HealthCode::Healthy))
                         {
                             done.insert(name);
                         } else {

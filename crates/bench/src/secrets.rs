@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use capstan_api::status::SyncCode;
 use capstan_testkit::openbao::OpenBao;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -49,7 +50,7 @@ impl Bench {
         self.app(app_manifest("secrets", &repo, "app", "bench-secrets", true))
             .await?;
         self.wait("secrets", Duration::from_secs(120), |s| {
-            s.pointer("/sync/status") == Some(&json!("Synced"))
+            s.pointer("/sync/status") == Some(&json!(SyncCode::Synced))
         })
         .await?;
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), "bench-secrets");

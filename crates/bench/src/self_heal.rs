@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use capstan_api::status::{HealthCode, SyncCode};
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -31,8 +32,8 @@ impl Bench {
         ))
         .await?;
         self.wait("heal", Duration::from_secs(120), |s| {
-            s.pointer("/sync/status") == Some(&json!("Synced"))
-                && s.pointer("/health/status") == Some(&json!("Healthy"))
+            s.pointer("/sync/status") == Some(&json!(SyncCode::Synced))
+                && s.pointer("/health/status") == Some(&json!(HealthCode::Healthy))
         })
         .await?;
         let kubectl = capstan_testkit_kubectl()?;

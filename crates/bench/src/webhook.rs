@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use capstan_api::operation::OperationPhase;
+use capstan_api::status::SyncCode;
 use futures::{StreamExt, stream};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -56,7 +57,7 @@ impl Bench {
                 .items
                 .iter()
                 .filter(|a| a.metadata.name.as_deref().is_some_and(|n| n.starts_with("hook-")))
-                .filter(|a| a.data.pointer("/status/sync/status") == Some(&json!("Synced")))
+                .filter(|a| a.data.pointer("/status/sync/status") == Some(&json!(SyncCode::Synced)))
                 .count();
             if done == n {
                 break;
@@ -114,7 +115,7 @@ impl Bench {
                 sync_started = Some(sent.elapsed());
             }
             if s.pointer("/sync/revision") == Some(&json!(sha))
-                && s.pointer("/sync/status") == Some(&json!("Synced"))
+                && s.pointer("/sync/status") == Some(&json!(SyncCode::Synced))
                 && s.pointer("/operationState/phase") == Some(&json!(OperationPhase::Succeeded))
             {
                 break sent.elapsed();

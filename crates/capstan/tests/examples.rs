@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_api::image_updater::{CHECK_ANNOTATION, ImageUpdater};
+use capstan_api::status::ResultCode;
 use capstan_api::{Application, PromotionPipeline};
 use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
 use capstan_testkit::charts::{ChartServer, ChartServerOptions, index_repository, run_helm};
@@ -448,7 +449,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         .find(|r| r.kind == "Job" && r.name == "guestbook-preflight")
         .unwrap_or_else(|| panic!("the preflight hook ran: {:?}", op.resources));
     assert!(hook.hook && hook.sync_phase == "PreSync", "{hook:?}");
-    assert_eq!(hook.status, "Synced", "the hook succeeded: {hook:?}");
+    assert_eq!(hook.status, ResultCode::Synced, "the hook succeeded: {hook:?}");
     // The operation's results are in the order they were applied.
     let order: Vec<(&str, i64, &str)> = op
         .resources

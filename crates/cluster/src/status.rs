@@ -2,6 +2,7 @@
 //! in one ConfigMap in Capstan's namespace (one key per cluster, JSON), so `capstan cluster list`
 //! can show it without talking to every cluster itself.
 
+use capstan_api::status::ConnectionStatus;
 use serde_json::Value;
 
 /// Name of the ConfigMap holding every cluster's connection state.
@@ -11,7 +12,7 @@ pub const STATUS_CONFIGMAP: &str = "capstan-cluster-status";
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectionState {
     /// `Successful`, `Failed` or `Unknown`.
-    pub status: String,
+    pub status: ConnectionStatus,
     /// The last error, if the last probe failed.
     pub message: String,
     /// The server's version (`v1.20.2`), from the last successful probe.
@@ -36,9 +37,8 @@ impl ConnectionState {
     pub fn from_json(text: &str) -> ConnectionState {
         let v: Value = serde_json::from_str(text).unwrap_or_default();
         let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-        let status = s("status");
         ConnectionState {
-            status: if status.is_empty() { "Unknown".into() } else { status },
+            status: ConnectionStatus::parse(&s("status")).unwrap_or_default(),
             message: s("message"),
             server_version: s("serverVersion"),
             checked_at: s("checkedAt"),
@@ -66,13 +66,13 @@ mod tests {
     #[test]
     fn state_round_trips_and_garbage_is_unknown() {
         let s = ConnectionState {
-            status: "Failed".into(),
+            status: ConnectionStatus::Failed,
             message: "connection refused".into(),
             server_version: "v1.20.2".into(),
             checked_at: "2026-01-01T00:00:00Z".into(),
         };
         assert_eq!(ConnectionState::from_json(&s.to_json()), s);
-        assert_eq!(ConnectionState::from_json("nope").status, "Unknown");
+        assert_eq!(ConnectionState::from_json("nope").status, ConnectionStatus::Unknown);
         assert_eq!(key_for("https://a:1"), "https___a_1");
     }
 }

@@ -26,24 +26,9 @@ use crate::{CompareError, Result};
 
 pub use crate::FIELD_MANAGER;
 
-/// Sync state of one object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncCode {
-    /// Live equals desired.
-    Synced,
-    /// Live differs, is missing, or should be pruned.
-    OutOfSync,
-}
-
-impl SyncCode {
-    /// `Synced` / `OutOfSync`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncCode::Synced => "Synced",
-            SyncCode::OutOfSync => "OutOfSync",
-        }
-    }
-}
+/// Sync state of one object (owned by `capstan-api`: it is the type of `status.sync.status`). A
+/// comparison yields `Synced` or `OutOfSync`, never `Unknown`.
+pub use capstan_api::status::SyncCode;
 
 /// One object of an Application, desired and/or live.
 #[derive(Debug, Clone)]

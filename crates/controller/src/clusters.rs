@@ -15,6 +15,7 @@ use capstan_api::Application;
 use capstan_api::application::ApplicationDestination;
 use capstan_api::cluster::{CLUSTER_SECRET_TYPE, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
 use capstan_api::labels::SECRET_TYPE_LABEL;
+use capstan_api::status::ConnectionStatus;
 use capstan_cluster::ClusterSecret;
 use capstan_cluster::status::{ConnectionState, STATUS_CONFIGMAP, key_for};
 use capstan_kube::{Discovery, describe_kube_error};
@@ -75,7 +76,7 @@ impl Destination {
             secret,
             usable: true,
             state: Mutex::new(ConnectionState {
-                status: "Unknown".into(),
+                status: ConnectionStatus::Unknown,
                 ..Default::default()
             }),
         }
@@ -167,7 +168,7 @@ impl Clusters {
             .insert(ObjectRef::from_obj(app));
         let dest = self.find(d)?;
         let state = dest.state();
-        if state.status == "Failed" {
+        if state.status == ConnectionStatus::Failed {
             return Err(PipelineError::Unreachable {
                 destination: dest.describe(),
                 message: state.message,
@@ -357,7 +358,7 @@ impl Clusters {
                 );
                 dest.usable = false;
                 *lock(&dest.state) = ConnectionState {
-                    status: "Failed".into(),
+                    status: ConnectionStatus::Failed,
                     message: err.to_string(),
                     ..Default::default()
                 };
@@ -440,7 +441,7 @@ impl Clusters {
         let now = clock::now();
         let state = match result {
             Ok(Ok(info)) => ConnectionState {
-                status: "Successful".into(),
+                status: ConnectionStatus::Successful,
                 message: String::new(),
                 server_version: info.git_version,
                 checked_at: now,
@@ -503,7 +504,7 @@ impl Clusters {
 
 fn failed(dest: &Destination, message: String, checked_at: String) -> ConnectionState {
     ConnectionState {
-        status: "Failed".into(),
+        status: ConnectionStatus::Failed,
         message,
         server_version: dest.state().server_version,
         checked_at,

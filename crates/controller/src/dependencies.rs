@@ -6,6 +6,7 @@
 
 use capstan_api::Application;
 use capstan_api::operation::OperationPhase;
+use capstan_api::status::{ConditionType, HealthCode, SyncCode};
 use kube::ResourceExt;
 
 /// Why a dependency does not let its dependents sync yet.
@@ -34,7 +35,7 @@ pub enum Gate {
 
 impl Gate {
     /// The condition type this gate is reported under, if it blocks.
-    pub fn condition_type(&self) -> Option<&'static str> {
+    pub fn condition_type(&self) -> Option<ConditionType> {
         match self {
             Gate::Ready => None,
             Gate::Waiting(_) => Some(WAITING_CONDITION),
@@ -44,11 +45,11 @@ impl Gate {
 }
 
 /// The condition an Application waiting for its dependencies carries.
-pub const WAITING_CONDITION: &str = "DependencyWaiting";
+pub const WAITING_CONDITION: ConditionType = ConditionType::DependencyWaiting;
 /// The condition an Application with a missing dependency or a dependency cycle carries.
-pub const ERROR_CONDITION: &str = "DependencyError";
+pub const ERROR_CONDITION: ConditionType = ConditionType::DependencyError;
 /// The condition an Application being deleted carries while Applications that depend on it exist.
-pub const DELETION_CONDITION: &str = "DeletionWaiting";
+pub const DELETION_CONDITION: ConditionType = ConditionType::DeletionWaiting;
 
 impl std::fmt::Display for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,18 +132,18 @@ pub fn ready(dep: &Application, current: Option<&str>) -> Result<(), String> {
     }
     if let Some(op) = &status.operation_state {
         if op.phase == OperationPhase::Running {
-            return Err("Running".into());
+            return Err(OperationPhase::Running.to_string());
         }
         if op.revision == revision && op.phase != OperationPhase::Succeeded {
             return Err(format!("sync {}", op.phase.as_str()));
         }
     }
-    let sync_status = sync.map(|s| s.status.as_str()).unwrap_or("Unknown");
-    let health = status.health.as_ref().map(|h| h.status.as_str()).unwrap_or("Unknown");
-    if health != "Healthy" {
+    let sync_status = sync.map(|s| s.status).unwrap_or_default();
+    let health = status.health.as_ref().map(|h| h.status).unwrap_or_default();
+    if health != HealthCode::Healthy {
         return Err(health.to_string());
     }
-    if sync_status != "Synced" {
+    if sync_status != SyncCode::Synced {
         return Err(sync_status.to_string());
     }
     Ok(())
@@ -219,12 +220,12 @@ mod tests {
     ) -> Application {
         a.status = Some(ApplicationStatus {
             sync: Some(SyncStatus {
-                status: sync.into(),
+                status: SyncCode::parse(sync).expect("a sync code"),
                 revision: revision.into(),
                 revisions: vec![],
             }),
             health: Some(HealthStatus {
-                status: health.into(),
+                status: HealthCode::parse(health).expect("a health code"),
                 message: String::new(),
             }),
             operation_state: op.map(|(phase, rev)| OperationState {

@@ -2,6 +2,7 @@
 //! condition) and why a reconcile failed ([`ReconcileError`], retried with backoff).
 
 use capstan_api::operation::OPERATION_ANNOTATION;
+use capstan_api::status::ConditionType;
 use capstan_kube::{KubeError, ObjectKey, describe_kube_error};
 
 /// Why a pass failed; each maps to an Application condition type ([`PipelineError::kind`]). The
@@ -361,12 +362,10 @@ impl PipelineError {
     }
 
     /// The condition type this error is reported as.
-    pub fn condition_type(&self) -> &'static str {
+    pub fn condition_type(&self) -> ConditionType {
         match self.kind() {
-            PipelineErrorKind::Comparison | PipelineErrorKind::Destination => {
-                capstan_api::application::COMPARISON_ERROR
-            }
-            PipelineErrorKind::InvalidSpec => "InvalidSpecError",
+            PipelineErrorKind::Comparison | PipelineErrorKind::Destination => ConditionType::ComparisonError,
+            PipelineErrorKind::InvalidSpec => ConditionType::InvalidSpecError,
         }
     }
 }
@@ -427,7 +426,7 @@ mod tests {
             "destination cluster with name \"prod\" is not registered (known clusters: in-cluster, staging); \
              register it with `capstan cluster add`"
         );
-        assert_eq!(unknown.condition_type(), "InvalidSpecError");
+        assert_eq!(unknown.condition_type(), ConditionType::InvalidSpecError);
         let kinds = PipelineError::UnknownKinds {
             kinds: vec![
                 "Widget \"a\" (example.com/v1)".into(),
@@ -457,7 +456,7 @@ mod tests {
             "cluster \"spoke\" is unreachable: connection refused"
         );
         assert_eq!(unreachable.kind(), PipelineErrorKind::Destination);
-        assert_eq!(unreachable.condition_type(), "ComparisonError");
+        assert_eq!(unreachable.condition_type(), ConditionType::ComparisonError);
     }
 
     #[test]

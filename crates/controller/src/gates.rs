@@ -5,6 +5,7 @@
 
 use capstan_api::Application;
 use capstan_api::project::AppProjectSpec;
+use capstan_api::status::ConditionType;
 use capstan_project::windows::{self, DateTime, Target, Utc, Verdict, WindowError};
 use kube::ResourceExt;
 
@@ -12,10 +13,10 @@ use crate::context::Ctx;
 use crate::dependencies::{self, Gate};
 
 /// The condition an Application carries while a sync window holds its automated sync.
-pub const WINDOW_CONDITION: &str = "SyncWindowBlocked";
+pub const WINDOW_CONDITION: ConditionType = ConditionType::SyncWindowBlocked;
 /// The condition an Application carries while a window of its project that applies to it does not
 /// parse.
-pub const WINDOW_ERROR_CONDITION: &str = "SyncWindowError";
+pub const WINDOW_ERROR_CONDITION: ConditionType = ConditionType::SyncWindowError;
 
 /// The sync windows of an Application's project as they stand now.
 #[derive(Debug, Clone)]

@@ -9,6 +9,7 @@ use capstan_api::Application;
 use capstan_api::application::{ApplicationStatus, HealthStatus, SyncStatus};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation, OperationPhase, TERMINATE_ANNOTATION};
+use capstan_api::status::{ConditionType, HealthCode, SyncCode};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -220,7 +221,7 @@ async fn reconcile_inner(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action,
         },
         Some(Ok(op)) => Some(op),
         Some(Err(message)) => {
-            set_condition(&mut status, "InvalidSpecError", message.to_string());
+            set_condition(&mut status, ConditionType::InvalidSpecError, message.to_string());
             None
         }
         None => running.or_else(|| {
@@ -310,13 +311,13 @@ fn refusal(deps: &Gate, windows: &Option<gates::Windows>, manual: bool) -> Optio
 /// does not parse (always).
 fn gate_conditions(status: &mut ApplicationStatus, deps: &Gate, windows: &Option<gates::Windows>, held: &Held) {
     status.conditions.retain(|c| {
-        !matches!(
-            c.type_.as_str(),
-            dependencies::WAITING_CONDITION
-                | dependencies::ERROR_CONDITION
-                | gates::WINDOW_CONDITION
-                | gates::WINDOW_ERROR_CONDITION
-        )
+        ![
+            dependencies::WAITING_CONDITION,
+            dependencies::ERROR_CONDITION,
+            gates::WINDOW_CONDITION,
+            gates::WINDOW_ERROR_CONDITION,
+        ]
+        .contains(&c.type_)
     });
     match deps {
         Gate::Missing(_) | Gate::Cycle(_) => set_condition(status, dependencies::ERROR_CONDITION, deps.to_string()),
@@ -368,13 +369,13 @@ async fn report_error(
     tracing::info!(app = %app.name_any(), %err, "comparison failed");
     let unknown = err.kind() != PipelineErrorKind::Comparison;
     status.sync = Some(SyncStatus {
-        status: "Unknown".into(),
+        status: SyncCode::Unknown,
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
         revisions: status.sync.as_ref().map(|s| s.revisions.clone()).unwrap_or_default(),
     });
     if unknown {
         status.health = Some(HealthStatus {
-            status: "Unknown".into(),
+            status: HealthCode::Unknown,
             message: err.to_string(),
         });
     }

@@ -6,6 +6,7 @@ use capstan_api::Application;
 use capstan_api::application::{ApplicationCondition, ApplicationStatus, SyncStatus};
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, TERMINATE_ANNOTATION};
+use capstan_api::status::ConditionType;
 use capstan_health_rules::CONFIG_MAP_NAME;
 use capstan_kube::{describe_kube_error, merge_patch};
 use kube::api::{Api, Patch, PatchParams};
@@ -23,20 +24,18 @@ pub async fn write_status(
     app: &mut Application,
     status: &mut ApplicationStatus,
     state: Option<&AppState>,
-    error: Option<(&str, String)>,
+    error: Option<(ConditionType, String)>,
 ) -> Result<(), ReconcileError> {
     let before = app.status.clone().unwrap_or_default();
     if let Some(state) = state {
         status.sync = Some(SyncStatus {
-            status: state.comparison.sync().as_str().into(),
+            status: state.comparison.sync(),
             revision: state.revision.id(),
             revisions: state.revision.revisions(),
         });
         status.health = Some(state.health.clone());
         status.resources = state.resources.clone();
-        status
-            .conditions
-            .retain(|c| !matches!(c.type_.as_str(), "ComparisonError" | "InvalidSpecError"));
+        status.conditions.retain(|c| !c.type_.is_comparison());
         let shared: Vec<String> = state
             .comparison
             .resources
@@ -47,30 +46,34 @@ pub async fn write_status(
                     .map(|o| format!("{} is tracked by Application {o}", r.key))
             })
             .collect();
-        status.conditions.retain(|c| c.type_ != "SharedResourceWarning");
+        status
+            .conditions
+            .retain(|c| c.type_ != ConditionType::SharedResourceWarning);
         if !shared.is_empty() {
-            set_condition(status, "SharedResourceWarning", shared.join("; "));
+            set_condition(status, ConditionType::SharedResourceWarning, shared.join("; "));
         }
-        status.conditions.retain(|c| c.type_ != "HealthRuleError");
+        status.conditions.retain(|c| c.type_ != ConditionType::HealthRuleError);
         if !state.health_rule_errors.is_empty() {
             set_condition(
                 status,
-                "HealthRuleError",
+                ConditionType::HealthRuleError,
                 format!(
                     "custom health rules of {CONFIG_MAP_NAME} cannot be used: {}",
                     state.health_rule_errors.join("; ")
                 ),
             );
         }
-        status.conditions.retain(|c| c.type_ != "ProjectViolation");
+        status.conditions.retain(|c| c.type_ != ConditionType::ProjectViolation);
         if !state.project_violations.is_empty() {
-            set_condition(status, "ProjectViolation", state.project_violations.join("; "));
+            set_condition(
+                status,
+                ConditionType::ProjectViolation,
+                state.project_violations.join("; "),
+            );
         }
     }
     if let Some((type_, message)) = error {
-        status
-            .conditions
-            .retain(|c| !matches!(c.type_.as_str(), "ComparisonError" | "InvalidSpecError"));
+        status.conditions.retain(|c| !c.type_.is_comparison());
         set_condition(status, type_, message);
     }
     // No secret value (decrypted, or from a secret store) reaches the stored status, whichever
@@ -108,7 +111,7 @@ pub async fn patch_status(ctx: &Ctx, app: &mut Application, status: &Application
 }
 
 /// Set the condition `type_` to `message` (its transition time changes with the message).
-pub fn set_condition(status: &mut ApplicationStatus, type_: &str, message: String) {
+pub fn set_condition(status: &mut ApplicationStatus, type_: ConditionType, message: String) {
     if let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == type_) {
         if c.message != message {
             c.message = message;
@@ -117,7 +120,7 @@ pub fn set_condition(status: &mut ApplicationStatus, type_: &str, message: Strin
         return;
     }
     status.conditions.push(ApplicationCondition {
-        type_: type_.into(),
+        type_,
         message,
         last_transition_time: clock::now(),
     });

@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
+use capstan_api::status::SyncCode;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -172,7 +173,11 @@ async fn ignored_differences_are_neither_drift_nor_reverted_but_other_fields_are
         .iter()
         .find(|r| r.kind == "Deployment")
         .expect("deployment in status");
-    assert_eq!(deployment.status, "Synced", "the scaled Deployment counts as Synced");
+    assert_eq!(
+        deployment.status,
+        SyncCode::Synced,
+        "the scaled Deployment counts as Synced"
+    );
     let web = env.get(v, k, p, "ignore", "web").await?.expect("deployment");
     assert_eq!(web.pointer("/spec/replicas"), Some(&json!(5)));
 

@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use capstan_api::status::HealthCode;
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -131,11 +132,11 @@ async fn lua_and_cel_rules_change_health_in_a_running_controller() -> anyhow::Re
                         .iter()
                         .find(|r| r.kind == kind)
                         .and_then(|r| r.health.as_ref())
-                        .map(|h| (h.status.clone(), h.message.clone()))
+                        .map(|h| (h.status, h.message.clone()))
                 };
                 health_of(a) == "Degraded"
-                    && of("ConfigMap") == Some(("Degraded".into(), "white is not a colour".into()))
-                    && of("Gadget") == Some(("Degraded".into(), "failed expression is true".into()))
+                    && of("ConfigMap") == Some((HealthCode::Degraded, "white is not a colour".into()))
+                    && of("Gadget") == Some((HealthCode::Degraded, "failed expression is true".into()))
             },
         )
         .await?;
@@ -157,7 +158,7 @@ async fn lua_and_cel_rules_change_health_in_a_running_controller() -> anyhow::Re
             a.status.as_ref().is_some_and(|s| {
                 s.resources
                     .iter()
-                    .any(|r| r.kind == "Gadget" && r.health.as_ref().is_some_and(|h| h.status == "Healthy"))
+                    .any(|r| r.kind == "Gadget" && r.health.as_ref().is_some_and(|h| h.status == HealthCode::Healthy))
             })
         },
     )

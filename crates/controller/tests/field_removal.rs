@@ -64,7 +64,7 @@ fn resource_sync(app: &Application, kind: &str, name: &str) -> String {
     app.status
         .as_ref()
         .and_then(|s| s.resources.iter().find(|r| r.kind == kind && r.name == name))
-        .map(|r| r.status.clone())
+        .map(|r| r.status.to_string())
         .unwrap_or_default()
 }
 

@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use capstan_api::status::ResultCode;
 use support::*;
 
 const SA_API: (&str, &str, &str) = ("v1", "ServiceAccount", "serviceaccounts");
@@ -74,7 +75,7 @@ data: {{a: b}}
         assert!(
             results
                 .iter()
-                .any(|r| r.kind == kind && r.sync_phase == "PreSync" && r.status == "Synced"),
+                .any(|r| r.kind == kind && r.sync_phase == "PreSync" && r.status == ResultCode::Synced),
             "{kind} hook completed: {results:?}"
         );
     }

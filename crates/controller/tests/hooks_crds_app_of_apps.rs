@@ -5,6 +5,7 @@ mod support;
 
 use std::time::Duration;
 
+use capstan_api::status::ResultCode;
 use serde_json::json;
 use support::*;
 
@@ -116,7 +117,7 @@ data: {a: b}
     assert!(
         results
             .iter()
-            .any(|r| r.sync_phase == "SyncFail" && r.status == "Synced"),
+            .any(|r| r.sync_phase == "SyncFail" && r.status == ResultCode::Synced),
         "{results:?}"
     );
     Ok(())

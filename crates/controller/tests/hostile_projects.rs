@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use capstan_api::status::SyncCode;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::*;
@@ -67,7 +68,7 @@ async fn an_object_the_project_denies_is_never_read_from_the_cluster() -> anyhow
         .expect("listed");
     // ... without reading the denied object: it is not reported as matching the live one (which
     // it does), nor as healthy.
-    assert_eq!(probe.status, "OutOfSync", "{probe:?}");
+    assert_eq!(probe.status, SyncCode::OutOfSync, "{probe:?}");
     assert_eq!(
         probe.health.as_ref().map(|h| h.status.as_str()),
         Some("Missing"),

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use capstan_api::Application;
 use capstan_api::application::{OperationState, ResourceResult};
+use capstan_api::status::ResultCode;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::*;
@@ -694,7 +695,7 @@ spec:
         op.message
     );
     let bad = result_for(&op.resources, "Job", "bad-hook").expect("result of the failed hook");
-    assert!(bad.hook && bad.status == "SyncFailed", "{bad:?}");
+    assert!(bad.hook && bad.status == ResultCode::SyncFailed, "{bad:?}");
 
     let (v, k, p) = JOB_API;
     eventually("the failed hook deleted", Duration::from_secs(30), || async {

@@ -38,6 +38,7 @@ pub(crate) fn custom_resource_definition(obj: &Value) -> Health {
     let mut established = false;
     for c in conditions(obj) {
         match c.type_ {
+            // vocabulary: APIService condition types
             "Terminating" if c.is_true() => {
                 return Health::progressing(with_detail("CRD is being terminated", c.message));
             }

@@ -8,6 +8,8 @@
 use capstan_api::operation::OperationPhase;
 use serde_json::Value;
 
+use capstan_api::status::SyncCode;
+
 use crate::json::str_at;
 use crate::{Health, HealthCode};
 
@@ -30,11 +32,13 @@ pub(crate) fn application(obj: &Value) -> Health {
     if phase.is_some_and(|p| !p.is_completed()) {
         return Health::progressing("Application sync is running");
     }
-    match str_at(status, &["sync", "status"]) {
-        Some("Synced") => Health::new(code, message),
-        Some("OutOfSync") => Health::progressing("Application is OutOfSync"),
-        Some(other) if !other.is_empty() => Health::progressing(format!("Application sync status is {other}")),
-        _ => Health::progressing("Waiting for the Application to be compared"),
+    match str_at(status, &["sync", "status"]).filter(|s| !s.is_empty()) {
+        None => Health::progressing("Waiting for the Application to be compared"),
+        Some(text) => match SyncCode::parse(text) {
+            Some(SyncCode::Synced) => Health::new(code, message),
+            Some(SyncCode::OutOfSync) => Health::progressing("Application is OutOfSync"),
+            _ => Health::progressing(format!("Application sync status is {text}")),
+        },
     }
 }
 

@@ -42,6 +42,7 @@ pub(crate) fn certificate_request(obj: &Value) -> Verdict {
     }
     Ok(match conditions.iter().find(|c| c.type_ == "Ready") {
         Some(c) if c.is_true() => Health::healthy(c.message),
+        // vocabulary: cert-manager's reasons
         Some(c) if c.reason == "Pending" => Health::progressing(c.message_or(WAITING)),
         Some(c) => Health::degraded(c.describe(|| format!("Ready is {}", c.status))),
         None => Health::progressing(WAITING),

@@ -63,6 +63,7 @@ pub(crate) fn cluster(obj: &Value) -> Verdict {
     }
     Ok(match str_at(obj, &["status", "phase"]) {
         Some("Provisioned") => Health::healthy("Cluster is running"),
+        // vocabulary: Cluster API phases
         Some("Failed") => Health::degraded(str_at(obj, &["status", "failureMessage"]).unwrap_or("Cluster failed")),
         _ => Health::progressing("Waiting for Cluster"),
     })
@@ -79,8 +80,8 @@ pub(crate) fn machine(obj: &Value) -> Verdict {
             .map_or_else(|| "Condition is unknown".to_owned(), |c| c.message.to_owned())
     };
     Ok(match str_at(obj, &["status", "phase"]) {
-        Some("Running") => Health::healthy("Machine is running"),
-        Some("Failed") => Health::degraded(why()),
+        Some("Running") => Health::healthy("Machine is running"), // vocabulary: Cluster API phases
+        Some("Failed") => Health::degraded(why()),                // vocabulary: Cluster API phases
         _ => Health::progressing(why()),
     })
 }
@@ -101,7 +102,7 @@ pub(crate) fn machine_deployment(obj: &Value) -> Verdict {
         }
         Some("ScalingUp") => Health::progressing("Cluster is spawning machines"),
         Some("ScalingDown") => Health::progressing("Cluster is stopping machines"),
-        Some("Failed") => Health::degraded("MachineDeployment is failed"),
+        Some("Failed") => Health::degraded("MachineDeployment is failed"), // vocabulary: Cluster API phases
         _ => Health::progressing("Waiting for machines"),
     })
 }
@@ -127,8 +128,8 @@ pub(crate) fn machine_pool(obj: &Value) -> Verdict {
         message = format!("{message}: {}", not_true.join(", "));
     }
     Ok(match phase {
-        Some("Running" | "Scaling") => Health::healthy(message),
-        Some("Failed" | "Unknown") => Health::degraded(message),
+        Some("Running" | "Scaling") => Health::healthy(message), // vocabulary: Cluster API phases
+        Some("Failed" | "Unknown") => Health::degraded(message), // vocabulary: Cluster API phases
         _ => Health::progressing(message),
     })
 }
@@ -227,6 +228,7 @@ pub(crate) fn aws_managed_control_plane(obj: &Value) -> Verdict {
         if c.type_ == "Ready" && c.is_true() {
             return Ok(Health::healthy("Control plane is ready"));
         }
+        // vocabulary: Cluster API severities
         if c.is_false() && c.severity == "Error" {
             errors.push(c.message);
         }

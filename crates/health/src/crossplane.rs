@@ -129,6 +129,7 @@ pub(crate) fn resource(obj: &Value, flavour: Flavour) -> Verdict {
     };
     let mut verdict = provisioning();
     for c in &conditions {
+        // vocabulary: Crossplane condition types
         if matches!(c.type_, "LastAsyncOperation" | "Synced") && c.is_false() {
             return Ok(Health::degraded(c.describe(|| format!("{} is False", c.type_))));
         }
@@ -204,6 +205,7 @@ pub(crate) fn package_revision(obj: &Value, package: Package) -> Verdict {
             Package::Configuration => "Waiting for ConfigurationRevision",
         }));
     };
+    // vocabulary: Crossplane condition types
     match conditions.iter().rev().find(|c| c.type_ == "Healthy") {
         Some(c) if c.is_true() => Ok(Health::healthy(c.reason)),
         Some(c) => Ok(Health::degraded(c.describe(|| "Healthy is not True".to_owned()))),

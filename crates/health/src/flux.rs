@@ -71,7 +71,7 @@ pub(crate) fn flux(obj: &Value, kind: FluxKind) -> Verdict {
                 if c.is_true() {
                     succeeded += 1;
                 } else if (kind == FluxKind::ImagePolicy && c.is_false())
-                    || (kind != FluxKind::ImagePolicy && c.status == "Unknown")
+                    || (kind != FluxKind::ImagePolicy && c.is_unknown())
                 {
                     in_progress += 1;
                 }

@@ -82,6 +82,11 @@ impl<'a> Condition<'a> {
         self.status == "False"
     }
 
+    /// A condition whose status is `Unknown` (Kubernetes' third condition status).
+    pub(crate) fn is_unknown(&self) -> bool {
+        self.status == "Unknown" // vocabulary: Kubernetes condition status
+    }
+
     /// The message, or `fallback` when it is empty.
     pub(crate) fn message_or(&self, fallback: &str) -> String {
         if self.message.is_empty() {

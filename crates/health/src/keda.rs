@@ -23,7 +23,7 @@ pub(crate) fn keda(obj: &Value, kind: KedaKind) -> Verdict {
     for c in status_conditions(obj)?.unwrap_or_default() {
         match (c.type_, c.status) {
             ("Ready", "False") => degraded = true,
-            ("Ready", "Unknown") if kind == KedaKind::ScaledJob => degraded = true,
+            ("Ready", "Unknown") if kind == KedaKind::ScaledJob => degraded = true, // vocabulary: KEDA conditions
             ("Ready", "True") => healthy = true,
             ("Paused", "True") => paused = true,
             ("Fallback", "True") if kind == KedaKind::ScaledObject => degraded = true,

@@ -19,7 +19,7 @@ pub(crate) fn service(obj: &Value) -> Verdict {
     for c in &conditions {
         if c.is_true() && matches!(c.type_, "ConfigurationsReady" | "RoutesReady" | "Ready") {
             ready += 1;
-        } else if c.is_false() || c.status == "Unknown" {
+        } else if c.is_false() || c.is_unknown() {
             let mut line = format!("{} is {}", c.type_, c.status);
             if !c.reason.is_empty() {
                 line.push_str(&format!(", since {}.", c.reason));

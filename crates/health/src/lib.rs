@@ -45,64 +45,16 @@ mod fuzz;
 use serde_json::Value;
 
 /// The health of an object, from best to worst: Healthy, Suspended, Progressing, Missing, Degraded,
-/// Unknown. Serialised as the variant name, the same strings Argo CD uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum HealthCode {
-    /// The object is fully available.
-    Healthy,
-    /// The object is deliberately paused or suspended (a paused Deployment, a suspended CronJob).
-    Suspended,
-    /// The object is not healthy yet but is still expected to get there.
-    Progressing,
-    /// The object does not exist in the cluster.
-    Missing,
-    /// The object failed or cannot reach a healthy state without intervention.
-    Degraded,
-    /// Health could not be determined.
-    Unknown,
-}
+/// Unknown. Owned by `capstan-api` (it is the type of `status.health.status`); re-exported here, where
+/// objects are assessed.
+pub use capstan_api::status::HealthCode;
 
-impl HealthCode {
-    /// Every code, from best to worst.
-    pub const ALL: [HealthCode; 6] = [
-        HealthCode::Healthy,
-        HealthCode::Suspended,
-        HealthCode::Progressing,
-        HealthCode::Missing,
-        HealthCode::Degraded,
-        HealthCode::Unknown,
-    ];
-
-    /// The code's name, as written in Application status (`"Healthy"`, `"Degraded"`, ...).
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            HealthCode::Healthy => "Healthy",
-            HealthCode::Suspended => "Suspended",
-            HealthCode::Progressing => "Progressing",
-            HealthCode::Missing => "Missing",
-            HealthCode::Degraded => "Degraded",
-            HealthCode::Unknown => "Unknown",
-        }
-    }
-
-    /// The code named `s` (exact, case-sensitive match of [`HealthCode::as_str`]).
-    pub fn parse(s: &str) -> Option<HealthCode> {
-        HealthCode::ALL.into_iter().find(|code| code.as_str() == s)
-    }
-
-    /// Position in the best-to-worst order: 0 is Healthy, 5 is Unknown.
-    fn severity(self) -> usize {
-        HealthCode::ALL
-            .iter()
-            .position(|&code| code == self)
-            .unwrap_or(HealthCode::ALL.len())
-    }
-}
-
-impl std::fmt::Display for HealthCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// Position of `code` in the best-to-worst order of [`HealthCode::ALL`]: 0 is Healthy, 5 is Unknown.
+fn severity(code: HealthCode) -> usize {
+    HealthCode::ALL
+        .iter()
+        .position(|&c| c == code)
+        .unwrap_or(HealthCode::ALL.len())
 }
 
 /// The outcome of assessing one object: a code and a short message (possibly empty) explaining it.
@@ -358,7 +310,7 @@ fn is_custom_group(group: &str) -> bool {
 pub fn worst<I: IntoIterator<Item = HealthCode>>(codes: I) -> HealthCode {
     codes
         .into_iter()
-        .max_by_key(|code| code.severity())
+        .max_by_key(|&code| severity(code))
         .unwrap_or(HealthCode::Healthy)
 }
 
@@ -396,7 +348,8 @@ mod tests {
         assert_eq!(serde_json::to_value(Degraded).unwrap(), json!("Degraded"));
         let code: HealthCode = serde_json::from_value(json!("Suspended")).unwrap();
         assert_eq!(code, Suspended);
-        assert!(serde_json::from_value::<HealthCode>(json!("Broken")).is_err());
+        // A word another version wrote reads as Unknown (capstan_api::status explains why).
+        assert_eq!(serde_json::from_value::<HealthCode>(json!("Broken")).unwrap(), Unknown);
     }
 
     #[test]

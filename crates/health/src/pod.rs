@@ -30,9 +30,10 @@ pub(crate) fn pod(obj: &Value) -> Health {
     }
 
     match str_at(obj, &["status", "phase"]) {
-        Some("Pending") => Health::progressing(or_status_message("Pod is pending")),
-        Some("Succeeded") => Health::healthy(status_message),
-        Some("Failed") => Health::degraded(failure_message(obj)),
+        Some("Pending") => Health::progressing(or_status_message("Pod is pending")), // vocabulary: Pod phases
+        Some("Succeeded") => Health::healthy(status_message),                        // vocabulary: Pod phases
+        Some("Failed") => Health::degraded(failure_message(obj)),                    // vocabulary: Pod phases
+        // vocabulary: Pod phases
         Some("Running") if restart_policy == "Always" => {
             if condition(obj, "Ready").is_some_and(|c| c.is_true()) {
                 return Health::healthy(status_message);
@@ -46,7 +47,7 @@ pub(crate) fn pod(obj: &Value) -> Health {
             }
             Health::progressing(or_status_message("Waiting for the pod to become ready"))
         }
-        Some("Running") => Health::progressing(or_status_message("Pod is running")),
+        Some("Running") => Health::progressing(or_status_message("Pod is running")), // vocabulary: Pod phases
         _ => Health::unknown(or_status_message("Pod phase is unknown")),
     }
 }
@@ -98,6 +99,9 @@ fn last_termination(container: &Value) -> Option<String> {
     terminated_message(container, "lastState").map(|m| format!("container restarted after: {m}"))
 }
 
+/// The reason a container runtime gives a non-zero exit without a better one (says nothing).
+const GENERIC_ERROR_REASON: &str = "Error";
+
 /// A description of `container.<state_field>.terminated`, if it says something useful: its message,
 /// else its reason and non-zero exit code.
 fn terminated_message(container: &Value, state_field: &str) -> Option<String> {
@@ -108,7 +112,7 @@ fn terminated_message(container: &Value, state_field: &str) -> Option<String> {
     let name = str_at(container, &["name"]).unwrap_or("");
     if !message.is_empty() {
         Some(message.trim_end().to_owned())
-    } else if exit_code != 0 && !reason.is_empty() && reason != "Error" {
+    } else if exit_code != 0 && !reason.is_empty() && reason != GENERIC_ERROR_REASON {
         Some(format!(
             "container \"{name}\" terminated: {reason} (exit code {exit_code})"
         ))

@@ -52,6 +52,7 @@ pub(crate) fn rollout(obj: &Value) -> Verdict {
     }
     for c in status_conditions(obj)?.unwrap_or_default() {
         let failed = c.type_ == "InvalidSpec"
+            // vocabulary: Argo Rollouts conditions
             || (c.type_ == "Progressing" && matches!(c.reason, "RolloutAborted" | "ProgressDeadlineExceeded"));
         if failed {
             return Ok(Health::degraded(c.describe(|| c.type_.to_owned())));
@@ -119,11 +120,11 @@ enum RunPhase {
 
 fn run_phase(obj: &Value) -> Option<RunPhase> {
     Some(match str_at(obj, &["status", "phase"])? {
-        "Pending" => RunPhase::Pending,
-        "Running" => RunPhase::Running,
-        "Successful" => RunPhase::Successful,
-        "Failed" => RunPhase::Failed,
-        "Error" => RunPhase::Error,
+        "Pending" => RunPhase::Pending,       // vocabulary: Argo Rollouts run phases
+        "Running" => RunPhase::Running,       // vocabulary: Argo Rollouts run phases
+        "Successful" => RunPhase::Successful, // vocabulary: Argo Rollouts run phases
+        "Failed" => RunPhase::Failed,         // vocabulary: Argo Rollouts run phases
+        "Error" => RunPhase::Error,           // vocabulary: Argo Rollouts run phases
         "Inconclusive" => RunPhase::Inconclusive,
         _ => return None,
     })

@@ -11,6 +11,7 @@ pub(crate) fn persistent_volume_claim(obj: &Value) -> Health {
     match str_at(obj, &["status", "phase"]) {
         Some("Bound") => Health::healthy(""),
         Some("Lost") => Health::degraded("PersistentVolumeClaim lost its underlying volume"),
+        // vocabulary: PersistentVolumeClaim phases
         Some("Pending") => Health::progressing("Waiting for the PersistentVolumeClaim to be bound"),
         None => Health::progressing("Waiting for the PersistentVolumeClaim to get a phase"),
         Some(phase) => Health::unknown(format!("Unexpected PersistentVolumeClaim phase \"{phase}\"")),

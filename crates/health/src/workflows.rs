@@ -14,9 +14,9 @@ pub(crate) fn workflow(obj: &Value) -> Verdict {
     status_object(obj)?;
     let message = str_at(obj, &["status", "message"]).unwrap_or("");
     Ok(match str_at(obj, &["status", "phase"]).unwrap_or("") {
-        "" | "Pending" | "Running" => Health::progressing(message),
-        "Succeeded" => Health::healthy(message),
-        "Failed" | "Error" => Health::degraded(message),
+        "" | "Pending" | "Running" => Health::progressing(message), // vocabulary: Argo Workflows phases
+        "Succeeded" => Health::healthy(message),                    // vocabulary: Argo Workflows phases
+        "Failed" | "Error" => Health::degraded(message),            // vocabulary: Argo Workflows phases
         _ => Health::unknown(message),
     })
 }

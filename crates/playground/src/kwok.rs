@@ -121,7 +121,7 @@ fn outcome_status(outcome: &str) -> (&'static str, bool, &'static str, u32) {
 /// The status kwok writes for `outcome` (a Go template over the Pod, as in kwok's own stages).
 fn status_template(outcome: &str) -> String {
     let (phase, ready, state, restarts) = outcome_status(outcome);
-    let finished = matches!(phase, "Succeeded" | "Failed");
+    let finished = matches!(phase, "Succeeded" | "Failed"); // vocabulary: Pod phases
     let not_ready_reason = if finished {
         "\n  reason: PodCompleted"
     } else if !ready {

@@ -1,6 +1,7 @@
 //! The rules a promotion must pass: plain names, both environments in the pipeline and in order,
 //! the source Application Synced and Healthy — the last two overridable with `force` and a reason.
 
+use capstan_api::status::{HealthCode, SyncCode};
 use capstan_api::{Application, PromotionPipelineSpec};
 
 use crate::PromoteError;
@@ -67,7 +68,7 @@ pub fn check_source(app: &Application, force: bool) -> Result<Option<String>, Pr
     let sync = status.sync.unwrap_or_default();
     let health = status.health.map(|h| h.status).unwrap_or_default();
     let name = app.metadata.name.clone().unwrap_or_default();
-    let ready = sync.status == "Synced" && health == "Healthy" && !sync.revision.is_empty();
+    let ready = sync.status == SyncCode::Synced && health == HealthCode::Healthy && !sync.revision.is_empty();
     if !ready && !force {
         let or_unknown = |s: &str| {
             if s.is_empty() {
@@ -78,8 +79,8 @@ pub fn check_source(app: &Application, force: bool) -> Result<Option<String>, Pr
         };
         return Err(PromoteError::SourceNotReady {
             app: name,
-            sync: or_unknown(&sync.status),
-            health: or_unknown(&health),
+            sync: sync.status.to_string(),
+            health: health.to_string(),
             revision: or_unknown(&sync.revision),
         });
     }
@@ -165,7 +166,7 @@ pub(crate) mod tests {
         assert!(err.contains("p-staging is Synced/Degraded"), "{err}");
         assert_eq!(check_source(&app, true).unwrap().as_deref(), Some("abc"));
         if let Some(h) = app.status.as_mut().and_then(|s| s.health.as_mut()) {
-            h.status = "Healthy".into();
+            h.status = HealthCode::Healthy;
         }
         assert_eq!(check_source(&app, false).unwrap().as_deref(), Some("abc"));
     }

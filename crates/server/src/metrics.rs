@@ -26,8 +26,8 @@ pub fn app_info(state: &State) -> String {
     apps.sort_by_key(|a| a.name_any());
     for app in apps {
         let status = app.status.clone().unwrap_or_default();
-        let sync = status.sync.map(|s| s.status).unwrap_or_else(|| "Unknown".into());
-        let health = status.health.map(|h| h.status).unwrap_or_else(|| "Unknown".into());
+        let sync = status.sync.map(|s| s.status).unwrap_or_default();
+        let health = status.health.map(|h| h.status).unwrap_or_default();
         let phase = status.operation_state.map(|o| o.phase.as_str()).unwrap_or_default();
         let _ = writeln!(
             out,
@@ -37,8 +37,8 @@ pub fn app_info(state: &State) -> String {
             escape(project_of(&app)),
             escape(&cluster_of(&app)),
             escape(&app.spec.destination.namespace),
-            escape(&sync),
-            escape(&health),
+            escape(sync.as_str()),
+            escape(health.as_str()),
             escape(phase),
         );
     }

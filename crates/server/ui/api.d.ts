@@ -1894,7 +1894,7 @@ export interface components {
             /** @description Destination namespace. */
             destNamespace: string;
             /** @description Aggregated health (`Unknown` before the first comparison). */
-            health: string;
+            health: components["schemas"]["HealthCode"];
             /** @description Why the health is what it is. */
             healthMessage: string;
             /** @description Labels of the Application. */
@@ -1922,7 +1922,7 @@ export interface components {
             /** @description Destination API server URL as written in the spec. */
             server: string;
             /** @description `Synced`, `OutOfSync` or `Unknown`. */
-            sync: string;
+            sync: components["schemas"]["SyncCode"];
             /** @description Branch, tag or commit followed. */
             targetRevision: string;
         };
@@ -1943,7 +1943,7 @@ export interface components {
             /** @description What is wrong, and where. */
             message: string;
             /** @description e.g. `ComparisonError`, `SyncError`, `InvalidSpecError`, `SharedResourceWarning`. */
-            type: string;
+            type: components["schemas"]["ConditionType"];
         };
         /** @description An Application another one depends on (`spec.dependsOn[]`). */
         ApplicationDependency: {
@@ -1976,7 +1976,7 @@ export interface components {
              * @description `Waiting` (out of sync, its step not reached), `Pending` (step reached, waiting for a slot),
              *     `Progressing` (sync requested or running), `Healthy` (Synced and Healthy), `Failed`.
              */
-            status: string;
+            status: components["schemas"]["RolloutStatus"];
             /** @description The 1-based step it belongs to (as a string, as in Argo CD). */
             step?: string;
             /** @description The revision the rollout synced it to. */
@@ -1993,8 +1993,10 @@ export interface components {
             /** @description `True` or `False`. */
             status: string;
             /** @description Condition type. */
-            type: string;
+            type: components["schemas"]["ApplicationSetConditionType"];
         };
+        /** @enum {string} */
+        ApplicationSetConditionType: "ErrorOccurred" | "ParametersGenerated" | "ResourcesUpToDate" | "RolloutProgressing";
         /** @description One generator: exactly one of its fields is set. */
         ApplicationSetGenerator: {
             /** @description One parameter set per registered cluster matching a label selector. */
@@ -2013,11 +2015,11 @@ export interface components {
         /** @description A generated Application, as listed in the ApplicationSet's status. */
         ApplicationSetResource: {
             /** @description Its health status. */
-            health?: string;
+            health?: components["schemas"]["HealthCode"];
             /** @description Application name. */
             name: string;
             /** @description Its sync status. */
-            status?: string;
+            status?: components["schemas"]["SyncCode"];
         };
         /** @description An ApplicationSet: one template fanned out over the parameter sets its generators produce. */
         ApplicationSetSpec: {
@@ -2291,7 +2293,7 @@ export interface components {
             /** @description API server URL. */
             server: string;
             /** @description Last known connection state. */
-            state: string;
+            state: components["schemas"]["ConnectionStatus"];
             /** @description Kubernetes version last seen. */
             version: string;
         };
@@ -2305,8 +2307,16 @@ export interface components {
             /** @description What is wrong. */
             message: string;
             /** @description e.g. `ComparisonError`. */
-            type: string;
+            type: components["schemas"]["ConditionType"];
         };
+        /** @enum {string} */
+        ConditionType: "ComparisonError" | "InvalidSpecError" | "SharedResourceWarning" | "HealthRuleError" | "ProjectViolation" | "DependencyError" | "DependencyWaiting" | "DeletionWaiting" | "SyncWindowError" | "SyncWindowBlocked";
+        /**
+         * @description Whether the controller last reached a destination cluster (stored per cluster in the
+         *     `capstan-cluster-status` ConfigMap, shown by `capstan cluster list` and the web UI), as Argo CD's
+         *     `ConnectionStatus`.
+         */
+        ConnectionStatus: "Successful" | "Failed" | "Unknown";
         /** @description How encrypted files of the sources are decrypted. */
         Decryption: {
             /**
@@ -2408,12 +2418,17 @@ export interface components {
                 [key: string]: string;
             };
         };
+        /**
+         * @description The health of an object or an Application, from best to worst: Healthy, Suspended, Progressing,
+         *     Missing, Degraded, Unknown (the order of [`HealthCode::ALL`]). The same words Argo CD uses.
+         */
+        HealthCode: "Healthy" | "Suspended" | "Progressing" | "Missing" | "Degraded" | "Unknown";
         /** @description Health: `Healthy`, `Progressing`, `Degraded`, `Suspended`, `Missing` or `Unknown`. */
         HealthStatus: {
             /** @description Why, when not Healthy. */
             message?: string;
             /** @description The health status. */
-            status: string;
+            status: components["schemas"]["HealthCode"];
         };
         /** @description One `--set` (or `--set-string`) parameter. */
         HelmParameter: {
@@ -2791,7 +2806,7 @@ export interface components {
             /** @description Namespace. */
             namespace?: string;
             /** @description `Synced`, `SyncFailed`, `Pruned`, `PruneSkipped`. */
-            status: string;
+            status: components["schemas"]["ResultCode"];
             /** @description Hook phase or `Sync`. */
             syncPhase?: string;
             /**
@@ -2819,8 +2834,11 @@ export interface components {
             namespace?: string;
             /** @description Whether sync would delete it (it is no longer in Git). */
             requiresPruning?: boolean;
-            /** @description `Synced`, `OutOfSync` or `Unknown`. */
-            status?: string;
+            /**
+             * @description `Synced`, `OutOfSync` or `Unknown`.
+             * @default Unknown
+             */
+            status: components["schemas"]["SyncCode"];
             /**
              * Format: int64
              * @description The object's sync wave.
@@ -2829,6 +2847,8 @@ export interface components {
             /** @description API version. */
             version?: string;
         };
+        /** @enum {string} */
+        ResultCode: "Synced" | "SyncFailed" | "Pruned" | "PruneSkipped" | "Skipped";
         /** @description How often and how fast to retry a failed sync. */
         RetryStrategy: {
             /** @description Backoff between attempts. */
@@ -2922,6 +2942,8 @@ export interface components {
             /** @description Step N+1 starts only when every Application of step N is Synced and Healthy. */
             steps: components["schemas"]["RollingSyncStep"][];
         };
+        /** @enum {string} */
+        RolloutStatus: "Waiting" | "Pending" | "Progressing" | "Healthy" | "Failed";
         /** @description `GET /api/settings`. */
         Settings: {
             /** @description The SSO provider, when SSO is configured. */
@@ -2962,6 +2984,8 @@ export interface components {
              */
             syncOptions: string[];
         };
+        /** @description Whether the live state of an object (or of every object of an Application) equals Git. */
+        SyncCode: "Synced" | "OutOfSync" | "Unknown";
         /** @description Parameters of a sync. */
         SyncOperation: {
             /**
@@ -3023,7 +3047,7 @@ export interface components {
             /** @description The resolved revision of each of `spec.sources`, in order (multi-source Applications). */
             revisions?: string[];
             /** @description `Synced`, `OutOfSync` or `Unknown`. */
-            status: string;
+            status: components["schemas"]["SyncCode"];
         };
         /** @description `DELETE …/operation`. */
         Terminating: {
@@ -3040,7 +3064,7 @@ export interface components {
             /** @description API group. */
             group: string;
             /** @description Health status. */
-            health: string;
+            health: components["schemas"]["HealthCode"];
             /** @description Health message. */
             healthMessage: string;
             /** @description `group/kind/namespace/name`. */

@@ -50,8 +50,8 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  *   spec: { project?: string, source?: Source, sources?: Source[], destination?: { name?: string, server?: string, namespace?: string }, dependsOn?: { name: string }[],
  *     syncPolicy?: { automated?: { prune?: boolean, selfHeal?: boolean } | null } | null },
  *   status?: {
- *     sync?: { status?: string, revision?: string, revisions?: string[] },
- *     health?: { status?: string },
+ *     sync?: { status?: Schemas['SyncCode'], revision?: string, revisions?: string[] },
+ *     health?: { status?: Schemas['HealthCode'] },
  *     conditions?: Condition[],
  *     operationState?: OperationState,
  *     resources?: ResourceStatus[],

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use capstan_api::application::ResourceResult;
+use capstan_api::status::ResultCode;
 use capstan_compare::{Comparison, ResourceState};
 use capstan_health::HealthCode;
 use capstan_kube::ObjectKey;
@@ -114,10 +115,10 @@ pub async fn execute(
     let applied = run
         .results
         .iter()
-        .filter(|r| r.status == "Synced" && r.sync_phase == "Sync")
+        .filter(|r| r.status == ResultCode::Synced && r.sync_phase == Phase::Sync.as_str())
         .count();
     let unchanged = run.unchanged;
-    let pruned = run.results.iter().filter(|r| r.status == "Pruned").count();
+    let pruned = run.results.iter().filter(|r| r.status == ResultCode::Pruned).count();
     // Only now, every hook of the operation having succeeded (see `hooks`).
     delete_succeeded_hooks(client, resources, &run.succeeded_hooks).await;
     let message = if opts.dry_run {
@@ -171,7 +172,7 @@ struct Run<'a> {
 }
 
 /// A task's result status (`Synced`, `Pruned`, …) and what it saw of its object, or why it failed.
-type TaskOutcome = Result<(String, Seen), SyncError>;
+type TaskOutcome = Result<(ResultCode, Seen), SyncError>;
 
 /// What a task saw of its object.
 enum Seen {
@@ -269,7 +270,7 @@ impl Run<'_> {
             let (status, message) = match &outcome {
                 Ok(status) if task.action == Action::Keep => (status.clone(), UNCHANGED.to_string()),
                 Ok(status) => (status.clone(), String::new()),
-                Err(err) => ("SyncFailed".to_string(), err.to_string()),
+                Err(err) => (ResultCode::SyncFailed, err.to_string()),
             };
             let settled = task.action == Action::Keep
                 && self.resources[task.index].live.as_ref().is_some_and(|live| {
@@ -297,7 +298,7 @@ impl Run<'_> {
                 self.unchanged += 1;
             } else {
                 self.results
-                    .push(result(task, &self.resources[task.index], &status, &message));
+                    .push(result(task, &self.resources[task.index], status, &message));
             }
         }
         if let Some(err) = first_error {
@@ -413,9 +414,9 @@ impl Run<'_> {
                     {
                         self.opts.own_writes.record(&task.key, version);
                     }
-                    ("Synced".to_string(), obj.map_or(Seen::Nothing, Seen::Object))
+                    (ResultCode::Synced, obj.map_or(Seen::Nothing, Seen::Object))
                 }),
-            Action::Keep => Ok(("Synced".to_string(), Seen::Nothing)),
+            Action::Keep => Ok((ResultCode::Synced, Seen::Nothing)),
             Action::Prune => prune(self.client, state, self.opts.dry_run).await,
             Action::Hook => {
                 let id = format!("{}:{}", task.phase.as_str(), task.key);
@@ -438,14 +439,14 @@ impl Run<'_> {
                     } else {
                         Seen::Nothing
                     };
-                    return Ok(("Synced".into(), seen));
+                    return Ok((ResultCode::Synced, seen));
                 }
                 if self.opts.dry_run {
-                    return Ok(("Skipped".into(), Seen::Nothing));
+                    return Ok((ResultCode::Skipped, Seen::Nothing));
                 }
                 run_hook(self.client, state, self.opts, |m| self.report(m))
                     .await
-                    .map(|hook| ("Synced".into(), hook.map_or(Seen::Nothing, Seen::Hook)))
+                    .map(|hook| (ResultCode::Synced, hook.map_or(Seen::Nothing, Seen::Hook)))
             }
         }
     }

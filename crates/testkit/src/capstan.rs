@@ -5,6 +5,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
+use capstan_api::status::{HealthCode, SyncCode};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
@@ -94,25 +95,32 @@ where
     }
 }
 
-/// `status.sync.status` (empty before the first comparison).
+/// `status.sync.status` as spelt in the API (empty before the first comparison): tests compare it
+/// with the words a user reads.
 pub fn sync_of(app: &Application) -> String {
     app.status
         .as_ref()
         .and_then(|s| s.sync.as_ref())
-        .map(|s| s.status.clone())
+        .map(|s| s.status.to_string())
         .unwrap_or_default()
 }
 
-/// `status.health.status`.
+/// `status.health.status` as spelt in the API (empty before the first comparison).
 pub fn health_of(app: &Application) -> String {
     app.status
         .as_ref()
         .and_then(|s| s.health.as_ref())
-        .map(|h| h.status.clone())
+        .map(|h| h.status.to_string())
         .unwrap_or_default()
 }
 
 /// Synced and Healthy.
 pub fn synced_healthy(app: &Application) -> bool {
-    sync_of(app) == "Synced" && health_of(app) == "Healthy"
+    let status = app.status.as_ref();
+    status
+        .and_then(|s| s.sync.as_ref())
+        .is_some_and(|s| s.status == SyncCode::Synced)
+        && status
+            .and_then(|s| s.health.as_ref())
+            .is_some_and(|h| h.status == HealthCode::Healthy)
 }

@@ -160,7 +160,7 @@ pub(super) async fn apply(
                 Ok(()) => tracing::info!(set = %set_name, app = %name, "rollout requested a sync"),
                 Err(e) => {
                     if let Some(s) = plan.statuses.iter_mut().find(|s| &s.application == name) {
-                        s.status = "Pending".into();
+                        s.status = capstan_api::status::RolloutStatus::Pending;
                         s.message = format!("requesting the sync failed: {e}");
                     }
                     out.errors.push(format!("requesting a sync of Application {name}: {e}"));

@@ -98,9 +98,9 @@ pub(super) fn view(app: &Application, updated: bool) -> AppView {
         name: app.name_any(),
         labels: app.labels().clone(),
         source: sources.join(","),
-        sync: status.sync.as_ref().map(|s| s.status.clone()).unwrap_or_default(),
+        sync: status.sync.as_ref().map(|s| s.status),
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
-        health: status.health.as_ref().map(|h| h.status.clone()).unwrap_or_default(),
+        health: status.health.as_ref().map(|h| h.status),
         health_message: status.health.as_ref().map(|h| h.message.clone()).unwrap_or_default(),
         operation: status.operation_state.as_ref().map(|o| OperationView {
             phase: o.phase,

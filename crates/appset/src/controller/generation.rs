@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use capstan_api::applicationset::{ApplicationsSyncPolicy, RollingSyncStep};
 use capstan_api::labels::REFRESH_ANNOTATION;
+use capstan_api::status::ApplicationSetConditionType;
 use capstan_api::{Application, ApplicationSet};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -46,21 +47,21 @@ pub(super) async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result
             tracing::info!(set = %name, reason = problem.reason, message = %redact(&problem.message), "generation failed; Applications left as they are");
             set_condition(
                 &mut status.conditions,
-                "ErrorOccurred",
+                ApplicationSetConditionType::ErrorOccurred,
                 true,
                 problem.reason,
                 &problem.message,
             );
             set_condition(
                 &mut status.conditions,
-                "ParametersGenerated",
+                ApplicationSetConditionType::ParametersGenerated,
                 false,
                 problem.reason,
                 &problem.message,
             );
             set_condition(
                 &mut status.conditions,
-                "ResourcesUpToDate",
+                ApplicationSetConditionType::ResourcesUpToDate,
                 false,
                 problem.reason,
                 &problem.message,

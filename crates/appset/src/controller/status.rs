@@ -4,6 +4,7 @@
 use capstan_api::applicationset::{
     ApplicationSetApplicationStatus, ApplicationSetCondition, ApplicationSetResource, ApplicationsSyncPolicy,
 };
+use capstan_api::status::ApplicationSetConditionType;
 use capstan_api::{Application, ApplicationSet, ApplicationSetStatus};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -22,15 +23,15 @@ pub(super) fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, ou
             let s = a.status.clone().unwrap_or_default();
             ApplicationSetResource {
                 name: a.name_any(),
-                status: s.sync.map(|s| s.status).unwrap_or_default(),
-                health: s.health.map(|h| h.status).unwrap_or_default(),
+                status: s.sync.map(|s| s.status),
+                health: s.health.map(|h| h.status),
             }
         })
         .collect();
     let conds = &mut status.conditions;
     set_condition(
         conds,
-        "ParametersGenerated",
+        ApplicationSetConditionType::ParametersGenerated,
         true,
         "ParametersGenerated",
         &format!("generated {} Applications", out.names.len()),
@@ -69,8 +70,20 @@ pub(super) fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, ou
                 out.orphans.join(", ")
             ));
         }
-        set_condition(conds, "ErrorOccurred", false, "ApplicationSetUpToDate", "");
-        set_condition(conds, "ResourcesUpToDate", true, "ApplicationSetUpToDate", &message);
+        set_condition(
+            conds,
+            ApplicationSetConditionType::ErrorOccurred,
+            false,
+            "ApplicationSetUpToDate",
+            "",
+        );
+        set_condition(
+            conds,
+            ApplicationSetConditionType::ResourcesUpToDate,
+            true,
+            "ApplicationSetUpToDate",
+            &message,
+        );
     } else {
         let reason = if out.conflicts.is_empty() {
             "ApplicationUpdateError"
@@ -78,8 +91,20 @@ pub(super) fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, ou
             "ApplicationConflict"
         };
         let message = problems.join("; ");
-        set_condition(conds, "ErrorOccurred", true, reason, &message);
-        set_condition(conds, "ResourcesUpToDate", false, reason, &message);
+        set_condition(
+            conds,
+            ApplicationSetConditionType::ErrorOccurred,
+            true,
+            reason,
+            &message,
+        );
+        set_condition(
+            conds,
+            ApplicationSetConditionType::ResourcesUpToDate,
+            false,
+            reason,
+            &message,
+        );
     }
     match &out.rollout {
         Some(summary) => {
@@ -88,7 +113,13 @@ pub(super) fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, ou
                 Summary::Progressing(_) => (true, "RolloutProgressing"),
                 Summary::Stopped(_) => (false, "RolloutStopped"),
             };
-            set_condition(conds, "RolloutProgressing", progressing, reason, summary.message());
+            set_condition(
+                conds,
+                ApplicationSetConditionType::RolloutProgressing,
+                progressing,
+                reason,
+                summary.message(),
+            );
             status.application_status = out
                 .application_status
                 .iter()
@@ -99,7 +130,7 @@ pub(super) fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, ou
                 .collect();
         }
         None => {
-            conds.retain(|c| c.type_ != "RolloutProgressing");
+            conds.retain(|c| c.type_ != ApplicationSetConditionType::RolloutProgressing);
             status.application_status.clear();
         }
     }
@@ -115,7 +146,7 @@ pub(super) fn redact(text: &str) -> String {
 /// status does.
 pub(super) fn set_condition(
     conds: &mut Vec<ApplicationSetCondition>,
-    type_: &str,
+    type_: ApplicationSetConditionType,
     status: bool,
     reason: &str,
     message: &str,
@@ -133,7 +164,7 @@ pub(super) fn set_condition(
         return;
     }
     conds.push(ApplicationSetCondition {
-        type_: type_.into(),
+        type_,
         status: status.into(),
         message: message.into(),
         reason: reason.into(),
@@ -226,7 +257,7 @@ mod tests {
         let mut conds = Vec::new();
         set_condition(
             &mut conds,
-            "ErrorOccurred",
+            ApplicationSetConditionType::ErrorOccurred,
             true,
             "RepositoryError",
             "repository https://bot:s3cr3t@git.example/r.git at revision main: fatal: unable to access \

@@ -22,9 +22,9 @@ fn app(name: &str, stage: &str, sync: &str, health: &str) -> AppView {
         name: name.into(),
         labels: [("stage".to_string(), stage.to_string())].into(),
         source: "git://repo@main".into(),
-        sync: sync.into(),
+        sync: (!sync.is_empty()).then(|| SyncCode::parse(sync).expect("a sync status")),
         revision: "bbbbbbbbbb".into(),
-        health: health.into(),
+        health: (!health.is_empty()).then(|| HealthCode::parse(health).expect("a health status")),
         ..Default::default()
     }
 }
@@ -104,9 +104,9 @@ fn only_the_first_unhealthy_step_syncs() {
     ];
     let plan = plan(&two_steps(), &apps, &[], t("2024-01-01T00:00:00Z"));
     assert_eq!(plan.sync, ["a1", "a2"]);
-    assert_eq!(status_of(&plan, "a1").status, "Progressing");
+    assert_eq!(status_of(&plan, "a1").status, RolloutStatus::Progressing);
     assert_eq!(status_of(&plan, "a1").step, "1");
-    assert_eq!(status_of(&plan, "b1").status, "Waiting");
+    assert_eq!(status_of(&plan, "b1").status, RolloutStatus::Waiting);
     assert_eq!(status_of(&plan, "b1").step, "2");
     assert!(matches!(plan.summary, Summary::Progressing(ref m) if m.starts_with("step 1 of 2")));
 }
@@ -130,21 +130,21 @@ fn next_step_starts_when_the_previous_is_synced_and_healthy() {
     });
     let p2 = plan(&steps, &apps, &p1.statuses, t("2024-01-01T00:00:02Z"));
     assert!(p2.sync.is_empty());
-    assert_eq!(status_of(&p2, "a1").status, "Progressing");
+    assert_eq!(status_of(&p2, "a1").status, RolloutStatus::Progressing);
     assert_eq!(status_of(&p2, "a1").last_transition_time, "2024-01-01T00:00:00Z");
 
     // Synced but still Progressing health: step 2 still waits.
     apps[0].operation.as_mut().expect("op").phase = OperationPhase::Succeeded;
-    apps[0].sync = "Synced".into();
-    apps[0].health = "Progressing".into();
+    apps[0].sync = Some(SyncCode::Synced);
+    apps[0].health = Some(HealthCode::Progressing);
     let p3 = plan(&steps, &apps, &p2.statuses, t("2024-01-01T00:00:03Z"));
     assert!(p3.sync.is_empty());
-    assert_eq!(status_of(&p3, "b1").status, "Waiting");
+    assert_eq!(status_of(&p3, "b1").status, RolloutStatus::Waiting);
 
     // Healthy: step 2 starts.
-    apps[0].health = "Healthy".into();
+    apps[0].health = Some(HealthCode::Healthy);
     let p4 = plan(&steps, &apps, &p3.statuses, t("2024-01-01T00:00:04Z"));
-    assert_eq!(status_of(&p4, "a1").status, "Healthy");
+    assert_eq!(status_of(&p4, "a1").status, RolloutStatus::Healthy);
     assert_eq!(p4.sync, ["b1"]);
 }
 
@@ -162,7 +162,7 @@ fn a_consumed_request_is_not_repeated_before_its_operation_starts() {
     });
     let previous = vec![ApplicationSetApplicationStatus {
         application: "a1".into(),
-        status: "Progressing".into(),
+        status: RolloutStatus::Progressing,
         message: format!("{REQUESTED} (step 1)"),
         step: "1".into(),
         target_revision: "bbbbbbbbbb".into(),
@@ -173,7 +173,7 @@ fn a_consumed_request_is_not_repeated_before_its_operation_starts() {
     apps[0].request_pending = false; // consumed, operation not yet recorded
     let p = plan(&steps, &apps, &previous, t("2024-01-01T00:00:06Z"));
     assert!(p.sync.is_empty(), "consumed request still in flight");
-    assert_eq!(status_of(&p, "a1").status, "Progressing");
+    assert_eq!(status_of(&p, "a1").status, RolloutStatus::Progressing);
     // Long after, with nothing started, the request counts as lost and is made again.
     let p = plan(&steps, &apps, &previous, t("2024-01-01T01:00:00Z"));
     assert_eq!(p.sync, ["a1"]);
@@ -194,7 +194,7 @@ fn max_update_limits_syncs_counting_those_in_flight() {
     });
     let p = plan(&steps, &apps, &[], t("2024-01-01T00:00:00Z"));
     assert_eq!(p.sync, ["a2"], "one slot left of two");
-    assert_eq!(status_of(&p, "a3").status, "Pending");
+    assert_eq!(status_of(&p, "a3").status, RolloutStatus::Pending);
     assert!(
         status_of(&p, "a3").message.contains("maxUpdate"),
         "{:?}",
@@ -227,7 +227,7 @@ fn a_failed_sync_stops_the_rollout_and_says_where() {
     });
     let p2 = plan(&steps1, &apps, &p1.statuses, t("2024-01-01T00:00:20Z"));
     assert!(p2.sync.is_empty(), "nothing more is synced: {:?}", p2.sync);
-    assert_eq!(status_of(&p2, "a1").status, "Failed");
+    assert_eq!(status_of(&p2, "a1").status, RolloutStatus::Failed);
     assert!(status_of(&p2, "a1").message.contains("did not become healthy"));
     let Summary::Stopped(msg) = &p2.summary else {
         panic!("stopped expected: {:?}", p2.summary)
@@ -236,7 +236,7 @@ fn a_failed_sync_stops_the_rollout_and_says_where() {
         msg.contains("step 1 of 2") && msg.contains("a1") && msg.contains("Deployment stuck"),
         "{msg}"
     );
-    assert_eq!(status_of(&p2, "b1").status, "Waiting");
+    assert_eq!(status_of(&p2, "b1").status, RolloutStatus::Waiting);
 
     // Still failed on the next round (the operation state is the same).
     let p3 = plan(&steps1, &apps, &p2.statuses, t("2024-01-01T00:00:30Z"));
@@ -268,11 +268,11 @@ fn degraded_after_the_rollouts_sync_is_a_failure() {
         initiated_by: INITIATED_BY.into(),
         ..Default::default()
     });
-    apps[0].sync = "Synced".into();
-    apps[0].health = "Degraded".into();
+    apps[0].sync = Some(SyncCode::Synced);
+    apps[0].health = Some(HealthCode::Degraded);
     apps[0].health_message = "CrashLoopBackOff".into();
     let p2 = plan(&steps, &apps, &p1.statuses, t("2024-01-01T00:00:05Z"));
-    assert_eq!(status_of(&p2, "a1").status, "Failed");
+    assert_eq!(status_of(&p2, "a1").status, RolloutStatus::Failed);
     assert!(p2.summary.message().contains("CrashLoopBackOff"), "{:?}", p2.summary);
     assert!(p2.sync.is_empty());
 }
@@ -285,7 +285,7 @@ fn applications_of_no_step_are_never_synced() {
     ];
     let p = plan(&two_steps(), &apps, &[], t("2024-01-01T00:00:00Z"));
     assert!(p.sync.is_empty());
-    assert_eq!(status_of(&p, "x").status, "Waiting");
+    assert_eq!(status_of(&p, "x").status, RolloutStatus::Waiting);
     assert_eq!(status_of(&p, "x").step, "");
     assert!(matches!(p.summary, Summary::Complete(_)), "{:?}", p.summary);
 }
@@ -304,7 +304,7 @@ fn differing_commits_of_one_source_hold_the_rollout() {
     assert!(p.summary.message().contains("different commits"), "{:?}", p.summary);
     // Once step 1 has been compared too, it syncs first.
     apps[0].revision = "bbbbbbbbbb".into();
-    apps[0].sync = "OutOfSync".into();
+    apps[0].sync = Some(SyncCode::OutOfSync);
     let p = plan(&two_steps(), &apps, &[], t("2024-01-01T00:00:01Z"));
     assert_eq!(p.sync, ["a1"]);
 }

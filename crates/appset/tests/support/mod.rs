@@ -326,7 +326,7 @@ pub fn condition(set: &ApplicationSet, type_: &str) -> Option<(String, String, S
         .as_ref()?
         .conditions
         .iter()
-        .find(|c| c.type_ == type_)
+        .find(|c| c.type_.as_str() == type_)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 

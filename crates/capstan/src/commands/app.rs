@@ -436,16 +436,8 @@ async fn list(api: &Api<Application>, output: Output, filter: &ListFilter) -> an
                     } else {
                         app.spec.project.clone()
                     },
-                    status
-                        .sync
-                        .as_ref()
-                        .map(|s| s.status.clone())
-                        .unwrap_or_else(|| "Unknown".into()),
-                    status
-                        .health
-                        .as_ref()
-                        .map(|h| h.status.clone())
-                        .unwrap_or_else(|| "Unknown".into()),
+                    status.sync.as_ref().map(|s| s.status).unwrap_or_default().to_string(),
+                    status.health.as_ref().map(|h| h.status).unwrap_or_default().to_string(),
                     status
                         .sync
                         .as_ref()
@@ -567,7 +559,7 @@ async fn request(
                 r.name.clone(),
                 r.sync_phase.clone(),
                 r.sync_wave.to_string(),
-                r.status.clone(),
+                r.status.to_string(),
                 r.message.clone(),
             ]);
         }

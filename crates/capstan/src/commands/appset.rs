@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, anyhow};
 use capstan_api::ApplicationSet;
 use capstan_api::applicationset::{ApplicationSetGenerator, ApplicationsSyncPolicy};
+use capstan_api::status::{ApplicationSetConditionType, HealthCode, SyncCode};
 use kube::ResourceExt;
 use kube::api::Api;
 
@@ -99,7 +100,7 @@ async fn api(target: &Target) -> anyhow::Result<Api<ApplicationSet>> {
     Ok(Api::namespaced(client, &target.namespace))
 }
 
-fn condition(set: &ApplicationSet, type_: &str) -> Option<(String, String, String)> {
+fn condition(set: &ApplicationSet, type_: ApplicationSetConditionType) -> Option<(String, String, String)> {
     set.status
         .as_ref()?
         .conditions
@@ -110,9 +111,9 @@ fn condition(set: &ApplicationSet, type_: &str) -> Option<(String, String, Strin
 
 /// `UpToDate`, `Error`, or `Unknown` (not reconciled yet), and the message worth showing.
 fn state(set: &ApplicationSet) -> (String, String) {
-    match condition(set, "ErrorOccurred") {
+    match condition(set, ApplicationSetConditionType::ErrorOccurred) {
         Some((s, reason, message)) if s == "True" => (format!("Error ({reason})"), message),
-        Some(_) => match condition(set, "ResourcesUpToDate") {
+        Some(_) => match condition(set, ApplicationSetConditionType::ResourcesUpToDate) {
             Some((s, _, message)) if s == "True" => ("UpToDate".into(), message),
             Some((_, reason, message)) => (reason, message),
             None => ("Unknown".into(), String::new()),
@@ -128,7 +129,7 @@ fn rollout(set: &ApplicationSet) -> String {
     if !is_rolling(set) {
         return "-".into();
     }
-    match condition(set, "RolloutProgressing") {
+    match condition(set, ApplicationSetConditionType::RolloutProgressing) {
         Some((_, reason, _)) => reason.trim_start_matches("Rollout").to_string(),
         None => "Unknown".into(),
     }
@@ -165,8 +166,16 @@ fn print_list(sets: &[ApplicationSet], output: Output) -> anyhow::Result<()> {
                     set.name_any(),
                     generators(&set.spec.generators),
                     resources.len().to_string(),
-                    resources.iter().filter(|r| r.status == "Synced").count().to_string(),
-                    resources.iter().filter(|r| r.health == "Healthy").count().to_string(),
+                    resources
+                        .iter()
+                        .filter(|r| r.status == Some(SyncCode::Synced))
+                        .count()
+                        .to_string(),
+                    resources
+                        .iter()
+                        .filter(|r| r.health == Some(HealthCode::Healthy))
+                        .count()
+                        .to_string(),
                     status,
                     rollout(set),
                     message,
@@ -254,7 +263,7 @@ fn print_set(set: &ApplicationSet, output: Output) -> anyhow::Result<()> {
                     },
                 ),
             ];
-            if let Some((_, reason, message)) = condition(set, "RolloutProgressing") {
+            if let Some((_, reason, message)) = condition(set, ApplicationSetConditionType::RolloutProgressing) {
                 fields.push(("Rollout", format!("{reason}: {message}")));
             }
             for (k, v) in fields {
@@ -277,14 +286,18 @@ fn print_set(set: &ApplicationSet, output: Output) -> anyhow::Result<()> {
                 }
                 let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
                 for r in &status.resources {
-                    let mut row = vec![r.name.clone(), or_unknown(&r.status), or_unknown(&r.health)];
+                    let mut row = vec![
+                        r.name.clone(),
+                        r.status.unwrap_or_default().to_string(),
+                        r.health.unwrap_or_default().to_string(),
+                    ];
                     if rolling {
                         let a = status.application_status.iter().find(|a| a.application == r.name);
                         row.extend([
                             a.map(|a| a.step.clone())
                                 .filter(|s| !s.is_empty())
                                 .unwrap_or_else(|| "-".into()),
-                            a.map(|a| a.status.clone()).unwrap_or_default(),
+                            a.map(|a| a.status.to_string()).unwrap_or_default(),
                             a.map(|a| a.message.clone()).unwrap_or_default(),
                         ]);
                     }
@@ -295,8 +308,4 @@ fn print_set(set: &ApplicationSet, output: Output) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn or_unknown(s: &str) -> String {
-    if s.is_empty() { "Unknown".into() } else { s.to_string() }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
+use capstan_api::status::ResultCode;
 use capstan_kube::describe_kube_error;
 use capstan_sync::{Progress, Recorded};
 use kube::api::{Api, Patch, PatchParams};
@@ -83,7 +84,10 @@ pub async fn report(
 
 /// Hooks a running operation has completed so far.
 fn hooks_done(p: &Progress) -> usize {
-    p.results.iter().filter(|r| r.hook && r.status == "Synced").count()
+    p.results
+        .iter()
+        .filter(|r| r.hook && r.status == ResultCode::Synced)
+        .count()
 }
 
 /// How long progress updates of a running operation are coalesced, given how long the last write
@@ -131,14 +135,25 @@ mod tests {
 
     #[test]
     fn completed_hooks_are_counted() {
-        let hook = |status: &str| ResourceResult {
-            status: status.into(),
-            hook: true,
-            ..Default::default()
+        let result = |status: ResultCode, hook: bool| ResourceResult {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: "n".into(),
+            name: "p".into(),
+            status,
+            message: String::new(),
+            sync_phase: "PreSync".into(),
+            sync_wave: 0,
+            hook,
         };
         let p = Progress {
             message: String::new(),
-            results: vec![hook("Synced"), hook("Running"), ResourceResult::default()],
+            results: vec![
+                result(ResultCode::Synced, true),
+                result(ResultCode::SyncFailed, true),
+                result(ResultCode::Synced, false),
+            ],
         };
         assert_eq!(hooks_done(&p), 1);
     }

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use capstan_api::application::{ApplicationSource, ApplicationStatus, OperationState, ResourceResult, RevisionHistory};
 use capstan_api::operation::{Operation, OperationPhase};
+use capstan_api::status::ResultCode;
 use capstan_sync::SyncOutcome;
 
 use crate::clock;
@@ -68,7 +69,7 @@ pub fn completed_hooks(previous: Option<&OperationState>, resuming: bool) -> Has
         .map(|p| {
             p.resources
                 .iter()
-                .filter(|r| r.status == "Synced" && r.hook)
+                .filter(|r| r.status == ResultCode::Synced && r.hook)
                 .map(|r| format!("{}:{}/{}/{}/{}", r.sync_phase, r.group, r.kind, r.namespace, r.name))
                 .collect()
         })
@@ -197,7 +198,7 @@ fn listed_results(results: Vec<ResourceResult>) -> (Vec<ResourceResult>, usize) 
     let listed = results
         .into_iter()
         .filter(|r| {
-            if r.hook || r.status != "Synced" || !r.message.is_empty() {
+            if r.hook || r.status != ResultCode::Synced || !r.message.is_empty() {
                 return true;
             }
             routine += 1;
@@ -223,13 +224,16 @@ mod tests {
 
     fn result(name: &str, status: &str, hook: bool, message: &str) -> ResourceResult {
         ResourceResult {
+            group: String::new(),
+            version: "v1".into(),
             kind: "ConfigMap".into(),
+            namespace: String::new(),
             name: name.into(),
-            status: status.into(),
+            status: ResultCode::parse(status),
             hook,
             message: message.into(),
             sync_phase: "Sync".into(),
-            ..Default::default()
+            sync_wave: 0,
         }
     }
 

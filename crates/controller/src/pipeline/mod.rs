@@ -489,9 +489,9 @@ pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceS
                 kind: r.key.kind.clone(),
                 namespace: r.key.namespace.clone(),
                 name: r.key.name.clone(),
-                status: r.sync.as_str().to_string(),
+                status: r.sync,
                 health: Some(HealthStatus {
-                    status: health.code.as_str().into(),
+                    status: health.code,
                     message: health.message,
                 }),
                 sync_wave: (r.wave != 0).then_some(r.wave),
@@ -506,12 +506,5 @@ pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceS
     } else {
         worst_message
     };
-    (
-        resources,
-        HealthStatus {
-            status: code.as_str().into(),
-            message,
-        },
-        rule_errors,
-    )
+    (resources, HealthStatus { status: code, message }, rule_errors)
 }

@@ -289,7 +289,7 @@ pub fn condition(app: &Application, type_: &str) -> Option<String> {
         .as_ref()?
         .conditions
         .iter()
-        .find(|c| c.type_ == type_)
+        .find(|c| c.type_.as_str() == type_)
         .map(|c| c.message.clone())
 }
 

@@ -56,17 +56,9 @@ pub fn summary(app: &Application, role: Role) -> AppSummary {
         cluster: cluster_of(app),
         server: app.spec.destination.server.clone(),
         dest_namespace: app.spec.destination.namespace.clone(),
-        sync: status
-            .sync
-            .as_ref()
-            .map(|s| s.status.clone())
-            .unwrap_or_else(|| "Unknown".into()),
+        sync: status.sync.as_ref().map(|s| s.status).unwrap_or_default(),
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
-        health: status
-            .health
-            .as_ref()
-            .map(|h| h.status.clone())
-            .unwrap_or_else(|| "Unknown".into()),
+        health: status.health.as_ref().map(|h| h.status).unwrap_or_default(),
         health_message: status.health.as_ref().map(|h| h.message.clone()).unwrap_or_default(),
         operation,
         automated: app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some()),
@@ -121,8 +113,8 @@ impl ListQuery {
         eq(&self.project, &s.project)
             && eq(&self.cluster, &s.cluster)
             && eq(&self.namespace, &s.dest_namespace)
-            && eq(&self.sync, &s.sync)
-            && eq(&self.health, &s.health)
+            && eq(&self.sync, s.sync.as_str())
+            && eq(&self.health, s.health.as_str())
             && label
             && search
     }

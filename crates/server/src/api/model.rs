@@ -9,6 +9,7 @@ use aide::openapi::{Operation, Response};
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use capstan_api::status::{ConditionType, ConnectionStatus, HealthCode, SyncCode};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
@@ -47,11 +48,11 @@ pub struct AppSummary {
     /// Destination namespace.
     pub dest_namespace: String,
     /// `Synced`, `OutOfSync` or `Unknown`.
-    pub sync: String,
+    pub sync: SyncCode,
     /// The commit last compared.
     pub revision: String,
     /// Aggregated health (`Unknown` before the first comparison).
-    pub health: String,
+    pub health: HealthCode,
     /// Why the health is what it is.
     pub health_message: String,
     /// The current or last operation.
@@ -85,7 +86,7 @@ pub struct OperationSummary {
 pub struct ConditionSummary {
     /// e.g. `ComparisonError`.
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: ConditionType,
     /// What is wrong.
     pub message: String,
 }
@@ -172,7 +173,7 @@ pub struct TreeNode {
     /// running operation, empty for children.
     pub sync: String,
     /// Health status.
-    pub health: String,
+    pub health: HealthCode,
     /// Health message.
     pub health_message: String,
     /// Tracked but no longer in Git.
@@ -263,7 +264,7 @@ pub struct ClusterItem {
     /// Labels of its cluster Secret.
     pub labels: BTreeMap<String, String>,
     /// Last known connection state.
-    pub state: String,
+    pub state: ConnectionStatus,
     /// Kubernetes version last seen.
     pub version: String,
     /// Why it is not reachable, if it is not.

@@ -11,6 +11,7 @@ use axum::Json;
 use axum::extract::{Path, State as AxState};
 use axum::http::StatusCode;
 use capstan_api::Application;
+use capstan_api::status::HealthCode;
 use capstan_health_rules::HealthRules;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
@@ -37,7 +38,7 @@ const CHILD_KINDS: [(&str, &str, &str); 3] = [("apps", "v1", "ReplicaSet"), ("",
 /// in Git but denied by the project and therefore never read — has no live object to show and no
 /// children: nothing of the cluster is read or linked for it.
 pub fn is_live_root(node: &TreeNode) -> bool {
-    node.parent_id.is_some() || node.health != "Missing"
+    node.parent_id.is_some() || node.health != HealthCode::Missing
 }
 
 /// Link live `children` (objects with ownerReferences) below `roots`, transitively. Pure: the
@@ -88,7 +89,7 @@ pub fn link(roots: Vec<TreeNode>, children: &[Value], rules: &HealthRules) -> Ve
                 namespace: ns.into(),
                 name: name.clone(),
                 sync: String::new(),
-                health: health.code.as_str().into(),
+                health: health.code,
                 health_message: health.message,
                 requires_pruning: false,
                 wave: 0,
@@ -122,7 +123,7 @@ fn roots(app: &Application) -> Vec<TreeNode> {
                 kind: r.kind,
                 namespace: r.namespace,
                 name: r.name,
-                sync: r.status,
+                sync: r.status.to_string(),
                 health: health.status,
                 health_message: health.message,
                 requires_pruning: r.requires_pruning,
@@ -168,7 +169,7 @@ pub fn hook_roots(app: &Application, live: &[Value], rules: &HealthRules) -> Vec
                 namespace: ns.into(),
                 name: name.into(),
                 sync: format!("{}{HOOK}", phases.join(",")),
-                health: health.code.as_str().into(),
+                health: health.code,
                 health_message: health.message,
                 requires_pruning: false,
                 wave: 0,
@@ -304,7 +305,7 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
             sync: "Synced".into(),
-            health: "Healthy".into(),
+            health: HealthCode::Healthy,
             health_message: String::new(),
             requires_pruning: false,
             wave: 0,
@@ -345,7 +346,7 @@ mod tests {
     #[test]
     fn a_missing_root_gets_no_children() {
         let mut denied = root("Deployment", "coredns");
-        denied.health = "Missing".into();
+        denied.health = HealthCode::Missing;
         let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {"name": "coredns-1", "namespace": "ns",
                 "ownerReferences": [{"kind": "Deployment", "name": "coredns"}]}});

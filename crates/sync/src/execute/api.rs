@@ -105,7 +105,7 @@ pub(super) async fn replace(
 pub(super) async fn prune(client: &kube::Client, state: &ResourceState, dry_run: bool) -> TaskOutcome {
     let live = state.live.as_ref();
     if live.is_some_and(|l| !SyncOptions::of_object(l).prune) {
-        return Ok(("PruneSkipped".into(), Seen::Nothing));
+        return Ok((ResultCode::PruneSkipped, Seen::Nothing));
     }
     let api = api_for(client, state, &state.key.namespace);
     // Delete exactly the object that was compared: one recreated meanwhile (maybe by someone else)
@@ -126,9 +126,9 @@ pub(super) async fn prune(client: &kube::Client, state: &ResourceState, dry_run:
     // A deleted object may live on for a while (finalizers): it is gone for the Application,
     // whose next comparison sees it if it is still there.
     match api.delete(&state.key.name, &dp).await {
-        Ok(_) => Ok(("Pruned".into(), Seen::Deleted)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(("Pruned".into(), Seen::Deleted)),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(("PruneSkipped".into(), Seen::Nothing)),
+        Ok(_) => Ok((ResultCode::Pruned, Seen::Deleted)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok((ResultCode::Pruned, Seen::Deleted)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok((ResultCode::PruneSkipped, Seen::Nothing)),
         Err(e) => Err(e.into()),
     }
 }

@@ -1,6 +1,7 @@
 //! How a sync describes itself: per-object results and the words of its progress messages.
 
 use capstan_api::application::ResourceResult;
+use capstan_api::status::ResultCode;
 use capstan_compare::ResourceState;
 
 use crate::plan::{Action, Task};
@@ -30,14 +31,14 @@ pub(super) fn verb(action: Action) -> &'static str {
     }
 }
 
-pub(super) fn result(task: &Task, state: &ResourceState, status: &str, message: &str) -> ResourceResult {
+pub(super) fn result(task: &Task, state: &ResourceState, status: ResultCode, message: &str) -> ResourceResult {
     ResourceResult {
         group: task.key.group.clone(),
         version: state.info.resource.version.clone(),
         kind: task.key.kind.clone(),
         namespace: task.key.namespace.clone(),
         name: task.key.name.clone(),
-        status: status.to_string(),
+        status,
         message: message.to_string(),
         sync_phase: task.phase.as_str().to_string(),
         sync_wave: state.wave,

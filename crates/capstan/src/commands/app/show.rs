@@ -38,8 +38,8 @@ pub(super) fn summary_line(app: &Application) -> String {
     format!(
         "{}: sync={} health={} revision={}",
         app.name_any(),
-        status.sync.as_ref().map(|s| s.status.as_str()).unwrap_or("Unknown"),
-        status.health.as_ref().map(|h| h.status.as_str()).unwrap_or("Unknown"),
+        status.sync.as_ref().map(|s| s.status).unwrap_or_default(),
+        status.health.as_ref().map(|h| h.status).unwrap_or_default(),
         status.sync.as_ref().map(|s| short(&s.revision)).unwrap_or_default()
     )
 }
@@ -107,32 +107,14 @@ pub(super) fn print_app(app: &Application, output: Output, windows: &[(String, S
             }
             fields.push(("Sync Policy", policy));
             let sync = status.sync.clone().unwrap_or_default();
-            fields.push((
-                "Sync Status",
-                format!(
-                    "{} ({})",
-                    if sync.status.is_empty() {
-                        "Unknown"
-                    } else {
-                        &sync.status
-                    },
-                    short(&sync.revision)
-                ),
-            ));
+            fields.push(("Sync Status", format!("{} ({})", sync.status, short(&sync.revision))));
             let health = status.health.clone().unwrap_or_default();
             let health_text = if health.message.is_empty() {
-                health.status.clone()
+                health.status.to_string()
             } else {
                 format!("{}: {}", health.status, health.message)
             };
-            fields.push((
-                "Health Status",
-                if health_text.is_empty() {
-                    "Unknown".into()
-                } else {
-                    health_text
-                },
-            ));
+            fields.push(("Health Status", health_text));
             if !spec.depends_on.is_empty() {
                 let names: Vec<&str> = spec.depends_on.iter().map(|d| d.name.as_str()).collect();
                 fields.push(("Depends On", names.join(", ")));
@@ -161,7 +143,7 @@ pub(super) fn print_app(app: &Application, output: Output, windows: &[(String, S
                     let st = if r.requires_pruning {
                         format!("{} (requires pruning)", r.status)
                     } else {
-                        r.status.clone()
+                        r.status.to_string()
                     };
                     rows.push(vec![
                         r.group.clone(),
@@ -169,7 +151,7 @@ pub(super) fn print_app(app: &Application, output: Output, windows: &[(String, S
                         r.namespace.clone(),
                         r.name.clone(),
                         st,
-                        h.status,
+                        h.status.to_string(),
                         h.message,
                     ]);
                 }

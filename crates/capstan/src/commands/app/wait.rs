@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use anyhow::bail;
 use capstan_api::Application;
-use capstan_api::application::{ApplicationCondition, ApplicationStatus, COMPARISON_ERROR};
+use capstan_api::application::{ApplicationCondition, ApplicationStatus};
 use capstan_api::operation::OperationPhase;
+use capstan_api::status::{ConditionType, HealthCode, ResultCode, SyncCode};
 use kube::api::Api;
 
 use super::*;
@@ -64,7 +65,7 @@ pub(super) async fn wait_for(
                         let failed: Vec<String> = o
                             .resources
                             .iter()
-                            .filter(|r| r.status == "SyncFailed")
+                            .filter(|r| r.status == ResultCode::SyncFailed)
                             .map(|r| format!("{}/{} {}: {}", r.kind, r.name, r.status, r.message))
                             .collect();
                         let detail = if failed.is_empty() {
@@ -86,8 +87,8 @@ pub(super) async fn wait_for(
                 operation_done = true;
             }
         }
-        let sync_ok = !spec.sync || status.sync.as_ref().is_some_and(|s| s.status == "Synced");
-        let health_ok = !spec.health || status.health.as_ref().is_some_and(|h| h.status == "Healthy");
+        let sync_ok = !spec.sync || status.sync.as_ref().is_some_and(|s| s.status == SyncCode::Synced);
+        let health_ok = !spec.health || status.health.as_ref().is_some_and(|h| h.status == HealthCode::Healthy);
         if operation_done && sync_ok && health_ok {
             finish_bar();
             return Ok(app);
@@ -107,7 +108,11 @@ pub(super) async fn wait_for(
             );
         }
         if operation_done && !sync_ok && spec.stop_when_only_pruning_left {
-            let out_of_sync: Vec<_> = status.resources.iter().filter(|r| r.status == "OutOfSync").collect();
+            let out_of_sync: Vec<_> = status
+                .resources
+                .iter()
+                .filter(|r| r.status == SyncCode::OutOfSync)
+                .collect();
             let compared_at_op =
                 status.sync.as_ref().map(|s| s.revision.as_str()) == op.as_ref().map(|o| o.revision.as_str());
             if compared_at_op && !out_of_sync.is_empty() && out_of_sync.iter().all(|r| r.requires_pruning) {
@@ -170,5 +175,8 @@ pub(super) async fn wait_for(
 
 /// The condition saying the last comparison with Git failed, if there is one.
 fn comparison_error(status: &ApplicationStatus) -> Option<&ApplicationCondition> {
-    status.conditions.iter().find(|c| c.type_ == COMPARISON_ERROR)
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::ComparisonError)
 }
