@@ -33,7 +33,7 @@ pub async fn refresh_readers(client: &Client, namespace: &str, repo: &RepoUrl) -
     let sets: Api<ApplicationSet> = Api::namespaced(client.clone(), namespace);
     match sets.list(&ListParams::default()).await {
         Ok(list) => {
-            for set in list.items.iter().filter(|s| generators_read(s, &repo)) {
+            for set in list.items.iter().filter(|s| generators_read(s, repo)) {
                 match sets.patch(&set.name_any(), &PatchParams::default(), &patch).await {
                     Ok(_) => refreshed.application_sets.push(set.name_any()),
                     Err(e) => warn!(set = %set.name_any(), error = %e, "refreshing an ApplicationSet after a commit"),
