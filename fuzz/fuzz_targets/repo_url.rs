@@ -1,31 +1,39 @@
-//! Repository URLs: any string through Capstan's URL check. Must never panic, and anything it
-//! accepts never starts with `-` (an option to git), never holds `..` segments, `?`, `#`, whitespace
-//! or a password in an http(s) URL, and is never local unless local repositories are on.
+//! Repository URLs: any string through `RepoUrl::parse` (the one check and normalisation) and
+//! Capstan's Git URL check. Must never panic; what parses normalises idempotently (its identity
+//! parses to the same identity, and a glob normalises the way the URL does); nothing accepted starts
+//! with `-` (an option to git), holds `..` segments, `?`, `#`, whitespace or a password; and Git's
+//! check accepts nothing local unless local repositories are on.
 #![no_main]
 
+use capstan_api::repo_url::{RepoUrl, normalize_pattern};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(url) = std::str::from_utf8(data) else { return };
-    let strict = capstan_source::check_url(url, false).is_ok();
-    let _ = capstan_source::check_url(url, true);
-    if strict {
-        assert!(!url.starts_with('-'), "{url:?}");
-        assert!(!url.starts_with("file://") && !url.starts_with('/'), "{url:?}");
-        assert!(!url.contains('?') && !url.contains('#'), "{url:?}");
-        assert!(!url.chars().any(char::is_whitespace), "{url:?}");
-        assert!(!url.split('/').any(|s| s == ".."), "{url:?}");
-        if let Some(rest) = url
-            .strip_prefix("https://")
-            .or(url.strip_prefix("http://"))
-            .or(url.strip_prefix("git://"))
-        {
-            let authority = rest.split('/').next().unwrap_or_default();
-            // A user name alone may precede the host; a password never.
-            if let Some((user, _)) = authority.split_once('@') {
-                assert!(!user.contains(':'), "{url:?}");
-            }
+    if let Ok(parsed) = RepoUrl::parse(url) {
+        let written = parsed.as_str();
+        assert!(!written.starts_with('-'), "{url:?}");
+        assert!(!written.contains('?') && !written.contains('#'), "{url:?}");
+        assert!(!written.chars().any(char::is_whitespace), "{url:?}");
+        assert!(!written.split('/').any(|s| s == ".." || s == "."), "{url:?}");
+        // Normalisation is idempotent: the identity is a URL with the same identity.
+        let again = RepoUrl::parse(parsed.identity()).unwrap_or_else(|e| panic!("{url:?} → {:?}: {e}", parsed.identity()));
+        assert_eq!(again.identity(), parsed.identity(), "{url:?}");
+        assert!(again == parsed && again.same_repository(&parsed), "{url:?}");
+        assert!(parsed.is_within(&parsed), "{url:?}");
+        assert_eq!(normalize_pattern(url), parsed.identity(), "{url:?}");
+        // The host is never hidden: what precedes it is a user name, never a password.
+        if let Some(user) = parsed.user() {
+            assert!(!user.contains(':') && !user.contains('@'), "{url:?}");
         }
+        assert!(!parsed.host().contains(['@', '/']), "{url:?}");
+    }
+    let strict = capstan_source::check_url(url, false);
+    let _ = capstan_source::check_url(url, true);
+    if let Ok(checked) = strict {
+        assert!(RepoUrl::parse(url).is_ok(), "{url:?}");
+        assert_eq!(checked.as_str(), url, "{url:?}");
+        assert!(!url.starts_with("file://") && !url.starts_with('/'), "{url:?}");
     }
     let _ = capstan_source::redact(url, &["secret-value"]);
 });

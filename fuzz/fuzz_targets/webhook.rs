@@ -19,6 +19,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = webhook::normalize_url(text);
+        let push = webhook::Push {
+            repo_urls: vec![text.to_string()],
+            ..webhook::Push::default()
+        };
+        let _ = webhook::same_repo(&push, "https://git.example.com/org/app.git");
     }
 });

@@ -1,9 +1,10 @@
 //! Capstan's custom resource types, API group `capstan.dev`, version `v1alpha1`.
 //!
 //! This crate owns the shape of the objects users write (Applications, ApplicationSets, AppProjects,
-//! PromotionPipelines and the cluster Secret layout) and the well-known labels and annotations. Field names
+//! PromotionPipelines and the cluster Secret layout), the well-known labels and annotations, and the
+//! identity of a repository URL ([`repo_url`]: one normalisation, one "same repository" rule). Field names
 //! follow Argo CD's `argoproj.io/v1alpha1` schema wherever the concept is the same, so existing manifests carry over by
-//! changing `apiVersion`. It has no behaviour beyond (de)serialisation and CRD generation; every other
+//! changing `apiVersion`. Beyond that URL rule it has no behaviour but (de)serialisation and CRD generation; every other
 //! crate depends on it, and it depends on none of them.
 
 pub mod application;
@@ -15,6 +16,7 @@ pub mod labels;
 pub mod operation;
 pub mod project;
 pub mod promotion;
+pub mod repo_url;
 pub mod status;
 pub mod sync_window;
 
@@ -23,6 +25,7 @@ pub use applicationset::{ApplicationSet, ApplicationSetSpec, ApplicationSetStatu
 pub use image_updater::{ImageUpdater, ImageUpdaterSpec, ImageUpdaterStatus};
 pub use project::{AppProject, AppProjectSpec};
 pub use promotion::{PromotionPipeline, PromotionPipelineSpec};
+pub use repo_url::{RepoUrl, UrlError};
 
 /// The API group of every Capstan custom resource.
 pub const GROUP: &str = "capstan.dev";

@@ -1,7 +1,10 @@
 //! Repository credentials from Secrets labelled `capstan.dev/secret-type: repository` in Capstan's
 //! namespace (read as [`secret`](crate::secret) reads cluster Secrets) (keys `url`, `username`, `password`, `sshPrivateKey`, `knownHosts`, `ca.crt`, `insecure`), chosen by
-//! the longest `url` that prefixes the repository URL — the same layout as Argo CD's repository Secrets.
+//! the longest `url` that covers the repository URL ([`RepoUrl::is_within`]: same scheme, user, host
+//! and port, whole path segments, compared normalised) — the same layout as Argo CD's repository
+//! Secrets.
 
+use capstan_api::RepoUrl;
 use capstan_api::labels::SECRET_TYPE_LABEL;
 use capstan_source::Credentials;
 use k8s_openapi::api::core::v1::Secret;
@@ -35,9 +38,13 @@ pub async fn lookup(client: &kube::Client, namespace: &str, url: &str) -> Option
             .map(|b| String::from_utf8_lossy(&b.0).to_string())
             .or_else(|| s.string_data.as_ref().and_then(|d| d.get(k)).cloned())
     };
+    let repo = RepoUrl::parse(url).ok()?;
     list.items
         .iter()
-        .filter_map(|s| field(s, "url").filter(|u| prefix_matches(u, url)).map(|u| (u.len(), s)))
+        .filter_map(|s| {
+            let prefix = RepoUrl::parse(&field(s, "url")?).ok()?;
+            repo.is_within(&prefix).then(|| (prefix.identity().len(), s))
+        })
         .max_by_key(|(len, _)| *len)
         .map(|(_, s)| Repository {
             credentials: Credentials {
@@ -52,16 +59,17 @@ pub async fn lookup(client: &kube::Client, namespace: &str, url: &str) -> Option
         })
 }
 
-/// Whether a repository Secret's `url` covers `repo`: equal, or a prefix ending at a path boundary,
-/// so a Secret for `https://git.example.com` is never sent to `https://git.example.com.evil.io`.
-pub fn prefix_matches(secret_url: &str, repo: &str) -> bool {
-    let secret_url = secret_url.trim_end_matches('/');
-    repo == secret_url || repo.strip_prefix(secret_url).is_some_and(|rest| rest.starts_with('/'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether a repository Secret's `url` covers `repo`.
+    fn prefix_matches(secret_url: &str, repo: &str) -> bool {
+        match (RepoUrl::parse(secret_url), RepoUrl::parse(repo)) {
+            (Ok(prefix), Ok(repo)) => repo.is_within(&prefix),
+            _ => false,
+        }
+    }
 
     #[test]
     fn secrets_match_on_path_boundaries_only() {
@@ -77,6 +85,11 @@ mod tests {
             "https://git.example.com/org/app.git",
             "https://git.example.com/org/app.git"
         ));
+        // The host's case, `.git` and the path's case do not matter (as in Argo CD).
+        assert!(prefix_matches(
+            "https://Git.Example.com/Org/App",
+            "https://git.example.com/org/app.git"
+        ));
         assert!(!prefix_matches(
             "https://git.example.com",
             "https://git.example.com.evil.io/x"
@@ -85,5 +98,16 @@ mod tests {
             "https://git.example.com/org",
             "https://git.example.com/organisation/x"
         ));
+        // Another scheme, port or user is another address: credentials never go there.
+        assert!(!prefix_matches("https://git.example.com", "http://git.example.com/x"));
+        assert!(!prefix_matches(
+            "https://git.example.com",
+            "https://git.example.com:8443/x"
+        ));
+        assert!(!prefix_matches(
+            "https://git.example.com",
+            "https://eve@git.example.com/x"
+        ));
+        assert!(!prefix_matches("not a url", "https://git.example.com/x"));
     }
 }

@@ -7,16 +7,19 @@
 //! configured author and pushes without force. When the push is rejected because someone pushed
 //! meanwhile, it fetches the new head, applies the same edits to the new content and pushes again,
 //! a bounded number of times. Git runs through `capstan-source`'s [`capstan_source::GitCommand`]
-//! (isolated configuration, credentials in the environment, redacted errors, timeouts).
+//! (isolated configuration, credentials in the environment, redacted errors, timeouts). [`read`]
+//! reads the value an edit would replace, for callers that compare before they write.
 
 pub mod edit;
 mod error;
 mod paths;
+pub mod read;
 mod request;
 mod scalar;
 mod writer;
 
 pub use error::WriteError;
 pub use paths::resolve as resolve_in_checkout;
+pub use read::{ReadError, kustomize_image_tag, scalar_at};
 pub use request::{Change, Edit, KeyPath, Segment, WriteOutcome, WriteRequest};
 pub use writer::{BeforePush, GitWriter, WriterConfig};

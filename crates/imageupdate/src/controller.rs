@@ -1,12 +1,15 @@
-//! The image update loop. Every tick it lists the `ImageUpdater`s of Capstan's namespace and checks
-//! those that are due: their interval has passed since this process last checked them, or their
-//! `capstan.dev/check` annotation (set by a registry notification) changed. For each, the registry's
-//! newest tag by policy is compared with the value the file holds at the branch head; the changes of
-//! one round are committed together, one commit per repository and branch, through the Git writer
-//! (credentials from the repository Secret, bounded retries, never a force-push), and the
-//! Applications and ApplicationSets reading that repository are refreshed at once. An updater whose
-//! file cannot be edited is left out of its batch with its own error, and the others are committed
-//! without it. Status says what was chosen, skipped, committed, or why not.
+//! The image update loop. It watches the `ImageUpdater`s of Capstan's namespace (a kube-runtime
+//! reflector, as the Application and ApplicationSet controllers do) and checks those that are due:
+//! their interval has passed since this process last checked them, or their `capstan.dev/check`
+//! annotation (set by a registry notification) changed — a change the watch delivers at once. It
+//! sleeps until the next updater is due or the watch says something changed, never less than
+//! [`Config::tick`] between two rounds. For each due updater, the registry's newest tag by policy is
+//! compared with the value the file holds at the branch head; the changes of one round are committed
+//! together, one commit per repository and branch, through the Git writer (credentials from the
+//! repository Secret, bounded retries, never a force-push), and the Applications and
+//! ApplicationSets reading that repository are refreshed at once. An updater whose file cannot be
+//! edited is left out of its batch with its own error, and the others are committed without it.
+//! Status says what was chosen, skipped, committed, or why not.
 //!
 //! Every updater belongs to an AppProject (`spec.project`, required unless `default` is the
 //! implicit project that allows everything): the project's `sourceRepos` must permit the repository
@@ -17,11 +20,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use capstan_api::RepoUrl;
 use capstan_api::image_updater::{CHECK_ANNOTATION, ImageUpdater, ImageUpdaterStatus};
 use capstan_api::project::DEFAULT_PROJECT;
 use capstan_gitwrite::{Change, Edit, GitWriter, KeyPath, WriteOutcome, WriteRequest, WriterConfig};
 use capstan_source::{ImageClient, RepoCache};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -40,7 +46,8 @@ pub struct Config {
     pub author_name: String,
     /// The commits' author's email.
     pub author_email: String,
-    /// How often the list of updaters is looked at (due ones are checked).
+    /// The shortest pause between two rounds, so that changes arriving together (a notification
+    /// for several updaters) are checked in one round.
     pub tick: Duration,
     /// The interval of an updater that sets none.
     pub default_interval: Duration,
@@ -81,6 +88,14 @@ struct Planned {
     request: Option<WriteRequest>,
 }
 
+/// When this process last checked an updater, and the `capstan.dev/check` value it answered then
+/// (the watch may deliver the updater again before the status saying so).
+#[derive(Debug, Clone)]
+struct LastCheck {
+    at: Instant,
+    check: String,
+}
+
 /// Run the loop until `shutdown` resolves.
 pub async fn run(
     client: Client,
@@ -98,59 +113,97 @@ pub async fn run(
     writer_config.allow_local = config.allow_local_repositories;
     let writer = GitWriter::new(writer_config);
     let images = check::client();
-    let mut last_checked: HashMap<String, Instant> = HashMap::new();
-    // After a failed list (the CRD not installed yet, the API server away) the loop waits longer,
-    // and says so once, not every tick.
+    let mut last_checked: HashMap<String, LastCheck> = HashMap::new();
+
+    let (store, store_writer) = reflector::store();
+    // The watcher retries with backoff on its own (the CRD not installed yet, the API server away);
+    // the loop says so once, not at every retry.
+    let mut events =
+        std::pin::pin!(reflector(store_writer, watcher(api.clone(), watcher::Config::default())).default_backoff());
     let mut failing = false;
+    let mut last_round: Option<Instant> = None;
     tokio::pin!(shutdown);
     loop {
-        let pause = if failing { config.tick * 30 } else { config.tick };
-        tokio::select! {
-            _ = &mut shutdown => return Ok(()),
-            _ = tokio::time::sleep(pause) => {}
-        }
-        let list = match api.list(&ListParams::default()).await {
-            Ok(list) => {
-                if failing {
-                    tracing::info!("listing ImageUpdaters works again");
-                }
-                failing = false;
-                list.items
-            }
-            Err(e) => {
-                if !failing {
-                    tracing::warn!(error = %e, "cannot list ImageUpdaters (is the CRD installed? run `capstan install`)");
-                }
-                failing = true;
-                continue;
-            }
-        };
-        let due: Vec<ImageUpdater> = list
-            .into_iter()
-            .filter(|u| is_due(u, last_checked.get(&u.name_any()), config.default_interval))
+        let updaters = store.state();
+        last_checked.retain(|name, _| updaters.iter().any(|u| u.name_any() == *name));
+        let now = Instant::now();
+        let rested = last_round.is_none_or(|t| now.duration_since(t) >= config.tick);
+        let due: Vec<ImageUpdater> = updaters
+            .iter()
+            .filter(|u| is_due(u, last_checked.get(&u.name_any()), config.default_interval, now))
+            .map(|u| (**u).clone())
             .collect();
-        if due.is_empty() {
+        if !due.is_empty() && rested {
+            for u in &due {
+                let check = u.annotations().get(CHECK_ANNOTATION).cloned().unwrap_or_default();
+                last_checked.insert(
+                    u.name_any(),
+                    LastCheck {
+                        at: Instant::now(),
+                        check,
+                    },
+                );
+            }
+            round(&client, &config, &api, &repos, &writer, &images, due).await;
+            last_round = Some(Instant::now());
             continue;
         }
-        for u in &due {
-            last_checked.insert(u.name_any(), Instant::now());
+        // Nothing to do before the next updater is due (or the pause between rounds ends), unless the
+        // watch brings a change first.
+        let wake = if due.is_empty() {
+            updaters
+                .iter()
+                .filter_map(|u| next_due(u, last_checked.get(&u.name_any()), config.default_interval))
+                .min()
+        } else {
+            last_round.map(|t| t + config.tick)
+        };
+        let sleep = tokio::time::sleep_until(wake.unwrap_or(now + Duration::from_secs(3600)).into());
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = sleep => {}
+            event = events.next() => match event {
+                Some(Ok(_)) => {
+                    if failing {
+                        tracing::info!("watching ImageUpdaters works again");
+                    }
+                    failing = false;
+                }
+                Some(Err(e)) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "cannot watch ImageUpdaters (is the CRD installed? run `capstan install`)");
+                    }
+                    failing = true;
+                }
+                None => return Ok(()),
+            },
         }
-        round(&client, &config, &api, &repos, &writer, &images, due).await;
     }
 }
 
-fn is_due(u: &ImageUpdater, last: Option<&Instant>, default_interval: Duration) -> bool {
-    let check = u.annotations().get(CHECK_ANNOTATION).cloned().unwrap_or_default();
-    let observed = u.status.as_ref().map(|s| s.observed_check.clone()).unwrap_or_default();
-    if !check.is_empty() && check != observed {
-        return true;
-    }
-    let interval = u
-        .spec
+/// The updater's interval (at least 5 s).
+fn interval(u: &ImageUpdater, default_interval: Duration) -> Duration {
+    u.spec
         .interval_seconds
         .map(|s| Duration::from_secs(s.max(5)))
-        .unwrap_or(default_interval);
-    last.is_none_or(|t| t.elapsed() >= interval)
+        .unwrap_or(default_interval)
+}
+
+/// Whether `u` must be checked now: never checked by this process, its interval passed, or a
+/// registry notification asked (a `capstan.dev/check` value neither its status nor this process has
+/// answered).
+fn is_due(u: &ImageUpdater, last: Option<&LastCheck>, default_interval: Duration, now: Instant) -> bool {
+    let check = u.annotations().get(CHECK_ANNOTATION).cloned().unwrap_or_default();
+    let observed = u.status.as_ref().map(|s| s.observed_check.as_str()).unwrap_or_default();
+    if !check.is_empty() && check != observed && last.is_none_or(|l| l.check != check) {
+        return true;
+    }
+    last.is_none_or(|l| now.duration_since(l.at) >= interval(u, default_interval))
+}
+
+/// When `u`'s interval next ends (None when it was never checked: it is due now).
+fn next_due(u: &ImageUpdater, last: Option<&LastCheck>, default_interval: Duration) -> Option<Instant> {
+    last.map(|l| l.at + interval(u, default_interval))
 }
 
 /// Check every due updater, commit the changes per repository and branch, record status.
@@ -194,8 +247,11 @@ async fn round(
     }
     for ((repo, branch, _), planned) in groups {
         let (outcome, refused) = commit_isolated(writer, &planned).await;
-        if let Some(Ok(WriteOutcome::Committed { .. })) = &outcome {
-            capstan_kube::refresh_readers(client, &config.namespace, &repo).await;
+        // The writer accepted the URL, so it parses.
+        if let Some(Ok(WriteOutcome::Committed { .. })) = &outcome
+            && let Ok(url) = RepoUrl::parse(&repo)
+        {
+            capstan_kube::refresh_readers(client, &config.namespace, &url).await;
         }
         for p in &planned {
             let Some(status) = statuses.get_mut(&p.name) else {

@@ -2,9 +2,8 @@
 //! key of a YAML/JSON file, or the `newTag` of a kustomization's `images:` entry. An updater whose
 //! chosen value is already there writes nothing (and clones nothing).
 
-use capstan_gitwrite::{KeyPath, Segment};
+use capstan_gitwrite::{KeyPath, ReadError};
 use capstan_source::{Credentials, RepoCache};
-use serde_json::Value;
 
 use crate::UpdateError;
 
@@ -30,9 +29,10 @@ pub async fn head(repos: &RepoCache, repo_url: &str, branch: &str, creds: &Crede
         })
 }
 
-/// The scalar at `target` in `path` of `repo_url` at commit `sha`, as a string (`None` when a
-/// Kustomize image entry has no `newTag` yet). A key that does not exist is an error; the path is
-/// confined to the checkout as the Git writer confines it.
+/// The scalar at `target` in `path` of `repo_url` at commit `sha`, as a string, read by the Git
+/// writer's reader (`None` when the value is null or a Kustomize image entry has no `newTag` yet).
+/// A key that does not exist, or holds a mapping or a sequence, is an error; the path is confined to
+/// the checkout as the Git writer confines it.
 pub async fn value(
     repos: &RepoCache,
     repo_url: &str,
@@ -48,43 +48,16 @@ pub async fn value(
     let checkout = repos.checkout(repo_url, sha).await.map_err(|e| read(Box::new(e)))?;
     let canonical = capstan_gitwrite::resolve_in_checkout(checkout.path(), path).map_err(|e| read(Box::new(e)))?;
     let text = std::fs::read_to_string(&canonical).map_err(|e| read(Box::new(e)))?;
-    let doc: Value = serde_saphyr::from_str(&text).map_err(|e| read(Box::new(e)))?;
-    match target {
-        Target::Key(key) => {
-            let mut cur = &doc;
-            for segment in key.segments() {
-                let next = match segment {
-                    Segment::Key(k) => cur.get(k.as_str()),
-                    Segment::Index(i) => cur.get(*i),
-                };
-                cur = next.ok_or_else(|| UpdateError::MissingKey {
-                    path: path.to_string(),
-                    key: key.to_string(),
-                })?;
-            }
-            Ok(Some(scalar(cur)))
-        }
-        Target::KustomizeImage(name) => {
-            let entry = doc
-                .get("images")
-                .and_then(Value::as_array)
-                .and_then(|images| {
-                    images
-                        .iter()
-                        .find(|i| i.get("name").and_then(Value::as_str) == Some(name))
-                })
-                .ok_or_else(|| UpdateError::MissingKey {
-                    path: path.to_string(),
-                    key: format!("images[name={name}]"),
-                })?;
-            Ok(entry.get("newTag").map(scalar))
-        }
-    }
-}
-
-fn scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+    let found = match target {
+        Target::Key(key) => capstan_gitwrite::scalar_at(&text, key),
+        Target::KustomizeImage(name) => capstan_gitwrite::kustomize_image_tag(&text, name),
+    };
+    match found {
+        Ok(value) => Ok(value),
+        Err(ReadError::MissingKey { key }) => Err(UpdateError::MissingKey {
+            path: path.to_string(),
+            key,
+        }),
+        Err(e) => Err(read(Box::new(e))),
     }
 }

@@ -111,24 +111,56 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     )
     .await?;
 
+    // The same repository spelled in another case (the server, like GitHub, serves it): its
+    // Application must be refreshed after the commit as a webhook would refresh it (issue 29). Its
+    // credentials come from a Secret for the whole server, which covers it whatever the rule.
+    let repo_other_case = repo.replace("services-root", "Services-Root");
+    let server_root = repo.trim_end_matches("/services-root.git").to_string();
+    secret(
+        &client,
+        "git-server",
+        json!({"url": server_root, "username": USER, "password": PASSWORD}),
+    )
+    .await?;
+
     // The staging Application: the chart with image.tag from the file (as the services
     // ApplicationSet passes it); here the tag is read through a multi-source $ref value file.
     let apps: Api<Application> = Api::namespaced(client.clone(), NS);
-    let app: Application = serde_json::from_value(json!({
-        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
-        "metadata": {"name": "payments-staging", "namespace": NS},
-        "spec": {
-            "sources": [
-                {"repoURL": repo, "targetRevision": "main", "path": "charts/service",
-                 "helm": {"valueFiles": ["$root/services-root/services/payments/staging.yaml"],
-                          "parameters": []}},
-                {"repoURL": repo, "targetRevision": "main", "ref": "root"},
-            ],
-            "destination": {"server": "https://kubernetes.default.svc", "namespace": "payments"},
-            "syncPolicy": {"automated": {"prune": true, "selfHeal": true}, "syncOptions": ["CreateNamespace=true"]},
+    for (name, repo, namespace) in [
+        ("payments-staging", &repo, "payments"),
+        ("payments-other-case", &repo_other_case, "payments-other-case"),
+    ] {
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "sources": [
+                    {"repoURL": repo, "targetRevision": "main", "path": "charts/service",
+                     "helm": {"valueFiles": ["$root/services-root/services/payments/staging.yaml"],
+                              "parameters": []}},
+                    {"repoURL": repo, "targetRevision": "main", "ref": "root"},
+                ],
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": namespace},
+                "syncPolicy": {"automated": {"prune": true, "selfHeal": true}, "syncOptions": ["CreateNamespace=true"]},
+            }
+        }))?;
+        apps.create(&PostParams::default(), &app).await?;
+    }
+    let runs = |name: &'static str, namespace: &'static str, tag: &'static str| {
+        let (apps, client, image) = (apps.clone(), client.clone(), image.clone());
+        move || {
+            let (apps, client, image) = (apps.clone(), client.clone(), image.clone());
+            async move {
+                let app = apps.get(name).await?;
+                let deployed = Api::<Deployment>::namespaced(client, namespace)
+                    .get_opt(name)
+                    .await?
+                    .and_then(|d| d.spec.template.spec)
+                    .map(|s| s.containers[0].image.clone().unwrap_or_default());
+                Ok(synced_healthy(&app) && deployed == Some(format!("{image}:{tag}")))
+            }
         }
-    }))?;
-    apps.create(&PostParams::default(), &app).await?;
+    };
 
     let cache = tempfile::tempdir()?;
     let (c1, c2) = (client.clone(), client.clone());
@@ -215,6 +247,14 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
         "a non-semver tag is skipped with its reason: {st}"
     );
     assert!(st["lastCommit"].is_null(), "nothing to write: {st}");
+    // Before the commit, the other spelling runs what the file said (1.0.0): from here on only the
+    // refresh after the commit can move it, the Git poll being longer than the test.
+    eventually(
+        "the other spelling runs 1.0.0",
+        Duration::from_secs(90),
+        runs("payments-other-case", "payments-other-case", "1.0.0"),
+    )
+    .await?;
     let head_before = run_git(&git.repo_path("services-root"), &["rev-parse", "main"])?;
 
     // A new version is pushed and the registry notifies Capstan (the updater's own interval is 10
@@ -260,15 +300,17 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     assert!(log.contains(&format!("{image}: 1.0.0 → 1.1.0")), "{log}");
     let parent = run_git(&bare, &["rev-parse", "main~1"])?;
     assert_eq!(parent.trim(), head_before.trim(), "one commit");
-    eventually("staging runs 1.1.0", Duration::from_secs(90), || async {
-        let app = apps.get("payments-staging").await?;
-        let deployed = Api::<Deployment>::namespaced(client.clone(), "payments")
-            .get_opt("payments-staging")
-            .await?
-            .and_then(|d| d.spec.template.spec)
-            .map(|s| s.containers[0].image.clone().unwrap_or_default());
-        Ok(synced_healthy(&app) && deployed == Some(format!("{image}:1.1.0")))
-    })
+    eventually(
+        "staging runs 1.1.0",
+        Duration::from_secs(90),
+        runs("payments-staging", "payments", "1.1.0"),
+    )
+    .await?;
+    eventually(
+        "the Application spelling the repository in another case runs 1.1.0",
+        Duration::from_secs(30),
+        runs("payments-other-case", "payments-other-case", "1.1.0"),
+    )
     .await?;
 
     // A range nothing matches: recorded, no commit.

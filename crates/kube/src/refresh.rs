@@ -5,6 +5,7 @@
 //! the Applications: in seed 004's layout the changed value (`imageTag`) reaches the Application
 //! only through its ApplicationSet's git-files generator.
 
+use capstan_api::RepoUrl;
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::{Application, ApplicationSet};
 use kube::api::{ListParams, Patch, PatchParams};
@@ -21,17 +22,18 @@ pub struct Refreshed {
     pub application_sets: Vec<String>,
 }
 
-/// Annotate the Applications and ApplicationSets of `namespace` that read `repo` (compared without
-/// a trailing `/` or `.git`). Best effort: a failure is logged, the next poll still finds the commit.
-pub async fn refresh_readers(client: &Client, namespace: &str, repo: &str) -> Refreshed {
-    let repo = plain(repo);
+/// Annotate the Applications and ApplicationSets of `namespace` that read `repo` (the same
+/// repository by [`RepoUrl::same_repository`], as a webhook decides: case, `.git`, default ports and
+/// the transport do not matter). Best effort: a failure is logged, the next poll still finds the
+/// commit.
+pub async fn refresh_readers(client: &Client, namespace: &str, repo: &RepoUrl) -> Refreshed {
     let patch = Patch::Merge(json!({"metadata": {"annotations": {REFRESH_ANNOTATION: "normal"}}}));
     let mut refreshed = Refreshed::default();
 
     let sets: Api<ApplicationSet> = Api::namespaced(client.clone(), namespace);
     match sets.list(&ListParams::default()).await {
         Ok(list) => {
-            for set in list.items.iter().filter(|s| generators_read(s, &repo)) {
+            for set in list.items.iter().filter(|s| generators_read(s, repo)) {
                 match sets.patch(&set.name_any(), &PatchParams::default(), &patch).await {
                     Ok(_) => refreshed.application_sets.push(set.name_any()),
                     Err(e) => warn!(set = %set.name_any(), error = %e, "refreshing an ApplicationSet after a commit"),
@@ -47,7 +49,7 @@ pub async fn refresh_readers(client: &Client, namespace: &str, repo: &str) -> Re
             for app in list
                 .items
                 .iter()
-                .filter(|a| a.spec.sources().iter().any(|s| plain(&s.repo_url) == repo))
+                .filter(|a| a.spec.sources().iter().any(|s| reads(&s.repo_url, repo)))
             {
                 match apps.patch(&app.name_any(), &PatchParams::default(), &patch).await {
                     Ok(_) => refreshed.applications.push(app.name_any()),
@@ -60,21 +62,21 @@ pub async fn refresh_readers(client: &Client, namespace: &str, repo: &str) -> Re
     refreshed
 }
 
-/// A repository URL without a trailing `/` or `.git`.
-fn plain(url: &str) -> String {
-    url.trim_end_matches('/').trim_end_matches(".git").to_string()
+/// Whether the URL `url` (as an object spells it; one that does not parse reads nothing) is `repo`.
+fn reads(url: &str, repo: &RepoUrl) -> bool {
+    RepoUrl::parse(url).is_ok_and(|url| url.same_repository(repo))
 }
 
 /// Whether any generator of `set` (nested matrix and merge generators included) names `repo` as
 /// its `repoURL`.
-fn generators_read(set: &ApplicationSet, repo: &str) -> bool {
+fn generators_read(set: &ApplicationSet, repo: &RepoUrl) -> bool {
     serde_json::to_value(&set.spec.generators).is_ok_and(|v| names_repo(&v, repo))
 }
 
-fn names_repo(value: &Value, repo: &str) -> bool {
+fn names_repo(value: &Value, repo: &RepoUrl) -> bool {
     match value {
         Value::Object(map) => map.iter().any(|(key, v)| match v {
-            Value::String(url) if key == "repoURL" => plain(url) == repo,
+            Value::String(url) if key == "repoURL" => reads(url, repo),
             v => names_repo(v, repo),
         }),
         Value::Array(items) => items.iter().any(|v| names_repo(v, repo)),
@@ -95,9 +97,15 @@ mod tests {
                 {"git": {"repoURL": "git://127.0.0.1:9/examples.git", "revision": "main"}}
             ]}}
         ]);
-        assert!(names_repo(&generators, &plain("git://127.0.0.1:9/examples")));
-        assert!(names_repo(&generators, &plain("git://127.0.0.1:9/examples.git/")));
-        assert!(!names_repo(&generators, &plain("git://127.0.0.1:9/other.git")));
-        assert!(!names_repo(&json!([{"clusters": {}}]), "git://127.0.0.1:9/examples"));
+        let url = |s: &str| RepoUrl::parse(s).expect("a repository URL");
+        assert!(names_repo(&generators, &url("git://127.0.0.1:9/examples")));
+        assert!(names_repo(&generators, &url("git://127.0.0.1:9/examples.git/")));
+        assert!(names_repo(&generators, &url("GIT://127.0.0.1:9/Examples")));
+        assert!(!names_repo(&generators, &url("git://127.0.0.1:9/other.git")));
+        assert!(!names_repo(&generators, &url("git://127.0.0.1:10/examples")));
+        assert!(!names_repo(
+            &json!([{"clusters": {}}]),
+            &url("git://127.0.0.1:9/examples")
+        ));
     }
 }

@@ -5,9 +5,11 @@
 //! time) fetches the project and asks. The semantics are Argo CD's (`AppProject.IsSourcePermitted`,
 //! `IsDestinationPermitted`, `IsGroupKindPermitted`) as its documentation states them:
 //!
-//! - **sourceRepos** are globs over normalised repository URLs (lower-cased, without a trailing `/`
-//!   or `.git`, and with `git@host:path` written as `git@host/path` so that it and
-//!   `ssh://git@host/path` are the same repository). `*` alone allows any repository; elsewhere `*`
+//! - **sourceRepos** are globs over normalised repository URLs ([`RepoUrl::identity`], and the same
+//!   normalisation of the glob by [`normalize_pattern`]: lower-cased, no default port, trailing `/`
+//!   or `.git`, and `git@host:path` written as `ssh://git@host/path`). A URL with more than one
+//!   reading (`..`, percent-encoded `.` or `/`, a backslash…) is refused before any rule sees it
+//!   ([`RepoUrl::parse`]), whatever the kind of repository. `*` alone allows any repository; elsewhere `*`
 //!   stays within one path segment and `/**` crosses segments. An entry starting with `!` denies. A
 //!   repository is permitted when an allow entry matches it and no deny entry does. An empty list
 //!   permits nothing.
@@ -38,10 +40,10 @@
 //! entry naming the group `capstan.dev` literally. Only the implicit `default` project (no
 //! AppProject named default exists, and the operator has not made it deny-all) is exempt.
 
-mod spelling;
 pub mod windows;
 
 use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination, RepoPaths};
+use capstan_api::repo_url::{RepoUrl, normalize_pattern};
 use globset::GlobBuilder;
 
 /// A project rule an Application's sync would break.
@@ -314,23 +316,25 @@ fn check_named(project_name: &str, field: &str, list: &[String], what: &str, nam
 /// May an Application of this project use the repository at `repo_url`?
 pub fn check_source(project_name: &str, spec: &AppProjectSpec, repo_url: &str) -> Result<(), Violation> {
     let violation = |message: String| Violation::new(project_name, SOURCE_REPOS, message);
-    if let Some(reason) = spelling::ambiguous(repo_url) {
-        return Err(violation(format!(
-            "repository \"{}\" is refused before any sourceRepos rule: {reason}",
-            repo_url.chars().take(200).collect::<String>()
-        )));
-    }
+    let repo = match RepoUrl::parse(repo_url) {
+        Ok(repo) => repo,
+        Err(reason) => {
+            return Err(violation(format!(
+                "repository \"{}\" is refused before any sourceRepos rule: {reason}",
+                repo_url.chars().take(200).collect::<String>()
+            )));
+        }
+    };
     if spec.source_repos.is_empty() {
         return Err(violation(format!(
             "repository \"{repo_url}\" is not permitted: the project's sourceRepos list is empty"
         )));
     }
-    let repo = normalize_repo_url(repo_url);
     let mut allowed = false;
     for entry in &spec.source_repos {
         let (deny, pattern) = split_negation(entry);
-        let pattern = normalize_repo_url(pattern);
-        match repo_glob_match(&pattern, &repo) {
+        let pattern = normalize_pattern(pattern);
+        match repo_glob_match(&pattern, repo.identity()) {
             Ok(true) if deny => {
                 return Err(violation(format!(
                     "repository \"{repo_url}\" is refused by the project's sourceRepos entry \"{entry}\""
@@ -528,10 +532,13 @@ pub fn check_write(project_name: &str, spec: &AppProjectSpec, target: &WriteTarg
             "file \"{path}\" of repository \"{repo_url}\" is refused: {why}"
         )));
     }
-    let repo = normalize_repo_url(repo_url);
+    // check_source accepted the URL, so it parses.
+    let Ok(repo) = RepoUrl::parse(repo_url) else {
+        return Err(violation(format!("repository \"{repo_url}\" is not a repository URL")));
+    };
     let permitted = spec.source_repo_paths.iter().any(|entry| {
-        let repo_matches =
-            !entry.repo.starts_with('!') && repo_glob_match(&normalize_repo_url(&entry.repo), &repo).unwrap_or(false);
+        let repo_matches = !entry.repo.starts_with('!')
+            && repo_glob_match(&normalize_pattern(&entry.repo), repo.identity()).unwrap_or(false);
         repo_matches
             && entry.paths.iter().any(|p| glob_match(p, path, true).unwrap_or(false))
             && entry
@@ -602,31 +609,6 @@ fn glob_match(pattern: &str, value: &str, literal_separator: bool) -> Result<boo
 /// Repository URL globs: `*` within a path segment, except that `*` alone is any repository.
 fn repo_glob_match(pattern: &str, repo: &str) -> Result<bool, globset::Error> {
     glob_match(pattern, repo, true)
-}
-
-/// Argo CD's `NormalizeGitURL`: lower-case, no surrounding space, no trailing `/` or `.git`, and the
-/// SSH forms `ssh://user@host/path` and `user@host:path` both written `user@host/path`.
-fn normalize_repo_url(url: &str) -> String {
-    let mut s = url.trim().to_lowercase();
-    if let Some(rest) = s.strip_prefix("ssh://") {
-        s = rest.to_string();
-    } else if !s.contains("://")
-        && let Some((before, after)) = s.split_once(':')
-        && before.contains('@')
-        && !before.contains('/')
-    {
-        // scp-like `user@host:path`
-        s = format!("{before}/{after}");
-    }
-    loop {
-        let trimmed = s.trim_end_matches('/');
-        let trimmed = trimmed.strip_suffix(".git").unwrap_or(trimmed);
-        if trimmed.len() == s.len() {
-            break;
-        }
-        s = trimmed.to_string();
-    }
-    s
 }
 
 /// Does a destinations entry's (un-negated) globs all match? The cluster part matches when the entry's

@@ -158,7 +158,10 @@ impl Promoter {
         // The target's Application gets the new values through its ApplicationSet's Git generator:
         // both look at Git now rather than at their next poll (first: the commit is made, whatever
         // happens to the history entry).
-        capstan_kube::refresh_readers(&self.client, &self.namespace, &plan.spec.repo_url).await;
+        // The writer accepted the URL, so it parses.
+        if let Ok(url) = capstan_api::RepoUrl::parse(&plan.spec.repo_url) {
+            capstan_kube::refresh_readers(&self.client, &self.namespace, &url).await;
+        }
         history::append(&self.client, &self.namespace, &plan.pipeline, record.clone()).await?;
         Ok(Outcome::Promoted {
             pipeline: plan.pipeline,

@@ -1,16 +1,12 @@
 //! The promoted fields' values in a file: the scalar at a key path, as a string.
 
-use capstan_gitwrite::{KeyPath, Segment};
-use serde_json::Value;
+use capstan_gitwrite::{KeyPath, ReadError};
 
 use crate::PromoteError;
 
-/// The value of `key` in `text` (the YAML file at `path`), as a string.
+/// The value of `key` in `text` (the YAML file at `path`), as a string, read by the Git writer's
+/// reader ([`capstan_gitwrite::scalar_at`]); a null value is a missing one.
 pub fn scalar(path: &str, text: &str, key: &str) -> Result<String, PromoteError> {
-    let document: Value = serde_saphyr::from_str(text).map_err(|e| PromoteError::BadFile {
-        path: path.into(),
-        reason: format!("not YAML: {e}"),
-    })?;
     let key_path: KeyPath = key
         .parse()
         .map_err(|e| PromoteError::BadRequest(format!("field {key:?}: {e}")))?;
@@ -18,22 +14,12 @@ pub fn scalar(path: &str, text: &str, key: &str) -> Result<String, PromoteError>
         path: path.into(),
         key: key.into(),
     };
-    let mut at = &document;
-    for segment in key_path.segments() {
-        at = match segment {
-            Segment::Key(k) => at.get(k.as_str()),
-            Segment::Index(i) => at.get(*i),
-        }
-        .ok_or_else(missing)?;
-    }
-    match at {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) => Ok(n.to_string()),
-        Value::Bool(b) => Ok(b.to_string()),
-        Value::Null => Err(missing()),
-        _ => Err(PromoteError::BadFile {
+    match capstan_gitwrite::scalar_at(text, &key_path) {
+        Ok(Some(value)) => Ok(value),
+        Ok(None) | Err(ReadError::MissingKey { .. }) => Err(missing()),
+        Err(e) => Err(PromoteError::BadFile {
             path: path.into(),
-            reason: format!("{key} is not a scalar"),
+            reason: e.to_string(),
         }),
     }
 }

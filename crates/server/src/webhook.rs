@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::State as AxState;
 use axum::http::{HeaderMap, StatusCode};
 use capstan_api::labels::REFRESH_ANNOTATION;
-use capstan_api::{Application, ApplicationSet};
+use capstan_api::{Application, ApplicationSet, RepoUrl};
 use futures::{StreamExt, stream};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -311,45 +311,16 @@ pub fn parse(provider: Provider, event: &str, body: &[u8]) -> Result<Push, Webho
     Ok(push)
 }
 
-/// A repository URL reduced to host and path: no scheme, credentials, `.git` suffix or trailing
-/// slash, lower case; `git@host:path` becomes `host/path`.
-pub fn normalize_url(url: &str) -> String {
-    let mut u = url.trim().to_lowercase();
-    if let Some(i) = u.find("://") {
-        // A scheme's default port names the same repository as no port at all.
-        let default_port = match &u[..i] {
-            "ssh" | "git+ssh" => Some(":22/"),
-            "https" => Some(":443/"),
-            "http" => Some(":80/"),
-            "git" => Some(":9418/"),
-            _ => None,
-        };
-        u = u[i + 3..].to_string();
-        if let Some(port) = default_port
-            && let Some(at) = u.find(port)
-            && !u[..at].contains('/')
-        {
-            u.replace_range(at..at + port.len() - 1, "");
-        }
-    } else if let Some((userhost, path)) = u.split_once(':') {
-        // scp-like syntax: user@host:path.
-        if !userhost.contains('/') {
-            u = format!("{userhost}/{path}");
-        }
-    }
-    // Credentials end at the last '@' of the authority (a password may contain '@').
-    let authority_end = u.find('/').unwrap_or(u.len());
-    if let Some(at) = u[..authority_end].rfind('@') {
-        u = u[at + 1..].to_string();
-    }
-    let u = u.trim_end_matches('/');
-    u.strip_suffix(".git").unwrap_or(u).trim_end_matches('/').to_string()
-}
-
-/// Whether `push` is to the repository `repo_url`.
+/// Whether `push` is to the repository `repo_url` ([`RepoUrl::same_repository`]: any of the
+/// payload's URLs names the same host, port and path, whatever the transport, user, case, `.git`
+/// suffix or trailing `/`). A URL that does not parse matches nothing.
 pub fn same_repo(push: &Push, repo_url: &str) -> bool {
-    let want = normalize_url(repo_url);
-    push.repo_urls.iter().any(|u| normalize_url(u) == want)
+    let Ok(want) = RepoUrl::parse(repo_url) else {
+        return false;
+    };
+    push.repo_urls
+        .iter()
+        .any(|u| RepoUrl::parse(u).is_ok_and(|u| u.same_repository(&want)))
 }
 
 /// Whether `push` moved the revision `target` (branch, tag, `refs/...`, `HEAD` or empty).

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use base64::Engine;
 
+use capstan_api::repo_url::{RepoUrl, Scheme, UrlError};
 use capstan_sandbox::{Confinement, Limits, ProcessGroup};
 
 use crate::{Credentials, Result, SourceError};
@@ -53,146 +54,47 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
     out
 }
 
-/// Whether `url` is a repository URL Capstan accepts, in the one spelling that project rules and
-/// credential matching compare: a supported transport (`https://`, `http://`, `ssh://`, `git://`,
-/// scp-like `user@host:path`; `file://` and absolute paths only when `allow_local`), and nothing
-/// that makes two spellings name one repository or hides the host:
-/// - no `.` or `..` path segments, empty segments (`//`), or percent-encoded dots, slashes or
-///   backslashes (Git would resolve them after the project's `sourceRepos` matched the raw text);
-/// - no query (`?`) or fragment (`#`), no backslashes, whitespace or control characters;
-/// - no user information in `http(s)://` and `git://` URLs (credentials belong in a repository
-///   Secret; `https://allowed.example@evil.example/` hides its real host), and only a user name in
-///   `ssh://`;
-/// - nothing starting with `-` (Git would read it as an option).
-pub fn check_url(url: &str, allow_local: bool) -> Result<()> {
-    let refuse = |why: &str| Err(SourceError::UnsupportedUrl(format!("{}: {why}", redact(url, &[]))));
-    if url.is_empty() || url.starts_with('-') {
-        return refuse("not a repository URL");
+/// Whether `url` is a Git repository URL Capstan accepts: [`RepoUrl::parse`] accepts it (nothing that
+/// makes two spellings name one repository or hides the host: no `.`, `..` or empty path segments,
+/// percent-encoded dots, slashes or backslashes, query, fragment, backslashes, whitespace, control
+/// characters, password, or anything but a user name before the host; nothing starting with `-`),
+/// and Git is given it as written, so also:
+/// - a transport Git speaks, spelled as Git reads it: `https://`, `http://`, `ssh://`, `git://`,
+///   scp-like `user@host:path`; `file://` and absolute paths only when `allow_local`;
+/// - no user in `git://` URLs (the daemon has no users; credentials belong in a repository Secret);
+/// - no default port written out in `https://` and `http://` URLs.
+pub fn check_url(url: &str, allow_local: bool) -> Result<RepoUrl> {
+    let refuse = |why: &dyn std::fmt::Display| SourceError::UnsupportedUrl(format!("{}: {why}", redact(url, &[])));
+    let transports = "use https://, http://, ssh://, git@host:path or git://";
+    let parsed = RepoUrl::parse(url).map_err(|e| match e {
+        UrlError::NotAUrl | UrlError::Scheme(_) => refuse(&transports),
+        e => refuse(&e),
+    })?;
+    if url != parsed.as_str() {
+        return Err(refuse(
+            &"whitespace, control characters and backslashes are not allowed",
+        ));
     }
-    if url.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
-        return refuse("whitespace, control characters and backslashes are not allowed");
+    if parsed.scheme() == Scheme::File && !allow_local {
+        return Err(refuse(
+            &"local repositories (file:// and paths) are disabled; an operator can enable them with \
+              --allow-local-repositories",
+        ));
     }
-    let local = url.starts_with("file://") || url.starts_with('/');
-    if local && !allow_local {
-        return refuse(
-            "local repositories (file:// and paths) are disabled; an operator can enable them with \
-             --allow-local-repositories",
-        );
+    // Git chooses its transport by the scheme as written: `HTTPS://` or `oci://` are not Git's.
+    let written_scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(written_scheme, None | Some("https" | "http" | "ssh" | "git" | "file")) {
+        return Err(refuse(&transports));
     }
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (scheme, rest),
-        None if local => ("file", url),
-        None if is_scp_like(url) => ("scp", url),
-        None => return refuse("use https://, http://, ssh://, git@host:path or git://"),
-    };
-    if !matches!(scheme, "https" | "http" | "ssh" | "git" | "file" | "scp") {
-        return refuse("use https://, http://, ssh://, git@host:path or git://");
+    if parsed.scheme() == Scheme::Git && parsed.user().is_some() {
+        return Err(refuse(
+            &"user information in the URL is not allowed; put credentials in a repository Secret",
+        ));
     }
-    if url.contains('?') || url.contains('#') {
-        return refuse("a query (?) or fragment (#) is not allowed");
+    if parsed.has_explicit_default_port() && matches!(parsed.scheme(), Scheme::Https | Scheme::Http) {
+        return Err(refuse(&"leave out the default port"));
     }
-    let lower = url.to_ascii_lowercase();
-    if ["%2e", "%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
-        return refuse("percent-encoded dots, slashes and backslashes are not allowed");
-    }
-    let (authority, path) = match scheme {
-        "scp" => match rest.split_once(':') {
-            Some((authority, path)) => (authority, path),
-            None => return refuse("not a repository URL"),
-        },
-        "file" => ("", rest),
-        _ => rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p)),
-    };
-    let host = match authority.split_once('@') {
-        Some((userinfo, host)) => {
-            // A user name alone is allowed (forges print clone URLs like `https://org@host/…`); a
-            // password never is, and neither is anything but a name before the host.
-            if scheme == "git" {
-                return refuse("user information in the URL is not allowed; put credentials in a repository Secret");
-            }
-            if userinfo.contains(':') {
-                return refuse("a password in the URL is not allowed; put credentials in a repository Secret");
-            }
-            if !is_user_name(userinfo) {
-                return refuse("only a user name (letters, digits, '.', '_', '-') may precede the host");
-            }
-            host
-        }
-        None => authority,
-    };
-    // Git reads an scp-like address with a '/' before its ':' as a local path, so the host of every
-    // remote URL must be a plain host name or address (and an optional port).
-    if scheme != "file" && !is_host(host, scheme != "scp") {
-        return refuse("the URL names no valid host");
-    }
-    if scheme == "scp" && path.is_empty() {
-        return refuse("the URL names no repository path");
-    }
-    // One spelling per repository: no default port, no trailing dot on the host.
-    if (scheme == "https" && host.ends_with(":443")) || (scheme == "http" && host.ends_with(":80")) {
-        return refuse("leave out the default port");
-    }
-    let host_name = host
-        .rsplit_once(':')
-        .filter(|(_, p)| is_port(p))
-        .map_or(host, |(n, _)| n);
-    if host_name.ends_with('.') {
-        return refuse("the host may not end with a dot");
-    }
-    let segments: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
-    let bad_segment = |s: &&str| *s == "." || *s == ".." || (s.is_empty() && segments.len() > 1);
-    if segments.iter().any(bad_segment) {
-        return refuse("`.`, `..` and empty path segments are not allowed");
-    }
-    Ok(())
-}
-
-/// A user name as ssh accepts it in a URL.
-fn is_user_name(user: &str) -> bool {
-    !user.is_empty()
-        && !user.starts_with('-')
-        && user
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-/// A host name, IPv4 address or bracketed IPv6 address, with a port when `port_allowed`.
-fn is_host(host: &str, port_allowed: bool) -> bool {
-    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
-        match rest.split_once(']') {
-            Some((v6, tail))
-                if !v6.is_empty() && v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') =>
-            {
-                return tail.is_empty() || port_allowed && tail.strip_prefix(':').is_some_and(is_port);
-            }
-            _ => return false,
-        }
-    } else {
-        match host.rsplit_once(':') {
-            Some((name, port)) if port_allowed => (name, Some(port)),
-            Some(_) => return false,
-            None => (host, None),
-        }
-    };
-    let name_ok = !name.is_empty()
-        && !name.starts_with(['-', '.'])
-        && !name.contains("..")
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
-    name_ok && port.is_none_or(is_port)
-}
-
-fn is_port(port: &str) -> bool {
-    !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
-}
-
-fn is_scp_like(url: &str) -> bool {
-    // user@host:path, without a scheme
-    match (url.find('@'), url.find(':')) {
-        (Some(at), Some(colon)) => at < colon && !url.contains("://"),
-        _ => false,
-    }
+    Ok(parsed)
 }
 
 /// One git invocation against `url`.

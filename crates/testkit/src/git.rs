@@ -1,6 +1,7 @@
 //! A throwaway git server: `git daemon` for `git://` and `git http-backend` behind HTTP basic auth for
 //! `http://` and `https://` (a certificate for 127.0.0.1 from a CA made at start, see
-//! [`GitServer::ca_pem`]), all on free loopback ports and serving the same bare repositories.
+//! [`GitServer::ca_pem`]), all on free loopback ports and serving the same bare repositories. Over
+//! HTTP a repository's name is case-insensitive, as on GitHub and GitLab.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -336,6 +337,27 @@ fn authorised(headers: &HeaderMap) -> bool {
     decoded == format!("{USER}:{PASSWORD}").as_bytes()
 }
 
+/// As on the forges people use (GitHub, GitLab), a repository's path is case-insensitive over HTTP:
+/// `/Services-Root.git/info/refs` is served from `services-root.git` when only that exists.
+fn forge_path(root: &Path, path: &str) -> String {
+    let rest = path.trim_start_matches('/');
+    let (repo, tail) = rest.split_once('/').map_or((rest, None), |(r, t)| (r, Some(t)));
+    if repo.is_empty() || root.join(repo).exists() {
+        return path.to_string();
+    }
+    let found = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .find(|name| name.eq_ignore_ascii_case(repo));
+    match (found, tail) {
+        (Some(name), Some(tail)) => format!("/{name}/{tail}"),
+        (Some(name), None) => format!("/{name}"),
+        (None, _) => path.to_string(),
+    }
+}
+
 async fn run_backend(root: &Path, req: Request) -> anyhow::Result<Response> {
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, 512 * 1024 * 1024).await?;
@@ -355,7 +377,7 @@ async fn run_backend(root: &Path, req: Request) -> anyhow::Result<Response> {
         .env("GIT_HTTP_EXPORT_ALL", "1")
         .env("GATEWAY_INTERFACE", "CGI/1.1")
         .env("REQUEST_METHOD", parts.method.as_str())
-        .env("PATH_INFO", parts.uri.path())
+        .env("PATH_INFO", forge_path(root, parts.uri.path()))
         .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
         .env("CONTENT_TYPE", header("content-type"))
         .env("CONTENT_LENGTH", body.len().to_string())

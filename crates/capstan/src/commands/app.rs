@@ -96,11 +96,15 @@ impl ListFilter {
         };
         (self.projects.is_empty() || self.projects.iter().any(|p| p == project))
             && self.repo.as_ref().is_none_or(|repo| {
-                let repo = repo.trim_end_matches('/');
+                // The same repository as a webhook decides; text that is no URL must match as written.
+                let wanted = capstan_api::RepoUrl::parse(repo);
                 app.spec
                     .sources()
                     .iter()
-                    .any(|s| s.repo_url.trim_end_matches('/') == repo)
+                    .any(|s| match (&wanted, capstan_api::RepoUrl::parse(&s.repo_url)) {
+                        (Ok(wanted), Ok(url)) => url.same_repository(wanted),
+                        _ => s.repo_url.trim_end_matches('/') == repo.trim_end_matches('/'),
+                    })
             })
             && self.cluster.as_deref().is_none_or(cluster_is)
     }

@@ -10,7 +10,7 @@ pub enum ChartError {
         /// The URL.
         url: String,
         /// Why it is refused.
-        reason: &'static str,
+        reason: std::borrow::Cow<'static, str>,
     },
     /// The server could not be reached (connection refused, DNS, TLS handshake ...).
     #[error("{url}: unreachable: {detail}")]

@@ -111,9 +111,9 @@ pub(crate) struct Http {
 
 /// Parse `url` as an `http`/`https` URL without user information.
 pub(crate) fn check_url(url: &str) -> Result<Uri, ChartError> {
-    let refuse = |reason| ChartError::UnsupportedUrl {
+    let refuse = |reason: &'static str| ChartError::UnsupportedUrl {
         url: crate::redact(url, &[]),
-        reason,
+        reason: reason.into(),
     };
     let uri: Uri = url.parse().map_err(|_| refuse("not a URL"))?;
     match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
@@ -189,7 +189,7 @@ async fn send(client: &Https, method: Method, req: Get<'_>) -> Result<Answer, Ch
         }
         let request = builder.body(Empty::new()).map_err(|_| ChartError::UnsupportedUrl {
             url: shown.clone(),
-            reason: "not a valid request",
+            reason: "not a valid request".into(),
         })?;
         let response = client
             .request(request)
@@ -207,7 +207,7 @@ async fn send(client: &Https, method: Method, req: Get<'_>) -> Result<Answer, Ch
                 .and_then(|l| l.to_str().ok())
                 .ok_or_else(|| ChartError::UnsupportedUrl {
                     url: shown.clone(),
-                    reason: "redirect without a Location",
+                    reason: "redirect without a Location".into(),
                 })?;
             uri = check_url(&join(&shown, location))?;
             continue;
@@ -264,7 +264,7 @@ async fn send(client: &Https, method: Method, req: Get<'_>) -> Result<Answer, Ch
     }
     Err(ChartError::UnsupportedUrl {
         url: req.url.to_string(),
-        reason: "too many redirects",
+        reason: "too many redirects".into(),
     })
 }
 

@@ -30,6 +30,7 @@ use self::oci::{AuthCache, OciRepo, Registry};
 use self::repository::{Counters, HelmRepo};
 use self::version::{Constraint, exact, parse_version};
 use crate::Credentials;
+use capstan_api::RepoUrl;
 
 /// A chart to resolve.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +205,10 @@ impl ChartCache {
         creds: &Credentials,
         force: bool,
     ) -> Result<ResolvedChart, ChartError> {
+        RepoUrl::parse(&req.repo_url).map_err(|e| ChartError::UnsupportedUrl {
+            url: crate::redact(&req.repo_url, &[]),
+            reason: e.to_string().into(),
+        })?;
         if req.repo_url.starts_with("oci://") {
             return self.resolve_oci(req, creds, force).await;
         }
@@ -449,7 +454,10 @@ impl ChartCache {
     }
 }
 
-/// A Helm repository URL without its trailing `/` (the key of its index).
+/// A Helm repository URL without its trailing `/` (the key of its index). Deliberately the URL as
+/// written, not its [`RepoUrl`] identity: the index is fetched from this spelling, and one entry
+/// shared by two spellings (`…/stable` and `…/Stable.git`) would let the first Application to ask
+/// decide what another's fetches. [`ChartCache::resolve`] has checked it with [`RepoUrl::parse`].
 fn repo_key(url: &str) -> String {
     url.trim().trim_end_matches('/').to_string()
 }

@@ -52,9 +52,9 @@ pub(crate) struct OciRepo {
 
 /// `oci://host[:port][/path]` + chart.
 pub(crate) fn parse(repo_url: &str, chart: &str, plain_http: bool) -> Result<OciRepo, ChartError> {
-    let refuse = |reason| ChartError::UnsupportedUrl {
+    let refuse = |reason: &'static str| ChartError::UnsupportedUrl {
         url: crate::redact(repo_url, &[]),
-        reason,
+        reason: reason.into(),
     };
     let rest = repo_url
         .strip_prefix("oci://")

@@ -5,13 +5,23 @@ use super::*;
 
 // --- Repository URLs ------------------------------------------------------------------------
 
+/// Whether `a` and `b` name one repository for a webhook.
+fn same(a: &str, b: &str) -> bool {
+    same_repo(
+        &Push {
+            repo_urls: vec![a.to_string()],
+            ..Push::default()
+        },
+        b,
+    )
+}
+
 #[test]
 fn repository_urls_are_normalized() {
-    let want = "github.com/acme/deploy";
+    let want = "https://github.com/acme/deploy";
     for url in [
         "https://github.com/acme/deploy",
         "https://github.com/acme/deploy.git",
-        "https://mona:ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/acme/deploy.git",
         "https://x-access-token@github.com/acme/deploy",
         "http://github.com/acme/deploy/",
         "https://github.com/acme/deploy.git/",
@@ -23,22 +33,36 @@ fn repository_urls_are_normalized() {
         "HTTPS://GitHub.com/Acme/Deploy.git",
         "  https://github.com/acme/deploy\n",
     ] {
-        assert_eq!(normalize_url(url), want, "{url}");
+        assert!(same(want, url), "{url}");
+        assert!(same(url, want), "{url}");
     }
     // Non-default ports are part of the address.
-    assert_eq!(
-        normalize_url("ssh://git@bitbucket.example:7999/ops/deploy.git"),
-        "bitbucket.example:7999/ops/deploy"
-    );
+    assert!(same(
+        "ssh://git@bitbucket.example:7999/ops/deploy.git",
+        "https://bitbucket.example:7999/ops/deploy"
+    ));
+    assert!(!same(
+        "ssh://git@bitbucket.example:7999/ops/deploy.git",
+        "https://bitbucket.example/ops/deploy"
+    ));
     // Other repositories stay apart.
     for other in [
         "https://github.com/acme/deploy-staging",
         "https://github.com/acme/deploy/sub",
         "https://github.com/acme2/deploy",
         "https://gitlab.com/acme/deploy",
+        "https://github.com.evil.io/acme/deploy",
         "git@github.com:acme/deploy2.git",
     ] {
-        assert_ne!(normalize_url(other), want, "{other}");
+        assert!(!same(want, other), "{other}");
+    }
+    // A URL with a password, or another unsafe spelling, matches nothing.
+    for refused in [
+        "https://mona:ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/acme/deploy.git",
+        "https://github.com/acme/x/../deploy",
+        "https://github.com/acme//deploy",
+    ] {
+        assert!(!same(want, refused), "{refused}");
     }
 }
 
@@ -46,21 +70,21 @@ fn repository_urls_are_normalized() {
 fn default_ports_do_not_make_another_repository() {
     // `ssh://git@host:22/...` is the same repository as `git@host:...` (and `:443` as plain https),
     // as Argo CD's webhook handler considers them: an Application written either way is refreshed.
-    assert_eq!(
-        normalize_url("ssh://git@github.com:22/acme/deploy.git"),
-        normalize_url("git@github.com:acme/deploy.git")
-    );
-    assert_eq!(
-        normalize_url("https://github.com:443/acme/deploy"),
-        normalize_url("https://github.com/acme/deploy")
-    );
+    assert!(same(
+        "ssh://git@github.com:22/acme/deploy.git",
+        "git@github.com:acme/deploy.git"
+    ));
+    assert!(same(
+        "https://github.com:443/acme/deploy",
+        "https://github.com/acme/deploy"
+    ));
     assert!(same_repo(
         &parsed_github_main_push(),
         "ssh://git@github.com:22/acme/deploy.git"
     ));
     // git:// too: a daemon's default port (9418) is dropped, another port is another daemon.
-    assert_eq!(normalize_url("git://127.0.0.1:9418/site"), "127.0.0.1/site");
-    assert_eq!(normalize_url("git://127.0.0.1:9419/site"), "127.0.0.1:9419/site");
+    assert!(same("git://127.0.0.1:9418/site", "git://127.0.0.1/site"));
+    assert!(!same("git://127.0.0.1:9419/site", "git://127.0.0.1/site"));
 }
 
 // --- Revisions ------------------------------------------------------------------------------
