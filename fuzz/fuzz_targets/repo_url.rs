@@ -1,7 +1,8 @@
 //! Repository URLs: any string through `RepoUrl::parse` (the one check and normalisation) and
 //! Capstan's Git URL check. Must never panic; what parses normalises idempotently (its identity
 //! parses to the same identity, and a glob normalises the way the URL does); nothing accepted starts
-//! with `-` (an option to git), holds `..` segments, `?`, `#`, whitespace or a password; and Git's
+//! with `-` (an option to git), holds `..` segments, `?`, `#`, whitespace, a password, a
+//! percent-encoding of a character that has a plain spelling or a `file://` host; and Git's
 //! check accepts nothing local unless local repositories are on.
 #![no_main]
 
@@ -16,6 +17,20 @@ fuzz_target!(|data: &[u8]| {
         assert!(!written.contains('?') && !written.contains('#'), "{url:?}");
         assert!(!written.chars().any(char::is_whitespace), "{url:?}");
         assert!(!written.split('/').any(|s| s == ".." || s == "."), "{url:?}");
+        // No second spelling through percent-encoding: every `%` encodes something that has no
+        // plain spelling (never a letter, digit, `-._~`, `/`, `\` or NUL).
+        let bytes = written.as_bytes();
+        for (i, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'%') {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3).unwrap_or_default()).unwrap_or_default();
+            let decoded = u8::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("{url:?}: a bare %"));
+            assert!(
+                !(decoded.is_ascii_alphanumeric() || b"-._~/\\\0".contains(&decoded)),
+                "{url:?}: %{hex} has a plain spelling"
+            );
+        }
+        if written.starts_with("file://") {
+            assert!(written.starts_with("file:///"), "{url:?}: a file:// URL with a host");
+        }
         // Normalisation is idempotent: the identity is a URL with the same identity.
         let again = RepoUrl::parse(parsed.identity()).unwrap_or_else(|e| panic!("{url:?} → {:?}: {e}", parsed.identity()));
         assert_eq!(again.identity(), parsed.identity(), "{url:?}");

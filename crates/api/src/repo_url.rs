@@ -48,8 +48,12 @@ pub enum UrlError {
     /// Whitespace, control characters or a backslash anywhere.
     #[error("whitespace, control characters and backslashes are not allowed")]
     Characters,
-    /// `%2e`, `%2f`, `%5c` or `%00`: the server would decode them after the rules matched the text.
-    #[error("percent-encoded dots, slashes, backslashes and NUL are not allowed")]
+    /// A percent-encoded letter, digit, `-`, `.`, `_`, `~`, `/`, `\` or NUL, or a `%` not followed by
+    /// two hexadecimal digits: Git and the servers decode them after the rules matched the text, so
+    /// `s%65cret` would be a second spelling of `secret`.
+    #[error(
+        "percent-encoded letters, digits, '-', '.', '_', '~', slashes, backslashes and NUL are not allowed (write the character itself)"
+    )]
     PercentEncoded,
     /// `?` or `#`.
     #[error("a query (?) or fragment (#) is not allowed")]
@@ -164,8 +168,7 @@ impl RepoUrl {
         {
             return Err(UrlError::Characters);
         }
-        let lower = written.to_ascii_lowercase();
-        if ["%2e", "%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
+        if !percent_encodings_are_unambiguous(written) {
             return Err(UrlError::PercentEncoded);
         }
         if written.contains('?') || written.contains('#') {
@@ -177,6 +180,11 @@ impl RepoUrl {
                 let scheme =
                     Scheme::from_name(&name.to_ascii_lowercase()).ok_or_else(|| UrlError::Scheme(name.into()))?;
                 if scheme == Scheme::File {
+                    // Git ignores the host of a `file://` URL (`file://x/srv/r` reads `/srv/r`):
+                    // only the empty host has one reading.
+                    if !rest.starts_with('/') {
+                        return Err(UrlError::Host);
+                    }
                     (scheme, "", rest)
                 } else {
                     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -404,6 +412,34 @@ fn normalize_path(path: &str) -> String {
         }
         path = trimmed.to_string();
     }
+}
+
+/// Whether every `%` in `text` starts an encoding that has no plain spelling: two hexadecimal digits
+/// encoding neither an unreserved character (RFC 3986: letters, digits, `-`, `.`, `_`, `~`), which
+/// Git and the servers decode to the character itself, nor `/`, `\` or NUL. (`%20`, `%C3%A9` stay:
+/// they cannot be written otherwise in a URL.)
+fn percent_encodings_are_unambiguous(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            ) else {
+                return false;
+            };
+            let decoded = (hi * 16 + lo) as u8;
+            if decoded.is_ascii_alphanumeric() || matches!(decoded, b'-' | b'.' | b'_' | b'~' | b'/' | b'\\' | 0) {
+                return false;
+            }
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    true
 }
 
 /// A user name as ssh accepts it in a URL.

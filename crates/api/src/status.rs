@@ -6,8 +6,9 @@
 //! ([`ConnectionStatus`]). Operation phases are [`crate::operation::OperationPhase`].
 //!
 //! Each word is spelt once, here, exactly as it appears in the JSON (Argo CD's spelling wherever the
-//! concept is Argo CD's): `serde` reads and writes that spelling and `schemars` lists the words as the
-//! field's `enum` in the CRDs, so the API server refuses any other value. Every other crate compares
+//! concept is Argo CD's): `serde` reads and writes that spelling, and `schemars` lists the closed
+//! words ([`SyncCode`], [`HealthCode`], [`ConnectionStatus`]) as the field's `enum` in the CRDs, so
+//! the API server refuses any other value there; the open ones (below) are described, not enumerated. Every other crate compares
 //! and builds these types, never the strings (`scripts/vocabulary-check.py`, run by `make lint`,
 //! checks that no Rust file outside this crate compares a string literal of this vocabulary).
 //!
@@ -23,7 +24,7 @@
 //!   so writing the status back is accepted.
 //! - the others ([`ResultCode`], [`ConditionType`], …) keep the word as it was written (`Other`), so that writing
 //!   the status back (merge patches of the whole status) sends the same word the other version
-//!   wrote, which that version's schema accepts. Nothing in this version acts on an `Other`: it is
+//!   wrote, which every CRD accepts (open words are not enumerated). Nothing in this version acts on an `Other`: it is
 //!   shown as written.
 
 use std::borrow::Cow;
@@ -155,8 +156,8 @@ spelt!(ConnectionStatus, UnknownConnectionStatus {
 });
 
 /// Implements serde and schemars for an enum of known words plus `Other(String)`: the known words
-/// are read and written as spelt, any other word is kept as written, and the schema lists the known
-/// words only.
+/// are read and written as spelt, any other word is kept as written, and the schema is a string whose
+/// description names the known words (no `enum`, see `json_schema` below).
 macro_rules! open_words {
     ($name:ident, $kind:ident, $schema_name:literal { $($variant:ident => $text:literal,)* }) => {
         /// The known words (every variant but `Other`).
@@ -234,9 +235,12 @@ macro_rules! open_words {
             }
 
             fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                // No `enum`: a word another version wrote is kept and written back (`Other`), and
+                // the CRD installed may be an older one that does not list it (after a rollback);
+                // an `enum` there would make the API server refuse every later status write.
                 json_schema!({
                     "type": "string",
-                    "enum": [$($text),*]
+                    "description": concat!("One of: ", $($text, " ",)* "(or a word another version of Capstan writes)."),
                 })
             }
         }
@@ -445,11 +449,17 @@ mod tests {
             serde_json::to_value(&newer).expect("json"),
             json!("OrphanedResourceWarning")
         );
-        assert_eq!(
-            enum_of::<ResultCode>(),
-            ["Synced", "SyncFailed", "Pruned", "PruneSkipped", "Skipped"]
+        // Open words are not constrained by the schema (an older CRD must accept a newer word).
+        let schema = serde_json::to_value(schemars::schema_for!(ResultCode)).expect("schema");
+        assert!(schema.get("enum").is_none(), "{schema}");
+        let described = schema["description"].as_str().unwrap_or_default();
+        assert!(ResultCode::all().all(|c| described.contains(c.as_str())), "{described}");
+        assert!(
+            serde_json::to_value(schemars::schema_for!(ConditionType))
+                .expect("schema")
+                .get("enum")
+                .is_none()
         );
-        assert_eq!(enum_of::<ConditionType>().len(), ConditionType::all().count());
         assert!(ConditionType::ComparisonError.is_comparison() && !ConditionType::ProjectViolation.is_comparison());
     }
 }

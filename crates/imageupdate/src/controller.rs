@@ -125,7 +125,9 @@ pub async fn run(
     tokio::pin!(shutdown);
     loop {
         let updaters = store.state();
-        last_checked.retain(|name, _| updaters.iter().any(|u| u.name_any() == *name));
+        // Forget updaters that are gone (one set per round: the loop runs on every watch event).
+        let present: std::collections::HashSet<String> = updaters.iter().map(|u| u.name_any()).collect();
+        last_checked.retain(|name, _| present.contains(name));
         let now = Instant::now();
         let rested = last_round.is_none_or(|t| now.duration_since(t) >= config.tick);
         let due: Vec<ImageUpdater> = updaters

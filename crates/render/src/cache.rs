@@ -7,9 +7,10 @@
 //!
 //! Every key belongs to a scope (repository, path, Application, namespace) and carries the scope's
 //! generation. Invalidating a scope (a hard refresh) drops its entries and bumps its generation: a
-//! render that started before stores its result under the old generation, where nobody looks again,
-//! so nothing computed before an invalidation is served after it. The generations are kept for every
-//! scope ever invalidated (one number per Application path that was hard-refreshed).
+//! render that started before still answers the callers that asked before, and stores its result
+//! under the old generation, where no later caller looks (it leaves with the least recently used):
+//! nothing computed before an invalidation is served to a caller that asks after it. The generations
+//! are kept for every scope ever invalidated (one number per Application path hard-refreshed).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -125,7 +126,8 @@ impl Cache {
         dropped
     }
 
-    /// Hits (cached or shared results) and misses (renders run) so far.
+    /// Hits (callers served a stored or shared result) and misses (callers whose render ran, or
+    /// who shared a failed one) so far.
     pub(crate) fn stats(&self) -> (u64, u64) {
         (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed))
     }

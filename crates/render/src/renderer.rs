@@ -348,7 +348,9 @@ impl Renderer {
     /// Drop every cached result of `source`'s repository and path for the Application `app_name`
     /// deploying to `namespace` (at any revision, with any parameters), so that its next render runs
     /// the tool again and replaces the cache entry: a hard refresh. A render already under way when
-    /// this is called does not store its result. Returns how many results were dropped.
+    /// this is called still answers the callers that asked before, but no caller after the call
+    /// gets its result (it is stored under the scope's previous generation, which later callers do
+    /// not read, until evicted). Returns how many results were dropped.
     pub fn invalidate(&self, source: &ApplicationSource, app_name: &str, namespace: &str) -> usize {
         let path = normalise_app_path(&source.path);
         let dropped = self

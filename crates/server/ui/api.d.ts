@@ -1995,8 +1995,8 @@ export interface components {
             /** @description Condition type. */
             type: components["schemas"]["ApplicationSetConditionType"];
         };
-        /** @enum {string} */
-        ApplicationSetConditionType: "ErrorOccurred" | "ParametersGenerated" | "ResourcesUpToDate" | "RolloutProgressing";
+        /** @description One of: ErrorOccurred ParametersGenerated ResourcesUpToDate RolloutProgressing (or a word another version of Capstan writes). */
+        ApplicationSetConditionType: string;
         /** @description One generator: exactly one of its fields is set. */
         ApplicationSetGenerator: {
             /** @description One parameter set per registered cluster matching a label selector. */
@@ -2309,8 +2309,8 @@ export interface components {
             /** @description e.g. `ComparisonError`. */
             type: components["schemas"]["ConditionType"];
         };
-        /** @enum {string} */
-        ConditionType: "ComparisonError" | "InvalidSpecError" | "SharedResourceWarning" | "HealthRuleError" | "ProjectViolation" | "DependencyError" | "DependencyWaiting" | "DeletionWaiting" | "SyncWindowError" | "SyncWindowBlocked";
+        /** @description One of: ComparisonError InvalidSpecError SharedResourceWarning HealthRuleError ProjectViolation DependencyError DependencyWaiting DeletionWaiting SyncWindowError SyncWindowBlocked (or a word another version of Capstan writes). */
+        ConditionType: string;
         /**
          * @description Whether the controller last reached a destination cluster (stored per cluster in the
          *     `capstan-cluster-status` ConfigMap, shown by `capstan cluster list` and the web UI), as Argo CD's
@@ -2847,8 +2847,8 @@ export interface components {
             /** @description API version. */
             version?: string;
         };
-        /** @enum {string} */
-        ResultCode: "Synced" | "SyncFailed" | "Pruned" | "PruneSkipped" | "Skipped";
+        /** @description One of: Synced SyncFailed Pruned PruneSkipped Skipped (or a word another version of Capstan writes). */
+        ResultCode: string;
         /** @description How often and how fast to retry a failed sync. */
         RetryStrategy: {
             /** @description Backoff between attempts. */
@@ -2942,8 +2942,8 @@ export interface components {
             /** @description Step N+1 starts only when every Application of step N is Synced and Healthy. */
             steps: components["schemas"]["RollingSyncStep"][];
         };
-        /** @enum {string} */
-        RolloutStatus: "Waiting" | "Pending" | "Progressing" | "Healthy" | "Failed";
+        /** @description One of: Waiting Pending Progressing Healthy Failed (or a word another version of Capstan writes). */
+        RolloutStatus: string;
         /** @description `GET /api/settings`. */
         Settings: {
             /** @description The SSO provider, when SSO is configured. */

@@ -141,6 +141,14 @@ fn spellings_with_more_than_one_reading_are_refused() {
         ),
         ("https://git.example/r%00", UrlError::PercentEncoded),
         ("https://git.example/r%5c", UrlError::PercentEncoded),
+        // An encoded letter is a second spelling git and servers decode: `s%65cret` is `secret`.
+        ("ssh://git@github.com/org/s%65cret", UrlError::PercentEncoded),
+        ("git@github.com:org/S%45CRET.git", UrlError::PercentEncoded),
+        ("https://git.example/%7eteam/r", UrlError::PercentEncoded),
+        ("https://git.example/r%", UrlError::PercentEncoded),
+        ("https://git.example/r%zz", UrlError::PercentEncoded),
+        // Git ignores the host of a file:// URL: `file://x/srv/r` reads `/srv/r`.
+        ("file://anything/srv/git/r.git", UrlError::Host),
         (
             "https://git.example/team-b/r.git?x=/../../team-a",
             UrlError::QueryOrFragment,
@@ -165,6 +173,16 @@ fn spellings_with_more_than_one_reading_are_refused() {
     ] {
         assert_eq!(RepoUrl::parse(bad).err(), Some(why), "{bad:?}");
     }
+}
+
+#[test]
+fn encodings_without_a_plain_spelling_are_kept() {
+    // A space or a non-ASCII letter can only be written encoded (Azure DevOps project names).
+    let spaced = url("https://dev.azure.example/org/My%20Project/_git/repo");
+    assert_eq!(spaced.as_str(), "https://dev.azure.example/org/My%20Project/_git/repo");
+    assert!(spaced.same_repository(&url("https://dev.azure.example/org/my%20project/_git/repo")));
+    assert!(!spaced.same_repository(&url("https://dev.azure.example/org/My%21Project/_git/repo")));
+    assert_eq!(url("file:///srv/git/r.git").identity(), "file:///srv/git/r");
 }
 
 #[test]
