@@ -180,12 +180,13 @@ impl RepoUrl {
                 let scheme =
                     Scheme::from_name(&name.to_ascii_lowercase()).ok_or_else(|| UrlError::Scheme(name.into()))?;
                 if scheme == Scheme::File {
-                    // Git ignores the host of a `file://` URL (`file://x/srv/r` reads `/srv/r`):
-                    // only the empty host has one reading.
-                    if !rest.starts_with('/') {
+                    // Git ignores the host of a `file://` URL (`file://x/srv/r` reads `/srv/r`): only
+                    // the empty host and `localhost` (RFC 8089's name for it) say what git reads.
+                    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+                    if !path.starts_with('/') {
                         return Err(UrlError::Host);
                     }
-                    (scheme, "", rest)
+                    (scheme, "", path)
                 } else {
                     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
                     (scheme, authority, path)

@@ -599,10 +599,12 @@ mod tests {
 
     #[test]
     fn local_repositories_need_the_operator() {
-        for local in ["file:///tmp/r", "file://host/tmp/r", "/tmp/r"] {
+        for local in ["file:///tmp/r", "file://localhost/tmp/r", "/tmp/r"] {
             let err = check_url(local, false).expect_err(local).to_string();
             assert!(err.contains("--allow-local-repositories"), "{err}");
         }
+        // Git ignores any other host of a file:// URL: a second spelling, refused even when allowed.
+        assert!(check_url("file://host/tmp/r", true).is_err());
     }
 
     #[test]

@@ -393,8 +393,11 @@ async fn conclude(
 /// Whether the repository URL `url` is a local repository (`file://…` or an absolute path) inside
 /// `dir` — Capstan's own cache, which may hold other Applications' repositories.
 pub(crate) fn points_into(url: &str, dir: &std::path::Path) -> bool {
+    // `file://localhost/p` is `/p` too (`RepoUrl::parse` refuses any other host).
     let local = url
-        .strip_prefix("file://")
+        .strip_prefix("file://localhost")
+        .filter(|p| p.starts_with('/'))
+        .or_else(|| url.strip_prefix("file://"))
         .or(if url.starts_with('/') { Some(url) } else { None });
     local.is_some_and(|p| is_within(std::path::Path::new(p), dir))
 }
@@ -507,4 +510,34 @@ pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceS
         worst_message
     };
     (resources, HealthStatus { status: code, message }, rule_errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::points_into;
+
+    #[test]
+    fn every_spelling_of_a_local_path_into_the_cache_is_seen() {
+        let cache = tempfile::tempdir().expect("a directory");
+        let inside = cache.path().join("repos/team-b");
+        let d = inside.display();
+        for url in [
+            format!("file://{d}"),
+            format!("file://localhost{d}"),
+            format!("{d}"),
+            format!(
+                "file://{}/../{}/repos/team-b",
+                cache.path().display(),
+                cache
+                    .path()
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ),
+        ] {
+            assert!(points_into(&url, cache.path()), "{url}");
+        }
+        assert!(!points_into("file:///srv/git/r", cache.path()));
+        assert!(!points_into("https://git.example/r", cache.path()));
+    }
 }
