@@ -183,7 +183,8 @@ impl RepoUrl {
                     // Git ignores the host of a `file://` URL (`file://x/srv/r` reads `/srv/r`): only
                     // the empty host and `localhost` (RFC 8089's name for it) say what git reads.
                     let path = rest.strip_prefix("localhost").unwrap_or(rest);
-                    if !path.starts_with('/') {
+                    // (An empty path is the identity of `/`, which must parse to itself.)
+                    if !path.is_empty() && !path.starts_with('/') {
                         return Err(UrlError::Host);
                     }
                     (scheme, "", path)
