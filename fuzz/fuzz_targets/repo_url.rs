@@ -28,8 +28,10 @@ fuzz_target!(|data: &[u8]| {
                 "{url:?}: %{hex} has a plain spelling"
             );
         }
-        if written.starts_with("file://") {
-            assert!(written.starts_with("file:///"), "{url:?}: a file:// URL with a host");
+        if let Some(rest) = written.strip_prefix("file://") {
+            // Git ignores a file:// host: only none (or `localhost`) has one reading.
+            let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+            assert!(rest.is_empty() || rest.starts_with('/'), "{url:?}: a file:// URL with a host");
         }
         // Normalisation is idempotent: the identity is a URL with the same identity.
         let again = RepoUrl::parse(parsed.identity()).unwrap_or_else(|e| panic!("{url:?} → {:?}: {e}", parsed.identity()));

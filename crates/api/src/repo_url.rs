@@ -224,6 +224,11 @@ impl RepoUrl {
         let explicit_default_port = port.is_some() && port == scheme.default_port();
         let port = port.filter(|p| Some(*p) != scheme.default_port());
         let path = normalize_path(path);
+        // `team/...git` loses its `.git` to become `team/..`: an identity that does not parse to
+        // itself (found by the fuzzer), so such a name is refused like `..` itself.
+        if path.split('/').any(|s| s == "." || s == "..") {
+            return Err(UrlError::Segment);
+        }
         let identity = format_identity(scheme, user.as_deref(), &host, port, &path);
         Ok(RepoUrl {
             written: written.to_string(),

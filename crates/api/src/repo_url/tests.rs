@@ -131,6 +131,9 @@ fn spellings_with_more_than_one_reading_are_refused() {
         ("https://git.example/team-b//r.git", UrlError::Segment),
         ("oci://registry.example.test/team-a/..", UrlError::Segment),
         ("git@git.example.test:team-a/../team-b.git", UrlError::Segment),
+        // Found by the fuzzer: the `.git` suffix removed, these would name `.` and `..`.
+        ("/..git", UrlError::Segment),
+        ("https://git.example/team/...git", UrlError::Segment),
         (
             "https://git.example/team-b/%2e%2e/team-a/r.git",
             UrlError::PercentEncoded,
