@@ -345,7 +345,11 @@ pub fn normalize_pattern(pattern: &str) -> String {
     };
     let (scheme, authority, path) = match form {
         Form::Scheme(name, rest) => match Scheme::from_name(name) {
-            Some(Scheme::File) => (Scheme::File, "", rest),
+            // `file://localhost/p` is `/p`, as `parse` reads it.
+            Some(Scheme::File) => match rest.strip_prefix("localhost") {
+                Some(r) if r.is_empty() || r.starts_with('/') => (Scheme::File, "", r),
+                _ => (Scheme::File, "", rest),
+            },
             Some(scheme) => {
                 let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
                 (scheme, authority, path)

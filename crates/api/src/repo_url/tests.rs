@@ -187,6 +187,12 @@ fn encodings_without_a_plain_spelling_are_kept() {
     assert!(!spaced.same_repository(&url("https://dev.azure.example/org/My%21Project/_git/repo")));
     assert_eq!(url("file:///srv/git/r.git").identity(), "file:///srv/git/r");
     assert_eq!(url("file://localhost/srv/git/r.git").identity(), "file:///srv/git/r");
+    // Found by the fuzzer: a glob normalises `file://localhost` as a URL does.
+    assert_eq!(
+        normalize_pattern("file://localhost"),
+        url("file://localhost").identity()
+    );
+    assert_eq!(normalize_pattern("file://localhost/srv/*"), "file:///srv/*");
     // Found by the fuzzer: the root's identity parses to itself.
     assert_eq!(url(url("/").identity()).identity(), url("/").identity());
 }
