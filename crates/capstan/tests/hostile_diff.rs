@@ -17,10 +17,9 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use capstan_testkit::git::run_git;
+use capstan_testkit::git::push_with_executables;
 use capstan_testkit::{GitServer, TestCluster};
 
 use common::http::Http;
@@ -28,36 +27,6 @@ use common::{capstan, kubectl, text, until};
 
 const CHART: &str = "apiVersion: v2\nname: web\nversion: 0.1.0\n";
 const TEMPLATE: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {a: b}\n";
-
-/// Push `files` to branch `main` of `bare`, `*.sh` files executable (as an attacker commits them).
-fn push_with_executables(bare: &std::path::Path, files: &[(String, String)]) -> anyhow::Result<()> {
-    let work = tempfile::tempdir()?;
-    let w = work.path();
-    run_git(w, &["init", "--quiet", "--initial-branch", "main"])?;
-    for (path, text) in files {
-        let file = w.join(path);
-        if let Some(parent) = file.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&file, text)?;
-        if path.ends_with(".sh") {
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755))?;
-        }
-    }
-    run_git(w, &["add", "--all"])?;
-    run_git(w, &["commit", "--quiet", "-m", "charts and a script"])?;
-    run_git(
-        w,
-        &[
-            "push",
-            "--quiet",
-            "--force",
-            &bare.to_string_lossy(),
-            "HEAD:refs/heads/main",
-        ],
-    )?;
-    Ok(())
-}
 
 /// One hostile variant: its directory, the kustomization, and what the refusal must name.
 struct Variant {
@@ -133,6 +102,7 @@ async fn the_diff_endpoint_and_the_cli_refuse_hostile_renders() -> anyhow::Resul
     files.push(("krm/cm.yaml".into(), TEMPLATE.into()));
     files.push(("krm/fn.yaml".into(), krm.into()));
     let bare = git.create_repo("hostile")?;
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
     push_with_executables(&bare, &files)?;
 
     let cache = tempfile::tempdir()?;

@@ -6,45 +6,13 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use capstan_testkit::git::run_git;
+use capstan_testkit::git::push_with_executables;
 use support::*;
 
 const CHART: &str = "apiVersion: v2\nname: web\nversion: 0.1.0\n";
 const TEMPLATE: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {a: b}\n";
-
-/// Push `files` to branch `main` of `bare`, `evil.sh` files executable (as an attacker would commit
-/// them).
-fn push_with_executables(bare: &std::path::Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
-    let work = tempfile::tempdir()?;
-    let w = work.path();
-    run_git(w, &["init", "--quiet", "--initial-branch", "main"])?;
-    for (path, text) in files {
-        let file = w.join(path);
-        if let Some(parent) = file.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&file, text)?;
-        if path.ends_with(".sh") {
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755))?;
-        }
-    }
-    run_git(w, &["add", "--all"])?;
-    run_git(w, &["commit", "--quiet", "-m", "a chart and a script"])?;
-    run_git(
-        w,
-        &[
-            "push",
-            "--quiet",
-            "--force",
-            &bare.to_string_lossy(),
-            "HEAD:refs/heads/main",
-        ],
-    )?;
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_kustomization_cannot_make_helm_run_the_repositorys_script() -> anyhow::Result<()> {

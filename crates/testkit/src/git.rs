@@ -213,6 +213,38 @@ pub fn files_under(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// Push `files` (path, contents) as one commit to branch `main` of the bare repository `bare`,
+/// replacing its history, with every `*.sh` file executable (as an attacker would commit a script).
+pub fn push_with_executables(bare: &Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir()?;
+    let w = work.path();
+    run_git(w, &["init", "--quiet", "--initial-branch", "main"])?;
+    for (path, text) in files {
+        let file = w.join(path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&file, text)?;
+        if path.ends_with(".sh") {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    run_git(w, &["add", "--all"])?;
+    run_git(w, &["commit", "--quiet", "-m", "files and a script"])?;
+    run_git(
+        w,
+        &[
+            "push",
+            "--quiet",
+            "--force",
+            &bare.to_string_lossy(),
+            "HEAD:refs/heads/main",
+        ],
+    )?;
+    Ok(())
+}
+
 /// Commit `files` onto `branch` of the bare repository at `bare`, through a temporary clone.
 pub fn commit_files(
     bare: &Path,
