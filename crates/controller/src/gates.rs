@@ -11,6 +11,7 @@ use kube::ResourceExt;
 
 use crate::context::Ctx;
 use crate::dependencies::{self, Gate};
+use crate::projects::Project;
 
 /// The condition an Application carries while a sync window holds its automated sync.
 pub const WINDOW_CONDITION: ConditionType = ConditionType::SyncWindowBlocked;
@@ -78,11 +79,10 @@ fn instant(t: k8s_openapi::jiff::Timestamp) -> DateTime<Utc> {
     windows::instant(t.as_second(), t.subsec_nanosecond().max(0) as u32).unwrap_or_default()
 }
 
-/// The sync windows of `app`'s project that apply to it, at the controller's clock; `None` when
-/// none applies (or the project cannot be read: the comparison reports that).
-pub async fn windows(ctx: &Ctx, app: &Application) -> Option<Windows> {
-    let (project, spec) = ctx.pipeline.projects.get(&app.spec.project).await.ok()?;
-    windows_at(app, &project, &spec, now(ctx))
+/// The sync windows of `project` that apply to `app`, at the controller's clock; `None` when none
+/// applies.
+pub fn windows(ctx: &Ctx, app: &Application, project: &Project) -> Option<Windows> {
+    windows_at(app, &project.name, &project.spec, now(ctx))
 }
 
 /// The sync windows of `spec` (project `project`) that apply to `app`, at `at`; `None` when none
@@ -163,7 +163,11 @@ pub async fn dependencies(ctx: &Ctx, app: &Application) -> Gate {
     };
     let mut revisions = Vec::new();
     for dep in &found {
-        let revision = match ctx.pipeline.resolve(dep, None, false).await {
+        let resolved = match ctx.pipeline.project(dep).await {
+            Ok(project) => ctx.pipeline.resolve(dep, &project, None, false).await,
+            Err(err) => Err(err),
+        };
+        let revision = match resolved {
             Ok(resolved) => Some(resolved.id()),
             Err(err) => {
                 tracing::debug!(app = %app.name_any(), dependency = %dep.name_any(), %err, "resolving a dependency's revision");

@@ -15,6 +15,16 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::error::PipelineError;
 
+/// An Application's project as one reconcile reads it: read once per pass, so every step of the
+/// pass (polling, resolving, comparing, windows, the operation) judges by the same rules.
+#[derive(Debug, Clone)]
+pub struct Project {
+    /// The project's name (`default` for an empty `spec.project`).
+    pub name: String,
+    /// Its rules.
+    pub spec: AppProjectSpec,
+}
+
 /// The projects of one namespace.
 pub struct Projects {
     client: kube::Client,
@@ -63,7 +73,7 @@ impl Projects {
 
     /// The rules of project `name` (`""` is `default`). A missing `default` project allows
     /// everything; any other missing project is an error.
-    pub async fn get(&self, name: &str) -> Result<(String, AppProjectSpec), PipelineError> {
+    pub async fn get(&self, name: &str) -> Result<Project, PipelineError> {
         let name = if name.is_empty() { DEFAULT_PROJECT } else { name };
         let found = match self.store.get() {
             Some(store) => {
@@ -88,11 +98,11 @@ impl Projects {
                     .map(|p| p.spec)
             }
         };
-        capstan_project::resolve(name, found, self.deny_implicit_default.load(Ordering::Relaxed)).map_err(|e| {
-            PipelineError::UnknownProject {
+        capstan_project::resolve(name, found, self.deny_implicit_default.load(Ordering::Relaxed))
+            .map(|(name, spec)| Project { name, spec })
+            .map_err(|e| PipelineError::UnknownProject {
                 name: e.name,
                 namespace: self.namespace.clone(),
-            }
-        })
+            })
     }
 }

@@ -248,9 +248,12 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
                 Output::Table | Output::Wide => {
                     let projects = capstan_controller::projects::Projects::new(client.clone(), &args.namespace);
                     match projects.get(&app.spec.project).await {
-                        Ok((project, spec)) => {
-                            show::window_lines(&app, &project, &spec, capstan_controller::gates::system_now())
-                        }
+                        Ok(project) => show::window_lines(
+                            &app,
+                            &project.name,
+                            &project.spec,
+                            capstan_controller::gates::system_now(),
+                        ),
                         Err(_) => Vec::new(),
                     }
                 }
@@ -604,7 +607,8 @@ async fn refuse_held(api: &Api<Application>, app: &Application) -> anyhow::Resul
     let namespace = api_namespace(api);
     let client = api.clone().into_client();
     let projects = capstan_controller::projects::Projects::new(client, &namespace);
-    let Ok((project, spec)) = projects.get(&app.spec.project).await else {
+    let Ok(capstan_controller::projects::Project { name: project, spec }) = projects.get(&app.spec.project).await
+    else {
         // A missing project is reported by the comparison and refused by the sync.
         return Ok(());
     };

@@ -28,19 +28,41 @@ use kube::runtime::reflector::ObjectRef;
 use crate::context::Ctx;
 use crate::error::ReconcileError;
 use crate::pipeline::{AppState, short};
+use crate::projects::Project;
 use crate::status::write_status;
 
 pub use prepare::nothing_to_do;
 
-/// Run `op` for `app`. Returns the state to report afterwards, or None when the operation could not
-/// start (its failure is recorded in `status`).
+/// How an operation ended; its record is in the status the reconcile writes next.
+pub enum Ran {
+    /// It ran, to success, failure or a stop; `state` is the state after it.
+    Finished {
+        /// The state after the operation.
+        state: AppState,
+        /// A person stopped it: its request is cleared once the stop is recorded.
+        terminated: bool,
+    },
+    /// It could not start (its target did not resolve, or the project's rules refuse it); nothing
+    /// was applied. `state` is the state it was judged on.
+    Refused {
+        /// The state the operation was judged on.
+        state: AppState,
+    },
+}
+
+/// Run `op` for `app` of `project`; its record goes into `status`.
+///
+/// While it runs, the operation keeps its own journal in the stored status: the `Running` record a
+/// restart resumes from (written once, while the first stage is applied) and its progress. The
+/// record of how it ended is written by the reconcile, with the state after it.
 pub async fn run(
     ctx: &Ctx,
     app: &mut Application,
+    project: &Project,
     status: &mut ApplicationStatus,
     state: AppState,
     op: Operation,
-) -> Result<Option<AppState>, ReconcileError> {
+) -> Result<Ran, ReconcileError> {
     // Listen for a terminate request from the start, so one that arrives while the operation is
     // being prepared or recorded as Running is not missed.
     let op_key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
@@ -51,7 +73,7 @@ pub async fn run(
     let previous = status.operation_state.clone();
     let resuming = record::resumes(previous.as_ref(), &op);
 
-    let prepared = prepare::prepare(ctx, app, status, state, &op).await;
+    let prepared = prepare::prepare(ctx, app, project, status, state, &op).await;
     let work_state = prepared.state;
     let mut op_state = record::start(previous.as_ref(), &op, &work_state.revision.id(), resuming);
     op_state.revisions = work_state.revision.revisions();
@@ -63,8 +85,7 @@ pub async fn run(
             record::fail(&mut op_state, message.clone());
             status.operation_state = Some(op_state);
             ctx.event(app, EventType::Warning, "OperationFailed", message).await;
-            write_status(ctx, app, status, Some(&work_state), None).await?;
-            return Ok(None);
+            return Ok(Ran::Refused { state: work_state });
         }
     };
     let completed_hooks = record::completed_hooks(previous.as_ref(), resuming);
@@ -224,7 +245,12 @@ pub async fn run(
             event.await;
         }
     };
-    let after = finish::state_after(ctx, app, status, &op, work_state, observed, terminated);
-    let (after, ()) = tokio::join!(after, finished_event);
-    after.map(Some)
+    let executed = finish::Executed {
+        state: work_state,
+        observed,
+        terminated,
+    };
+    let after = finish::state_after(ctx, app, project, status, &op, executed);
+    let (state, ()) = tokio::join!(after, finished_event);
+    Ok(Ran::Finished { state, terminated })
 }

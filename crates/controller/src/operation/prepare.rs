@@ -12,6 +12,7 @@ use capstan_sync::SyncOptions;
 use crate::context::Ctx;
 use crate::error::PipelineError;
 use crate::pipeline::AppState;
+use crate::projects::Project;
 
 /// Why an operation is refused before anything is applied (recorded as its failure).
 #[derive(Debug, thiserror::Error)]
@@ -65,18 +66,20 @@ pub struct Prepared {
 pub async fn prepare(
     ctx: &Ctx,
     app: &Application,
+    project: &Project,
     status: &ApplicationStatus,
     state: AppState,
     op: &Operation,
 ) -> Prepared {
     let mut state = state;
-    let plan = plan(ctx, app, status, &mut state, op).await;
+    let plan = plan(ctx, app, project, status, &mut state, op).await;
     Prepared { state, plan }
 }
 
 async fn plan(
     ctx: &Ctx,
     app: &Application,
+    project: &Project,
     status: &ApplicationStatus,
     state: &mut AppState,
     op: &Operation,
@@ -103,16 +106,16 @@ async fn plan(
         } else {
             entry.revisions.join(",")
         };
-        let resolved = ctx.pipeline.resolve(&target, Some(&revision), false).await?;
-        *state = ctx.pipeline.compare_fresh(&target, resolved).await?;
+        let resolved = ctx.pipeline.resolve(&target, project, Some(&revision), false).await?;
+        *state = ctx.pipeline.compare_fresh(&target, project, resolved).await?;
     } else if let Some(sync) = &op.sync {
         plan.dry_run = sync.dry_run;
         requested_options = &sync.sync_options;
         plan.selected = selected(&sync.resources)?;
         if !sync.revision.is_empty() {
-            let resolved = ctx.pipeline.resolve(app, Some(&sync.revision), true).await?;
+            let resolved = ctx.pipeline.resolve(app, project, Some(&sync.revision), true).await?;
             if resolved != state.revision {
-                *state = ctx.pipeline.compare_fresh(app, resolved).await?;
+                *state = ctx.pipeline.compare_fresh(app, project, resolved).await?;
             }
         }
     }

@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::clusters::{Clusters, Destination};
 use crate::error::PipelineError;
 use crate::health_config::HealthConfig;
-use crate::projects::Projects;
+use crate::projects::{Project, Projects};
 
 mod live;
 mod polled;
@@ -178,14 +178,29 @@ impl Pipeline {
 
     /// Render `app` at `resolved` and compare it with its destination, reading the live state from
     /// the controller's watch cache where it has one.
-    pub async fn compare(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
-        self.compare_with(app, resolved, true).await
+    pub async fn compare(
+        &self,
+        app: &Application,
+        project: &Project,
+        resolved: Resolved,
+    ) -> Result<AppState, PipelineError> {
+        self.compare_with(app, project, resolved, true).await
     }
 
     /// [`Pipeline::compare`] reading the live state from the API server: for an operation's own
     /// comparisons, which must see what it has just applied.
-    pub async fn compare_fresh(&self, app: &Application, resolved: Resolved) -> Result<AppState, PipelineError> {
-        self.compare_with(app, resolved, false).await
+    pub async fn compare_fresh(
+        &self,
+        app: &Application,
+        project: &Project,
+        resolved: Resolved,
+    ) -> Result<AppState, PipelineError> {
+        self.compare_with(app, project, resolved, false).await
+    }
+
+    /// The project of `app`, read once per pass and handed to each step of it.
+    pub async fn project(&self, app: &Application) -> Result<Project, PipelineError> {
+        self.projects.get(&app.spec.project).await
     }
 
     /// The state after a sync of `before`: the objects the sync `observed` (the API server's
@@ -195,11 +210,12 @@ impl Pipeline {
     pub async fn after_sync(
         &self,
         app: &Application,
+        project: &Project,
         before: &AppState,
         observed: HashMap<ObjectKey, Option<Value>>,
     ) -> Result<AppState, PipelineError> {
         let dest = before.destination.clone();
-        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let (project, rules) = (&project.name, &project.spec);
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let mut desired = Vec::new();
         let mut live = Vec::new();
@@ -221,7 +237,7 @@ impl Pipeline {
         conclude(
             app,
             dest,
-            (&project, &rules),
+            (project, rules),
             before.revision.clone(),
             (desired, live),
             &tracking,
@@ -233,14 +249,15 @@ impl Pipeline {
     async fn compare_with(
         &self,
         app: &Application,
+        project_of_app: &Project,
         resolved: Resolved,
         cached: bool,
     ) -> Result<AppState, PipelineError> {
         let dest = self.destination(app).await?;
         let (client, discovery) = (&dest.client, &dest.discovery);
-        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let (project, rules) = (&project_of_app.name, &project_of_app.spec);
         let namespace = app.spec.destination.namespace.clone();
-        capstan_project::check_destination(&project, &rules, &dest.server, &dest.name, &namespace)?;
+        capstan_project::check_destination(project, rules, &dest.server, &dest.name, &namespace)?;
         let sources = app.spec.sources();
         let trees = self.trees(app, sources, &resolved).await?;
         let kube_version = discovery.server_version().await;
@@ -282,7 +299,7 @@ impl Pipeline {
                 revision: revision.id(),
             })
             .collect();
-        let decryption = self.decryption(app, &project, &rules).await?;
+        let decryption = self.decryption(app, project, rules).await?;
         let mut objects = Vec::new();
         for (i, ((source, tree), revision)) in sources.iter().zip(&trees).zip(&resolved.sources).enumerate() {
             if !source.is_rendered() {
@@ -302,7 +319,7 @@ impl Pipeline {
                 }
             };
             let declared = capstan_render::remote_dependencies(tree, source).map_err(render_error)?;
-            let fetched = self.dependencies(app, i, declared).await?;
+            let fetched = self.dependencies(app, project_of_app, i, declared).await?;
             let dependencies: Vec<ChartDependency> = fetched
                 .iter()
                 .map(|(declared, dir, identity)| ChartDependency {
@@ -333,14 +350,14 @@ impl Pipeline {
             objects.extend(rendered.objects);
         }
 
-        secrets::resolve(self, app, &project, &rules, &mut objects).await?;
+        secrets::resolve(self, app, project, rules, &mut objects).await?;
         let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
         let desired = prepare(discovery, objects, &namespace, &tracking).await?;
         check_namespaces(&dest, &desired)?;
         // Objects the project denies are never read from the cluster: their live state (an existing
         // kube-system ConfigMap named in a team's repository, say) must not reach the status, the
         // tree or a diff. The sync is refused for them anyway.
-        let rules_for = ObjectRules::new(&project, &rules, &dest, app);
+        let rules_for = ObjectRules::new(project, rules, &dest, app);
         let denied: HashSet<ObjectKey> = desired
             .iter()
             .filter(|d| rules_for.desired_violation(d).is_some())
@@ -352,7 +369,7 @@ impl Pipeline {
         conclude(
             app,
             dest.clone(),
-            (&project, &rules),
+            (project, rules),
             resolved,
             (desired, live),
             &tracking,

@@ -14,6 +14,7 @@ use capstan_source::{ChartDir, ChartRequest, Checkout, Credentials};
 use super::revision::{self, Resolved, SourceRevision};
 use super::{Pipeline, points_into};
 use crate::error::PipelineError;
+use crate::projects::Project;
 
 /// The files of one source: a Git checkout, or an extracted chart (`Chart.yaml` at its root).
 pub(super) enum Tree {
@@ -34,12 +35,13 @@ impl Deref for Tree {
 }
 
 impl Pipeline {
-    /// Resolve every source of `app` at `revision` (default: each source's targetRevision). For a
+    /// Resolve every source of `app` (of `project`) at `revision` (default: each source's targetRevision). For a
     /// multi-source Application `revision` is one revision per source joined with `,`, as
     /// [`Resolved::id`] writes it.
     pub async fn resolve(
         &self,
         app: &Application,
+        project: &Project,
         revision: Option<&str>,
         force: bool,
     ) -> Result<Resolved, PipelineError> {
@@ -61,7 +63,7 @@ impl Pipeline {
             Some(r) => vec![Some(r)],
             None => vec![None; sources.len()],
         };
-        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let (project, rules) = (&project.name, &project.spec);
         let mut resolved = Vec::with_capacity(sources.len());
         for (i, (source, revision)) in sources.iter().zip(requested).enumerate() {
             let field = source_field(app, i);
@@ -72,7 +74,7 @@ impl Pipeline {
             if points_into(url, &self.cache_dir) {
                 return Err(PipelineError::RepoInCache { url: url.to_string() });
             }
-            capstan_project::check_source(&project, &rules, url)?;
+            capstan_project::check_source(project, rules, url)?;
             let revision = revision.unwrap_or(&source.target_revision);
             let found = if source.is_chart() {
                 self.resolve_chart(source, revision, force, field).await?
@@ -115,12 +117,9 @@ impl Pipeline {
     }
 
     /// The Git repositories of `app` its pollers may list: those its project permits (see
-    /// [`super::polled`]). None while the project cannot be read.
-    pub async fn polled_urls(&self, app: &Application) -> Vec<String> {
-        match self.projects.get(&app.spec.project).await {
-            Ok((name, project)) => super::polled::permitted_git_urls(app, &name, &project, &self.cache_dir),
-            Err(_) => Vec::new(),
-        }
+    /// [`super::polled`]).
+    pub fn polled_urls(&self, app: &Application, project: &Project) -> Vec<String> {
+        super::polled::permitted_git_urls(app, &project.name, &project.spec, &self.cache_dir)
     }
 
     async fn credentials(&self, url: &str) -> Credentials {
@@ -144,13 +143,14 @@ impl Pipeline {
     pub(super) async fn dependencies(
         &self,
         app: &Application,
+        project: &Project,
         i: usize,
         declared: Vec<capstan_render::RemoteDependency>,
     ) -> Result<Vec<(capstan_render::RemoteDependency, ChartDir, String)>, PipelineError> {
         if declared.is_empty() {
             return Ok(Vec::new());
         }
-        let (project, rules) = self.projects.get(&app.spec.project).await?;
+        let (project, rules) = (&project.name, &project.spec);
         let mut fetched = Vec::with_capacity(declared.len());
         for dependency in declared {
             let field = format!("{} dependency {:?}", source_field(app, i), dependency.name);
@@ -161,7 +161,7 @@ impl Pipeline {
                     repository: dependency.repository,
                 });
             };
-            capstan_project::check_source(&project, &rules, &dependency.repository)?;
+            capstan_project::check_source(project, rules, &dependency.repository)?;
             let request = ChartRequest {
                 repo_url: dependency.repository.clone(),
                 chart: dependency.name.clone(),

@@ -164,16 +164,19 @@ pub async fn history(
 }
 
 async fn compare(state: &State, app: &Application) -> Result<capstan_controller::pipeline::AppState, ApiError> {
+    let unprocessable =
+        |e: capstan_controller::PipelineError| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
+    let project = state.pipeline.project(app).await.map_err(unprocessable)?;
     let resolved = state
         .pipeline
-        .resolve(app, None, false)
+        .resolve(app, &project, None, false)
         .await
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+        .map_err(unprocessable)?;
     state
         .pipeline
-        .compare(app, resolved)
+        .compare(app, &project, resolved)
         .await
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))
+        .map_err(unprocessable)
 }
 
 /// `GET /api/applications/{name}/diff`: every out-of-sync object as a unified diff (live → desired).
@@ -417,7 +420,7 @@ async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), A
 /// Refuse a manual operation that its dependencies or its project's sync windows do not let start
 /// now (409 with the reason; the controller would refuse it too, later and less visibly).
 async fn not_held(state: &State, app: &Application) -> Result<(), ApiError> {
-    let (project, spec) = match state.pipeline.projects.get(&app.spec.project).await {
+    let capstan_controller::projects::Project { name: project, spec } = match state.pipeline.project(app).await {
         Ok(found) => found,
         // The project itself is reported by the comparison and refused by the sync.
         Err(_) => return Ok(()),

@@ -48,7 +48,12 @@ pub async fn metadata(
         return Ok(found);
     }
     // Not in the server's cache yet: resolving the commit fetches it (or says it does not exist).
-    state.pipeline.resolve(&app, Some(&sha), false).await.map_err(|e| {
+    let project = state.pipeline.project(&app).await;
+    let resolved = match project {
+        Ok(project) => state.pipeline.resolve(&app, &project, Some(&sha), false).await,
+        Err(e) => Err(e),
+    };
+    resolved.map_err(|e| {
         tracing::debug!(app = %name, %sha, err = %e, "revision metadata: commit not resolved");
         not_found()
     })?;

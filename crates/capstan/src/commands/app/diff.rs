@@ -40,8 +40,9 @@ pub(super) async fn diff_inner(
     let pipeline = capstan_controller::Pipeline::new(client, cache, namespace, Duration::from_secs(60), Duration::ZERO);
     pipeline.projects.deny_implicit_default(deny_implicit_default_project);
     pipeline.clusters.load().await?;
-    let resolved = pipeline.resolve(&app, revision.as_deref(), true).await?;
-    let state = pipeline.compare(&app, resolved).await?;
+    let project = pipeline.project(&app).await?;
+    let resolved = pipeline.resolve(&app, &project, revision.as_deref(), true).await?;
+    let state = pipeline.compare(&app, &project, resolved).await?;
     let colour = crate::output::color(crate::output::Stream::Stdout);
     let mut any = false;
     for r in state
