@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use hyper::Method;
+use capstan_http::Method;
 use tokio::sync::Mutex;
 
 use crate::config::Auth;

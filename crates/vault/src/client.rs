@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use hyper::Method;
+use capstan_http::Method;
 
 use crate::auth::Tokens;
 use crate::config::StoreConfig;
@@ -123,7 +123,7 @@ mod tests {
 
     fn answer(body: &str) -> Answer {
         Answer {
-            status: hyper::StatusCode::OK,
+            status: capstan_http::StatusCode::OK,
             body: body.as_bytes().to_vec(),
         }
     }

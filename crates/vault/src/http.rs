@@ -1,24 +1,16 @@
-//! The HTTP transport: hyper's client (already in Capstan through kube) with rustls (ring), the
-//! system's roots plus the store's own CA, a connect timeout and a whole-request timeout, and
-//! answers cut at [`BODY_LIMIT`] while they stream. The token travels in `X-Vault-Token`, marked
-//! sensitive. hyper-util's client reads no proxy settings from the environment.
+//! The HTTP transport on Capstan's one HTTP client (`capstan-http`): the system's roots plus the
+//! store's own CA, a connect timeout and a whole-request timeout, and answers cut at [`BODY_LIMIT`]
+//! while they stream. The token travels in `X-Vault-Token`, marked sensitive. No proxy settings are
+//! read from the environment, and no redirect is followed.
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper::header::{self, HeaderValue};
-use hyper::{Method, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use capstan_http::header::{self, HeaderName, HeaderValue};
+use capstan_http::{Client, Method, Options, Request, StatusCode, Uri};
 
 use crate::config::StoreConfig;
 use crate::error::VaultError;
 use crate::secret::SecretString;
-
-type Https = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Largest answer read (a KV secret is small; anything bigger is not an answer to trust).
 pub(crate) const BODY_LIMIT: usize = 1024 * 1024;
@@ -28,7 +20,7 @@ const REASON_LIMIT: usize = 300;
 /// A client for one store address.
 #[derive(Clone)]
 pub(crate) struct Http {
-    client: Https,
+    client: Client,
     /// `scheme://host:port`, without a trailing slash.
     base: String,
     timeout: Duration,
@@ -74,32 +66,19 @@ impl Answer {
     }
 }
 
-/// A request that took longer than the whole-request timeout.
-#[derive(Debug)]
-struct TimedOut(Duration);
-
-impl fmt::Display for TimedOut {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no answer within {} s", self.0.as_secs_f32())
-    }
-}
-
-impl std::error::Error for TimedOut {}
-
 impl Http {
     pub(crate) fn new(config: &StoreConfig) -> Result<Http, VaultError> {
         let base = check_address(&config.address)?;
-        let tls = tls_config(config.ca_pem.as_deref())?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(config.connect_timeout));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let client = Client::new(&Options {
+            extra_ca: config.ca_pem.clone(),
+            insecure: false,
+            connect_timeout: Some(config.connect_timeout),
+        })
+        .map_err(|e| VaultError::BadConfig {
+            reason: format!("TLS: {e}"),
+        })?;
         Ok(Http {
-            client: Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector),
+            client,
             base,
             timeout: config.request_timeout,
         })
@@ -119,78 +98,40 @@ impl Http {
         token: Option<&SecretString>,
         body: Option<Vec<u8>>,
     ) -> Result<Answer, VaultError> {
-        match tokio::time::timeout(self.timeout, self.exchange(method, endpoint, token, body)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(self.unreachable(Box::new(TimedOut(self.timeout)))),
-        }
-    }
-
-    async fn exchange(
-        &self,
-        method: Method,
-        endpoint: &str,
-        token: Option<&SecretString>,
-        body: Option<Vec<u8>>,
-    ) -> Result<Answer, VaultError> {
         let uri: Uri = format!("{}{endpoint}", self.base)
             .parse()
             .map_err(|_| VaultError::BadResponse {
                 reason: format!("cannot make a request URL of {endpoint}"),
             })?;
-        let mut builder = hyper::Request::builder().method(method).uri(uri);
+        let mut request = Request::new(method, uri);
         if let Some(token) = token {
             let mut value = HeaderValue::from_str(token.expose()).map_err(|_| VaultError::BadConfig {
                 reason: "the token holds characters not allowed in an HTTP header".into(),
             })?;
             value.set_sensitive(true);
-            builder = builder.header("X-Vault-Token", value);
+            request = request.header(HeaderName::from_static("x-vault-token"), value);
         }
-        let body = match body {
-            Some(json) => {
-                builder = builder.header(header::CONTENT_TYPE, "application/json");
-                Full::new(Bytes::from(json))
-            }
-            None => Full::new(Bytes::new()),
-        };
-        let request = builder.body(body).map_err(|_| VaultError::BadResponse {
-            reason: format!("cannot make a request to {endpoint}"),
-        })?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| self.unreachable(Box::new(e)))?;
-        let status = response.status();
-        let too_large = || VaultError::BadResponse {
-            reason: format!("answer to {endpoint} larger than {} KiB", BODY_LIMIT / 1024),
-        };
-        if let Some(length) = response
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|l| l.to_str().ok())
-            .and_then(|l| l.parse::<u64>().ok())
-            && length > BODY_LIMIT as u64
-        {
-            return Err(too_large());
+        if let Some(json) = body {
+            request = request
+                .header(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(json);
         }
-        let mut stream = response.into_body();
-        let mut bytes = Vec::new();
-        while let Some(frame) = stream.frame().await {
-            let frame = frame.map_err(|e| self.unreachable(Box::new(e)))?;
-            if let Ok(data) = frame.into_data() {
-                if bytes.len() + data.len() > BODY_LIMIT {
-                    return Err(too_large());
-                }
-                bytes.extend_from_slice(&data);
-            }
+        match self.client.fetch(request, BODY_LIMIT as u64, self.timeout).await {
+            Ok(answer) => Ok(Answer {
+                status: answer.status,
+                body: answer.body,
+            }),
+            Err(capstan_http::Error::TooLarge { .. }) => Err(VaultError::BadResponse {
+                reason: format!("answer to {endpoint} larger than {} KiB", BODY_LIMIT / 1024),
+            }),
+            Err(e) => Err(self.unreachable(Box::new(e))),
         }
-        Ok(Answer { status, body: bytes })
     }
 
     fn unreachable(&self, source: Box<dyn std::error::Error + Send + Sync>) -> VaultError {
         VaultError::Unreachable {
             address: self.base.clone(),
-            detail: chain(source.as_ref()),
+            detail: capstan_http::chain(source.as_ref()),
             source,
         }
     }
@@ -219,53 +160,12 @@ fn check_address(address: &str) -> Result<String, VaultError> {
     Ok(format!("{scheme}://{authority}"))
 }
 
-fn tls_config(ca_pem: Option<&str>) -> Result<rustls::ClientConfig, VaultError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let bad = |detail: String| VaultError::BadConfig {
-        reason: format!("TLS: {detail}"),
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    if let Some(pem) = ca_pem {
-        let certs: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .map_err(|e| bad(format!("CA PEM: {e}")))?;
-        if certs.is_empty() {
-            return Err(bad("no certificate in the CA PEM".into()));
-        }
-        let (_, refused) = roots.add_parsable_certificates(certs);
-        if refused > 0 {
-            return Err(bad(format!("{refused} CA certificate(s) refused")));
-        }
-    }
-    Ok(builder.with_root_certificates(roots).with_no_client_auth())
-}
-
-/// An error and its causes on one line (hyper's top-level message alone says little).
-fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![err.to_string()];
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !parts.contains(&s) {
-            parts.push(s);
-        }
-        cur = e.source();
-    }
-    parts.join(": ")
-}
-
 /// Whether a 503 answer means the store is sealed: its `errors` say so, or `sys/health` does.
 pub(crate) async fn sealed(http: &Http, answer: &Answer) -> bool {
     if answer.errors().to_ascii_lowercase().contains("sealed") {
         return true;
     }
-    match http.send(hyper::Method::GET, "/v1/sys/health", None, None).await {
+    match http.send(Method::GET, "/v1/sys/health", None, None).await {
         Ok(health) => health
             .json("sys/health")
             .ok()

@@ -21,7 +21,7 @@ pub enum ChartError {
         detail: String,
         /// The underlying error.
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: capstan_http::Error,
     },
     /// The server did not answer in time.
     #[error("{url}: no complete answer within {seconds} s")]
@@ -48,7 +48,7 @@ pub enum ChartError {
         url: String,
         /// The underlying error.
         #[source]
-        source: hyper::Error,
+        source: capstan_http::Error,
     },
     /// An answer is larger than the limit.
     #[error("{url}: the {what} is larger than the limit of {limit} bytes")]
@@ -136,12 +136,13 @@ pub enum ChartError {
         detail: String,
     },
     /// The CA certificate of the repository credentials cannot be used.
-    #[error("repository {repo}: the CA certificate is not usable: {detail}")]
+    #[error("repository {repo}: the CA certificate is not usable: {source}")]
     Tls {
         /// The repository URL.
         repo: String,
         /// What is wrong.
-        detail: String,
+        #[source]
+        source: capstan_http::TlsError,
     },
     /// A local file operation failed.
     #[error("{context}: {source}")]

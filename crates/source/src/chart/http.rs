@@ -1,27 +1,21 @@
-//! The one HTTP stack of chart fetching: hyper's client (already in the binary through kube) with
-//! rustls, the system's roots plus a repository's own CA, connect and whole-request timeouts, bodies
-//! cut at a limit while they stream, and redirects followed by hand so that credentials go only to
-//! the origin they belong to.
+//! Chart fetching over the one HTTP client (`capstan-http`): one client per TLS configuration of
+//! the repository credentials (its CA, `insecure`), a connect timeout and a whole-request timeout,
+//! bodies cut at a limit while they stream, and redirects followed by hand so that credentials go
+//! only to the origin they belong to.
 //!
-//! hyper-util's client reads no proxy settings from the environment, so `HTTPS_PROXY` and friends of
-//! the controller's environment never steer these requests (a chart source is not a place to
-//! discover the operator's proxy).
+//! The client reads no proxy settings from the environment, so `HTTPS_PROXY` and friends of the
+//! controller's environment never steer these requests (a chart source is not a place to discover
+//! the operator's proxy).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Method, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use capstan_http::header::{self, HeaderName, HeaderValue};
+use capstan_http::{Client, Method, Options, Request, Response, StatusCode, Uri};
 
 use super::error::ChartError;
 use crate::Credentials;
-
-type Https = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
 /// How many redirects one request follows.
 const MAX_REDIRECTS: usize = 5;
@@ -96,17 +90,10 @@ pub(crate) struct Get<'a> {
     pub what: &'static str,
 }
 
-/// An answer; the body is read only for 2xx statuses (and dropped for others, up to a small limit).
-pub(crate) struct Answer {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Vec<u8>,
-}
-
 /// HTTP clients by TLS configuration, sharing connection pools.
 pub(crate) struct Http {
     timeout: Duration,
-    clients: Mutex<HashMap<(Option<String>, bool), Https>>,
+    clients: Mutex<HashMap<(Option<String>, bool), Client>>,
 }
 
 /// Parse `url` as an `http`/`https` URL without user information.
@@ -135,7 +122,7 @@ impl Http {
         }
     }
 
-    fn client(&self, creds: &Credentials, repo: &str) -> Result<Https, ChartError> {
+    fn client(&self, creds: &Credentials, repo: &str) -> Result<Client, ChartError> {
         let key = (creds.tls_ca.clone(), creds.insecure);
         let mut clients = match self.clients.lock() {
             Ok(c) => c,
@@ -144,14 +131,22 @@ impl Http {
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
-        let client = build_client(creds, repo, self.timeout)?;
+        let client = Client::new(&Options {
+            extra_ca: creds.tls_ca.clone(),
+            insecure: creds.insecure,
+            connect_timeout: Some(self.timeout),
+        })
+        .map_err(|source| ChartError::Tls {
+            repo: repo.to_string(),
+            source,
+        })?;
         clients.insert(key, client.clone());
         Ok(client)
     }
 
     /// GET with redirects (at most [`MAX_REDIRECTS`], http/https only; credentials only to their
     /// origin), the whole exchange within the timeout.
-    pub(crate) async fn get(&self, creds: &Credentials, repo: &str, req: Get<'_>) -> Result<Answer, ChartError> {
+    pub(crate) async fn get(&self, creds: &Credentials, repo: &str, req: Get<'_>) -> Result<Response, ChartError> {
         self.send(Method::GET, creds, repo, req).await
     }
 
@@ -162,7 +157,7 @@ impl Http {
         creds: &Credentials,
         repo: &str,
         req: Get<'_>,
-    ) -> Result<Answer, ChartError> {
+    ) -> Result<Response, ChartError> {
         let client = self.client(creds, repo)?;
         let seconds = self.timeout.as_secs();
         let url = req.url.to_string();
@@ -173,36 +168,25 @@ impl Http {
     }
 }
 
-async fn send(client: &Https, method: Method, req: Get<'_>) -> Result<Answer, ChartError> {
+async fn send(client: &Client, method: Method, req: Get<'_>) -> Result<Response, ChartError> {
     let mut uri = check_url(req.url)?;
     for _ in 0..=MAX_REDIRECTS {
         let shown = uri.to_string();
-        let mut builder = hyper::Request::builder().method(method.clone()).uri(uri.clone());
+        let mut request = Request::new(method.clone(), uri.clone());
         for (name, value) in &req.headers {
-            builder = builder.header(name, value);
+            request = request.header(name.clone(), value.clone());
         }
         if let Some((auth, origin)) = req.auth
             && Origin::of(&uri).as_ref() == Some(origin)
             && let Some(value) = auth.header()
         {
-            builder = builder.header(header::AUTHORIZATION, value);
+            request = request.header(header::AUTHORIZATION, value);
         }
-        let request = builder.body(Empty::new()).map_err(|_| ChartError::UnsupportedUrl {
-            url: shown.clone(),
-            reason: "not a valid request".into(),
-        })?;
-        let response = client
-            .request(request)
-            .await
-            .map_err(|source| ChartError::Unreachable {
-                url: shown.clone(),
-                detail: chain(&source),
-                source,
-            })?;
-        let status = response.status();
+        let answer = client.send(request).await.map_err(|e| transport(&shown, req.what, e))?;
+        let status = answer.status;
         if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
-            let location = response
-                .headers()
+            let location = answer
+                .headers
                 .get(header::LOCATION)
                 .and_then(|l| l.to_str().ok())
                 .ok_or_else(|| ChartError::UnsupportedUrl {
@@ -212,60 +196,37 @@ async fn send(client: &Https, method: Method, req: Get<'_>) -> Result<Answer, Ch
             uri = check_url(&join(&shown, location))?;
             continue;
         }
-        let headers = response.headers().clone();
-        let limit = if status.is_success() {
-            req.limit
+        let read = if status.is_success() {
+            answer.read(req.limit).await
         } else {
-            ERROR_BODY_LIMIT
+            answer.read_cut(ERROR_BODY_LIMIT).await
         };
-        let too_large = || ChartError::TooLarge {
-            what: req.what,
-            url: shown.clone(),
-            limit,
-        };
-        if method != Method::HEAD
-            && let Some(length) = headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|l| l.to_str().ok())
-                .and_then(|l| l.parse::<u64>().ok())
-            && length > limit
-        {
-            if status.is_success() {
-                return Err(too_large());
-            }
-            return Ok(Answer {
-                status,
-                headers,
-                body: Vec::new(),
-            });
-        }
-        let mut body = response.into_body();
-        let mut bytes = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|source| ChartError::Body {
-                url: shown.clone(),
-                source,
-            })?;
-            if let Ok(data) = frame.into_data() {
-                if (bytes.len() + data.len()) as u64 > limit {
-                    if status.is_success() {
-                        return Err(too_large());
-                    }
-                    break;
-                }
-                bytes.extend_from_slice(&data);
-            }
-        }
-        return Ok(Answer {
-            status,
-            headers,
-            body: bytes,
-        });
+        return read.map_err(|e| transport(&shown, req.what, e));
     }
     Err(ChartError::UnsupportedUrl {
         url: req.url.to_string(),
         reason: "too many redirects".into(),
     })
+}
+
+/// A chart error for what the client says about a request to `url` reading `what`.
+fn transport(url: &str, what: &'static str, err: capstan_http::Error) -> ChartError {
+    match err {
+        capstan_http::Error::TooLarge { limit } => ChartError::TooLarge {
+            what,
+            url: url.to_string(),
+            limit,
+        },
+        capstan_http::Error::Body(_) => ChartError::Body {
+            url: url.to_string(),
+            source: err,
+        },
+        capstan_http::Error::Unreachable(_) | capstan_http::Error::Timeout { .. } => ChartError::Unreachable {
+            url: url.to_string(),
+            detail: capstan_http::chain(&err),
+            source: err,
+        },
+    }
 }
 
 /// An error for a non-2xx answer, with a hint for the usual causes.
@@ -303,113 +264,6 @@ pub(crate) fn join(base: &str, reference: &str) -> String {
     let path = path.split(['?', '#']).next().unwrap_or("/");
     let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
     format!("{scheme_host}{dir}{reference}")
-}
-
-fn build_client(creds: &Credentials, repo: &str, timeout: Duration) -> Result<Https, ChartError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let tls_error = |detail: String| ChartError::Tls {
-        repo: repo.to_string(),
-        detail,
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error(e.to_string()))?;
-    let tls = if creds.insecure {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(insecure::AcceptAny(provider)))
-            .with_no_client_auth()
-    } else {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        if let Some(pem) = creds.tls_ca.as_deref() {
-            let certs: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes())
-                .collect::<Result<_, _>>()
-                .map_err(|e| tls_error(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(tls_error("no certificate in the PEM text".into()));
-            }
-            let (_, refused) = roots.add_parsable_certificates(certs);
-            if refused > 0 {
-                return Err(tls_error(format!("{refused} certificate(s) refused")));
-            }
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
-    };
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(timeout));
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector))
-}
-
-/// An error and its causes on one line (hyper's top-level message alone says little).
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut parts = vec![err.to_string()];
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !parts.contains(&s) {
-            parts.push(s);
-        }
-        cur = e.source();
-    }
-    parts.join(": ")
-}
-
-/// `insecure: true`: no certificate verification (signatures are still checked so the handshake
-/// completes). For tests and labs, as the repository Secret's `insecure` field says.
-mod insecure {
-    use std::sync::Arc;
-
-    use rustls::DigitallySignedStruct;
-    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-    use rustls::crypto::CryptoProvider;
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-
-    #[derive(Debug)]
-    pub(super) struct AcceptAny(pub Arc<CryptoProvider>);
-
-    impl ServerCertVerifier for AcceptAny {
-        fn verify_server_cert(
-            &self,
-            _end_entity: &CertificateDer<'_>,
-            _intermediates: &[CertificateDer<'_>],
-            _server_name: &ServerName<'_>,
-            _ocsp: &[u8],
-            _now: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
 }
 
 #[cfg(test)]

@@ -9,19 +9,19 @@
 //! auth, or anonymously), as Docker and Helm clients do. A token or basic header that worked is
 //! reused for the repository until a request is refused again.
 //!
-//! A small client on the crate's own HTTP stack rather than the `oci-client` crate: it would bring
-//! a second HTTP stack (reqwest) with its own proxy-from-environment and TLS settings, while a
-//! chart pull needs four GET requests.
+//! A small client on Capstan's one HTTP client (`capstan-http`, through `chart::http`) rather than
+//! the `oci-client` crate: it would bring a second HTTP stack (reqwest) with its own
+//! proxy-from-environment and TLS settings, while a chart pull needs four GET requests.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use hyper::header::{self, HeaderValue};
-use hyper::{Method, StatusCode};
+use capstan_http::header::{self, HeaderValue};
+use capstan_http::{Method, Response, StatusCode};
 use serde::Deserialize;
 
 use super::error::ChartError;
-use super::http::{Answer, Auth, Get, Http, Origin, check_url, status_error};
+use super::http::{Auth, Get, Http, Origin, check_url, status_error};
 use crate::Credentials;
 
 /// The manifest media type asked for and accepted.
@@ -279,7 +279,7 @@ impl Registry<'_> {
         accept: Option<&str>,
         limit: u64,
         what: &'static str,
-    ) -> Result<Answer, ChartError> {
+    ) -> Result<Response, ChartError> {
         self.send(Method::GET, url, accept, limit, what).await
     }
 
@@ -291,7 +291,7 @@ impl Registry<'_> {
         accept: Option<&str>,
         limit: u64,
         what: &'static str,
-    ) -> Result<Answer, ChartError> {
+    ) -> Result<Response, ChartError> {
         let origin = Origin::of(&check_url(url)?);
         let key = format!("{}/{}", self.repo.base, self.repo.repository);
         let mut auth = self.auth.get(&key);
@@ -446,7 +446,7 @@ fn encode(value: &str) -> String {
 }
 
 /// An answer's `Content-Type` without parameters.
-pub(crate) fn media_type(answer: &Answer) -> Option<String> {
+pub(crate) fn media_type(answer: &Response) -> Option<String> {
     answer
         .headers
         .get(header::CONTENT_TYPE)
@@ -455,7 +455,7 @@ pub(crate) fn media_type(answer: &Answer) -> Option<String> {
 }
 
 /// The `rel="next"` target of a `Link` header.
-fn next_link(answer: &Answer) -> Option<String> {
+fn next_link(answer: &Response) -> Option<String> {
     let link = answer.headers.get(header::LINK)?.to_str().ok()?;
     if !link.contains("rel=\"next\"") {
         return None;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hyper::StatusCode;
-use hyper::header::{self, HeaderValue};
+use capstan_http::StatusCode;
+use capstan_http::header::{self, HeaderValue};
 
 use super::error::ChartError;
 use super::http::{Auth, Get, Http, Origin, check_url, status_error};

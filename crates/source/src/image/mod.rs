@@ -3,9 +3,9 @@
 //! ([`ImageClient::digest`], `HEAD` of the manifest with a `GET` fallback) and the [`Policy`] that
 //! chooses the newest tag.
 //!
-//! The registry client is the chart module's (`chart::oci`): the same HTTP stack (rustls, a
-//! repository CA, timeouts, size limits, redirects that keep credentials on their origin), the
-//! same `Basic` and `Bearer` challenge answering and token reuse. Its errors are sorted here into
+//! The registry client is the chart module's (`chart::oci`): the same HTTP client (`capstan-http`:
+//! rustls, a repository CA, timeouts, size limits, redirects that keep credentials on their origin),
+//! the same `Basic` and `Bearer` challenge answering and token reuse. Its errors are sorted here into
 //! what a user acts on: unreachable, unauthorized, not found, a bad answer.
 
 mod error;
@@ -14,15 +14,15 @@ mod reference;
 
 use std::time::Duration;
 
-use hyper::header::HeaderName;
-use hyper::{Method, StatusCode};
+use capstan_http::header::HeaderName;
+use capstan_http::{Method, Response, StatusCode};
 
 pub use error::ImageError;
 pub use policy::{Choice, Order, Pick, Policy, PolicyError, Skipped};
 pub use reference::ImageRepository;
 
 use crate::chart::archive::sha256_hex;
-use crate::chart::http::{Answer, Http};
+use crate::chart::http::Http;
 use crate::chart::oci::{self, AuthCache, JSON_LIMIT, NO_CREDENTIALS, Registry};
 use crate::{ChartError, Credentials};
 
@@ -167,7 +167,7 @@ fn check_tag(tag: &str) -> Result<(), ImageError> {
 }
 
 /// A `Content-Type`, when sent, must be one of [`MANIFEST_TYPES`].
-fn check_media_type(repo: &ImageRepository, answer: &Answer) -> Result<(), ImageError> {
+fn check_media_type(repo: &ImageRepository, answer: &Response) -> Result<(), ImageError> {
     match oci::media_type(answer) {
         Some(ct) if !MANIFEST_TYPES.contains(&ct.as_str()) => Err(ImageError::BadAnswer {
             repository: repo.to_string(),
@@ -179,7 +179,7 @@ fn check_media_type(repo: &ImageRepository, answer: &Answer) -> Result<(), Image
 }
 
 /// The `Docker-Content-Digest` header, if sent, checked to be `sha256:` and 64 lower-case hex digits.
-fn header_digest(at: &str, answer: &Answer) -> Result<Option<String>, ImageError> {
+fn header_digest(at: &str, answer: &Response) -> Result<Option<String>, ImageError> {
     let Some(value) = answer.headers.get(DIGEST_HEADER) else {
         return Ok(None);
     };

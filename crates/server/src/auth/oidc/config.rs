@@ -30,15 +30,9 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: &'static str,
     },
-    /// `rootCA` is not PEM.
+    /// `rootCA` is not PEM, holds no certificate, or some of its certificates cannot be used.
     #[error("{key}: rootCA: {0}", key = CONFIG_KEY)]
-    RootCa(#[source] rustls::pki_types::pem::Error),
-    /// `rootCA` holds no certificate.
-    #[error("{key}: rootCA holds no PEM certificate", key = CONFIG_KEY)]
-    RootCaEmpty,
-    /// Some certificates of `rootCA` could not be parsed.
-    #[error("{key}: rootCA: {0} certificate(s) could not be parsed", key = CONFIG_KEY)]
-    RootCaRefused(usize),
+    RootCa(#[source] capstan_http::TlsError),
 }
 
 /// The `oidc.config` document.

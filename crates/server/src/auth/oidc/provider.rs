@@ -2,8 +2,9 @@
 //! authorization code at the token endpoint, verifying the ID token, and the identity its claims
 //! give. Knows nothing of the server's state or HTTP handlers (see [`super`] for the flow).
 //!
-//! The HTTP client is hyper's (already in the binary through kube) with rustls: the system's roots
-//! plus an optional `rootCA`. Plain `http://` is accepted only for loopback issuers.
+//! The HTTP client is Capstan's one (`capstan-http`): the system's roots plus an optional `rootCA`,
+//! no proxy from the environment, no redirect followed. Plain `http://` is accepted only for loopback
+//! issuers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,10 +12,7 @@ use std::time::{Duration, Instant};
 use axum::http::{StatusCode, header};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
+use capstan_http::{HeaderValue, Options, Request, TlsError, Uri};
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -53,7 +51,7 @@ pub enum OidcError {
     Config(#[from] ConfigError),
     /// The TLS client could not be built.
     #[error("TLS configuration: {0}")]
-    Tls(#[source] rustls::Error),
+    Tls(#[source] TlsError),
 
     // --- Discovery -----------------------------------------------------------------------------
     /// The discovery document is not what OpenID Connect Discovery specifies.
@@ -93,7 +91,7 @@ pub enum OidcError {
         url: String,
         /// Why.
         #[source]
-        source: hyper::http::Error,
+        source: capstan_http::http::Error,
     },
     /// The provider could not be reached.
     #[error("{url}: {detail}")]
@@ -104,7 +102,7 @@ pub enum OidcError {
         detail: String,
         /// The error.
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: capstan_http::Error,
     },
     /// The answer could not be read (or was too large).
     #[error("{url}: reading the answer: {source}")]
@@ -113,7 +111,7 @@ pub enum OidcError {
         url: String,
         /// Why.
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: capstan_http::Error,
     },
     /// No answer in time.
     #[error("{url}: no answer within {secs} s")]
@@ -122,9 +120,9 @@ pub enum OidcError {
         url: String,
         /// The time allowed.
         secs: u64,
-        /// The timer's error.
+        /// The client's error.
         #[source]
-        source: tokio::time::error::Elapsed,
+        source: capstan_http::Error,
     },
     /// The provider answered with an error status.
     #[error("{url} answered {status}: {why}")]
@@ -191,7 +189,7 @@ pub enum OidcError {
 }
 
 /// The client the provider is reached with.
-type Http = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type Http = capstan_http::Client;
 
 /// What the provider's discovery document says (the parts used here).
 #[derive(Debug, Clone, Deserialize)]
@@ -271,34 +269,14 @@ impl Sso {
 }
 
 fn http_client(root_ca: Option<&str>) -> Result<Http, OidcError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(native.certs);
-    if let Some(pem) = root_ca {
-        let certs: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .map_err(ConfigError::RootCa)?;
-        if certs.is_empty() {
-            return Err(ConfigError::RootCaEmpty.into());
-        }
-        let (_, refused) = roots.add_parsable_certificates(certs);
-        if refused > 0 {
-            return Err(ConfigError::RootCaRefused(refused).into());
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(OidcError::Tls)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(HttpClient::builder(hyper_util::rt::TokioExecutor::new()).build(connector))
+    capstan_http::Client::new(&Options {
+        extra_ca: root_ca.map(String::from),
+        ..Options::default()
+    })
+    .map_err(|e| match e {
+        TlsError::Protocols(_) => OidcError::Tls(e),
+        TlsError::Pem(_) | TlsError::NoCertificate | TlsError::Refused(_) => ConfigError::RootCa(e).into(),
+    })
 }
 
 async fn fetch_keys(http: &Http, url: &str) -> Result<JwkSet, OidcError> {
@@ -309,41 +287,39 @@ async fn fetch_keys(http: &Http, url: &str) -> Result<JwkSet, OidcError> {
 }
 
 async fn get_json(http: &Http, url: &str) -> Result<Value, OidcError> {
-    let request = hyper::Request::get(url)
-        .header(header::ACCEPT, "application/json")
-        .body(Full::default())
-        .map_err(|source| OidcError::Request {
-            url: url.to_string(),
-            source,
-        })?;
+    let request = Request::get(parse_url(url)?).header(header::ACCEPT, HeaderValue::from_static("application/json"));
     send(http, request, url).await
 }
 
-async fn send(http: &Http, request: hyper::Request<Full<Bytes>>, url: &str) -> Result<Value, OidcError> {
-    let answer = tokio::time::timeout(REQUEST_TIMEOUT, async {
-        let response = http.request(request).await.map_err(|source| OidcError::Unreachable {
+fn parse_url(url: &str) -> Result<Uri, OidcError> {
+    url.parse()
+        .map_err(|e: capstan_http::http::uri::InvalidUri| OidcError::Request {
             url: url.to_string(),
-            detail: chain(&source),
-            source,
-        })?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_ANSWER)
-            .collect()
-            .await
-            .map_err(|source| OidcError::Read {
+            source: e.into(),
+        })
+}
+
+async fn send(http: &Http, request: Request, url: &str) -> Result<Value, OidcError> {
+    let answer = http
+        .fetch(request, MAX_ANSWER as u64, REQUEST_TIMEOUT)
+        .await
+        .map_err(|source| match source {
+            capstan_http::Error::Timeout { .. } => OidcError::Timeout {
+                url: url.to_string(),
+                secs: REQUEST_TIMEOUT.as_secs(),
+                source,
+            },
+            capstan_http::Error::Unreachable(_) => OidcError::Unreachable {
+                url: url.to_string(),
+                detail: capstan_http::chain(&source),
+                source,
+            },
+            capstan_http::Error::Body(_) | capstan_http::Error::TooLarge { .. } => OidcError::Read {
                 url: url.to_string(),
                 source,
-            })?
-            .to_bytes();
-        Ok::<_, OidcError>((status, body))
-    })
-    .await
-    .map_err(|source| OidcError::Timeout {
-        url: url.to_string(),
-        secs: REQUEST_TIMEOUT.as_secs(),
-        source,
-    })??;
-    let (status, body) = answer;
+            },
+        })?;
+    let (status, body) = (answer.status, answer.body);
     let json: Result<Value, serde_json::Error> = serde_json::from_slice(&body);
     if !status.is_success() {
         let why = json
@@ -369,17 +345,6 @@ async fn send(http: &Http, request: hyper::Request<Full<Bytes>>, url: &str) -> R
     })
 }
 
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 /// Exchange the code for tokens; the ID token.
 pub async fn redeem(provider: &Provider, code: &str, verifier: &str) -> Result<String, OidcError> {
     let config = &provider.config;
@@ -391,24 +356,27 @@ pub async fn redeem(provider: &Provider, code: &str, verifier: &str) -> Result<S
         ("code_verifier", verifier),
     ];
     let url = &provider.discovery.token_endpoint;
-    let mut request = hyper::Request::post(url.as_str())
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(header::ACCEPT, "application/json");
+    let mut request = Request::new(capstan_http::Method::POST, parse_url(url)?)
+        .header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-www-form-urlencoded"),
+        )
+        .header(header::ACCEPT, HeaderValue::from_static("application/json"));
     if config.client_secret.is_empty() {
         form.push(("client_id", config.client_id.as_str()));
     } else {
         // client_secret_basic (RFC 6749 §2.3.1): both parts form-encoded before base64.
         let enc = |s: &str| serde_urlencoded::to_string([("", s)]).unwrap_or_default()[1..].to_string();
         let basic = STANDARD.encode(format!("{}:{}", enc(&config.client_id), enc(&config.client_secret)));
-        request = request.header(header::AUTHORIZATION, format!("Basic {basic}"));
+        let mut value = HeaderValue::from_str(&format!("Basic {basic}")).map_err(|e| OidcError::Request {
+            url: url.clone(),
+            source: e.into(),
+        })?;
+        value.set_sensitive(true);
+        request = request.header(header::AUTHORIZATION, value);
     }
     let body = serde_urlencoded::to_string(&form).map_err(OidcError::Form)?;
-    let request = request
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|source| OidcError::Request {
-            url: url.clone(),
-            source,
-        })?;
+    let request = request.body(body);
     let answer = send(&provider.http, request, url).await?;
     answer
         .get("id_token")
