@@ -21,7 +21,7 @@ fn chart_with_payload(repo: &Repo) -> std::path::PathBuf {
     repo.file("evil.sh", &script).file("chart/evil.sh", &script);
     for f in ["evil.sh", "chart/evil.sh"] {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(repo.root.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(repo.root.join(f), std::fs::Permissions::from_mode(0o755)).expect("the test fixture");
     }
     marker
 }
@@ -680,7 +680,7 @@ async fn symlinks_cannot_multiply_what_a_render_writes() {
 /// The live processes whose command line mentions `needle` (zombies are not running).
 fn live_processes_mentioning(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+    for entry in std::fs::read_dir("/proc").expect("the test fixture").flatten() {
         let dir = entry.path();
         let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
             continue;

@@ -15,9 +15,9 @@ use common::*;
 /// Copy `examples/<name>` into `repo` at `name`.
 fn copy_example(repo: &Repo, name: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let entry = entry.unwrap();
-        let text = std::fs::read_to_string(entry.path()).unwrap();
+    for entry in std::fs::read_dir(&dir).expect("the test fixture") {
+        let entry = entry.expect("the test fixture");
+        let text = std::fs::read_to_string(entry.path()).expect("the test fixture");
         repo.file(&format!("{name}/{}", entry.file_name().to_string_lossy()), &text);
     }
 }
@@ -263,7 +263,7 @@ async fn output_that_is_not_objects_is_refused() {
 fn running_workers() -> Vec<String> {
     let me = std::process::id().to_string();
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+    for entry in std::fs::read_dir("/proc").expect("the test fixture").flatten() {
         let dir = entry.path();
         let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
             continue;

@@ -41,7 +41,7 @@ fn base_and_overlay() -> Repo {
 fn image(rendered: &capstan_render::Rendered, deployment: &str, container: usize) -> String {
     find(rendered, "Deployment", deployment)["spec"]["template"]["spec"]["containers"][container]["image"]
         .as_str()
-        .unwrap()
+        .expect("the test fixture")
         .to_string()
 }
 
@@ -150,18 +150,18 @@ async fn references_leaving_the_repository_are_refused() {
 
 /// A chart whose ConfigMap carries its release name, namespace and one value.
 fn write_chart(dir: &std::path::Path, name: &str, version: &str) {
-    std::fs::create_dir_all(dir.join("templates")).unwrap();
+    std::fs::create_dir_all(dir.join("templates")).expect("the test fixture");
     std::fs::write(
         dir.join("Chart.yaml"),
         format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
     )
-    .unwrap();
-    std::fs::write(dir.join("values.yaml"), "greeting: hello\n").unwrap();
+    .expect("the test fixture");
+    std::fs::write(dir.join("values.yaml"), "greeting: hello\n").expect("the test fixture");
     std::fs::write(
         dir.join("templates/cm.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-cm\ndata:\n  greeting: {{ .Values.greeting | quote }}\n  chart: {{ .Chart.Version | quote }}\n",
     )
-    .unwrap();
+    .expect("the test fixture");
 }
 
 #[tokio::test]

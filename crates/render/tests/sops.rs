@@ -16,7 +16,7 @@ const SECRET: &str = "hunter2-s3cr3t-plaintext";
 fn decryption(keys: &[&AgeKey]) -> Decryption {
     let text: String = keys.iter().map(|k| k.identity.as_str()).collect();
     Decryption {
-        identities: Arc::new(capstan_sops::Identities::parse(&text).unwrap()),
+        identities: Arc::new(capstan_sops::Identities::parse(&text).expect("the test fixture")),
         id: keys.iter().map(|k| k.recipient.as_str()).collect::<Vec<_>>().join(","),
     }
 }

@@ -45,8 +45,11 @@ use walk::Walker;
 /// The store a file is read with, as sops chooses it from the file name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// `*.yaml`, `*.yml`.
     Yaml,
+    /// `*.json`.
     Json,
+    /// `*.env`.
     Dotenv,
     /// Any other file: sops wraps its bytes as `{"data": "…"}` in JSON.
     Binary,

@@ -99,9 +99,13 @@ pub fn check_url(url: &str, allow_local: bool) -> Result<RepoUrl> {
 
 /// One git invocation against `url`.
 pub struct GitCommand<'a> {
+    /// The repository's URL.
     pub url: &'a str,
+    /// Its credentials (given to git through a helper, never on the command line).
     pub credentials: &'a Credentials,
+    /// How long git may take.
     pub timeout: Duration,
+    /// What git is asked to do, for messages (`fetch`, `ls-remote`, …).
     pub operation: &'a str,
     /// Whether the `file` transport is allowed.
     pub allow_local: bool,

@@ -22,11 +22,11 @@ pub struct Repo {
 
 impl Repo {
     pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("the test fixture");
         let root = dir.path().join("repo");
         let outside = dir.path().join("outside");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::create_dir_all(&root).expect("the test fixture");
+        std::fs::create_dir_all(&outside).expect("the test fixture");
         Repo {
             _dir: dir,
             root,
@@ -37,20 +37,20 @@ impl Repo {
     /// Write `content` to `rel` (creating directories); returns `self` for chaining.
     pub fn file(&self, rel: &str, content: &str) -> &Self {
         let path = self.root.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
+        std::fs::create_dir_all(path.parent().expect("the test fixture")).expect("the test fixture");
+        std::fs::write(path, content).expect("the test fixture");
         self
     }
 
     pub fn symlink(&self, target: impl AsRef<Path>, rel: &str) -> &Self {
         let path = self.root.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(target, path).unwrap();
+        std::fs::create_dir_all(path.parent().expect("the test fixture")).expect("the test fixture");
+        std::os::unix::fs::symlink(target, path).expect("the test fixture");
         self
     }
 
     pub fn read(&self, rel: &str) -> String {
-        std::fs::read_to_string(self.root.join(rel)).unwrap()
+        std::fs::read_to_string(self.root.join(rel)).expect("the test fixture")
     }
 }
 
