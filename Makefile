@@ -13,7 +13,7 @@ export PATH := $(CACHE)/nextest/bin:$(PATH)
 KUBE_LEGACY := $(shell sed -n 's/^KUBE_LEGACY_VERSION=v//p' scripts/versions.env)
 LEGACY_SMOKE := binary(control_plane) | binary(applications) | binary(modern_apis) | binary(examples)
 
-.PHONY: playground playground-down setup setup-test build test test-current test-legacy-smoke lint lint-ui ui-types unit crds
+.PHONY: playground playground-down setup setup-test build test test-current test-legacy-smoke lint lint-ui ui-types unit crds manifests
 
 ## Set up if needed, build, start the local control plane, install Capstan into it, serve examples/
 ## over git://, apply the example Applications and run the controller in the foreground.
@@ -64,5 +64,11 @@ lint-ui:
 ui-types:
 	CAPSTAN_CACHE=$(CACHE) bash scripts/ui-tools.sh types
 
-crds:
+## The generated install source: the CRDs (deploy/crds and the chart's copy) and deploy/install.yaml
+## (`capstan install --print`); a test fails when they are out of date.
+manifests:
 	$(CARGO) run --quiet -p capstan -- crds --out deploy/crds
+	$(CARGO) run --quiet -p capstan -- crds --out deploy/chart/crds
+	$(CARGO) run --quiet -p capstan -- install --print > deploy/install.yaml
+
+crds: manifests

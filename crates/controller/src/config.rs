@@ -24,6 +24,8 @@ pub struct Config {
     pub deny_implicit_default_project: bool,
     /// The clock sync windows are judged by (the system's unless a test sets one).
     pub clock: crate::clock::Clock,
+    /// Set once the Application watch has listed.
+    pub ready: crate::readiness::Readiness,
 }
 
 impl Default for Config {
@@ -38,6 +40,7 @@ impl Default for Config {
             allow_local_repositories: false,
             deny_implicit_default_project: false,
             clock: Default::default(),
+            ready: Default::default(),
         }
     }
 }

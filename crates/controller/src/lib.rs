@@ -42,6 +42,7 @@ pub mod operation;
 pub mod pipeline;
 pub mod poller;
 pub mod projects;
+pub mod readiness;
 pub mod reconcile;
 pub mod status;
 pub mod watches;
@@ -116,6 +117,7 @@ pub async fn run(
         }),
     }));
     ctx.use_apps(reader.clone());
+    let ready = config.ready.clone();
     if !ctx.pipeline.health.wait_loaded(Duration::from_secs(10)).await {
         tracing::warn!("the health rules (capstan-cm) could not be read in 10 s: starting with the built-in rules");
     }
@@ -141,6 +143,8 @@ pub async fn run(
                 wake_related(&forget, app, &dependency_tx);
             }
             watcher::Event::InitApply(app) => forget.observe(app),
+            // Listed once: ready (a Pod's readiness probe asks).
+            watcher::Event::InitDone => ready.set(),
             _ => {}
         })
         .applied_objects()

@@ -15,6 +15,7 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod health;
 pub mod metrics;
 pub mod openapi;
 pub mod redact;

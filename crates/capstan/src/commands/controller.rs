@@ -44,6 +44,10 @@ pub struct ControllerArgs {
     /// Also serve the HTTP API, web UI, webhooks and metrics on this address (e.g. 127.0.0.1:8080).
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
+    /// Serve `/healthz`, `/readyz` (ready once the Application watch has listed) and `/metrics` on
+    /// this address, for a Pod's probes (e.g. 0.0.0.0:8081).
+    #[arg(long)]
+    health_listen: Option<std::net::SocketAddr>,
     /// Author name of the commits image updates make.
     #[arg(long, default_value = "Capstan")]
     git_author_name: String,
@@ -74,7 +78,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         allow_local_repositories: args.allow_local_repositories,
         deny_implicit_default_project: args.deny_implicit_default_project,
         clock: Default::default(),
+        ready: Default::default(),
     };
+    let ready = config.ready.clone();
     let appsets = capstan_appset::controller::AppSetConfig {
         namespace: config.namespace.clone(),
         // The ApplicationSet controller keeps its own subdirectory of the same root.
@@ -142,12 +148,25 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         let _ = stop_tx.send(true);
         result.context("HTTP server")
     };
-    let (applications, applicationsets, image_updates, server) =
-        tokio::join!(applications, applicationsets, image_updates, server);
+    let health = async {
+        let Some(listen) = args.health_listen else {
+            return Ok(());
+        };
+        let ready: capstan_server::health::Ready = Arc::new(move || ready.is_ready());
+        let result = match capstan_server::health::Health::bind(listen, ready).await {
+            Ok(health) => health.serve(stopped(stop_rx.clone())).await,
+            Err(e) => Err(e),
+        };
+        let _ = stop_tx.send(true);
+        result.context("health listener")
+    };
+    let (applications, applicationsets, image_updates, server, health) =
+        tokio::join!(applications, applicationsets, image_updates, server, health);
     signal.abort();
     applications?;
     applicationsets?;
     image_updates?;
     server?;
+    health?;
     Ok(ExitCode::SUCCESS)
 }

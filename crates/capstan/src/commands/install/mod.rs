@@ -1,89 +1,116 @@
-//! `capstan install`: apply Capstan's CRDs, the `capstan` namespace and the controller's RBAC with
-//! server-side apply (idempotent), then wait for the CRDs to be established.
+//! `capstan install`: apply Capstan's install source — the objects of [`objects::all`]: the
+//! `capstan` namespace, the CRDs, the ServiceAccounts, roles and bindings, and the controller's and
+//! the server's Deployments with their Service, PodDisruptionBudget and NetworkPolicies — with
+//! server-side apply (idempotent), wait for the CRDs to be established, and create the server's
+//! Secret. `--print` writes the objects instead (`deploy/install.yaml` is that output).
 
-use crate::output::outln;
+pub mod objects;
+
+use crate::output::{out, outln};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use capstan_api::NAMESPACE;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource};
-use serde_json::json;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kube::{Api, Client};
+use serde_json::{Value, json};
 
 use crate::kube_client::{KubeArgs, describe};
 
 /// Field manager of everything `capstan install` applies.
 const MANAGER: &str = "capstan-install";
-/// Name of the controller's service account, cluster role and binding.
-const CONTROLLER: &str = "capstan-controller";
 
 /// Arguments of `capstan install`.
 #[derive(Debug, clap::Args)]
 pub struct InstallArgs {
     #[command(flatten)]
     kube: KubeArgs,
+    /// Write the objects to stdout as YAML instead of applying them (no cluster is contacted).
+    #[arg(long)]
+    print: bool,
+    /// The image the controller and the server run.
+    #[arg(long)]
+    image: Option<String>,
+    /// Replicas of the server.
+    #[arg(long, default_value_t = 2)]
+    server_replicas: u32,
 }
 
-/// Install into the selected cluster.
+/// Install into the selected cluster, or print what would be installed.
 pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
+    let defaults = objects::Values::default();
+    let values = objects::Values {
+        image: args.image.unwrap_or(defaults.image),
+        server_replicas: args.server_replicas,
+    };
+    let objects = objects::all(&values);
+    if args.print {
+        out!("{}", objects::to_yaml(&objects).context("writing the objects as YAML")?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let client = args.kube.client().await?;
     let pp = PatchParams::apply(MANAGER).force();
-
-    let ns: Namespace = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "capstan"}},
-    }))?;
-    apply(&Api::<Namespace>::all(client.clone()), &ns, &pp).await?;
-
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut names = Vec::new();
-    for (_, crd) in capstan_api::crd::all() {
-        apply(&crds, &crd, &pp).await?;
-        names.push(crd.metadata.name.clone().unwrap_or_default());
+    let mut crds = Vec::new();
+    for object in &objects {
+        let gvk = gvk_of(object)?;
+        if gvk.kind == "CustomResourceDefinition" {
+            crds.push(name_of(object));
+        }
+        apply(&client, &gvk, object, &pp).await?;
     }
-
-    let sa: ServiceAccount = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": CONTROLLER, "namespace": NAMESPACE},
-    }))?;
-    apply(&Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE), &sa, &pp).await?;
-    // Like Argo CD's application controller, Capstan manages arbitrary kinds in its own cluster.
-    let role: ClusterRole = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": CONTROLLER},
-        "rules": [
-            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-            {"nonResourceURLs": ["*"], "verbs": ["*"]},
-        ],
-    }))?;
-    apply(&Api::<ClusterRole>::all(client.clone()), &role, &pp).await?;
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": CONTROLLER},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER},
-        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}],
-    }))?;
-    apply(&Api::<ClusterRoleBinding>::all(client.clone()), &binding, &pp).await?;
-
-    for name in &names {
-        wait_established(&crds, name, Duration::from_secs(60)).await?;
+    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in &crds {
+        wait_established(&crd_api, name, Duration::from_secs(60)).await?;
     }
     server_secret(&client).await?;
-    outln!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", names.len());
+    outln!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", crds.len());
     Ok(ExitCode::SUCCESS)
 }
 
-async fn apply<K>(api: &Api<K>, obj: &K, pp: &PatchParams) -> anyhow::Result<()>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let name = obj.meta().name.clone().unwrap_or_default();
-    let what = format!("{} {name}", K::kind(&()));
-    api.patch(&name, pp, &Patch::Apply(obj))
+fn gvk_of(object: &Value) -> anyhow::Result<GroupVersionKind> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    if kind.is_empty() || version.is_empty() {
+        bail!("an install object has no apiVersion or kind: {object}");
+    }
+    Ok(GroupVersionKind::gvk(group, version, kind))
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"].as_str().unwrap_or_default().to_string()
+}
+
+/// Apply `object` of kind `gvk`. A PodDisruptionBudget is skipped, with a note, where `policy/v1`
+/// is not served (Kubernetes before 1.21); any other kind not served is an error.
+async fn apply(client: &Client, gvk: &GroupVersionKind, object: &Value, pp: &PatchParams) -> anyhow::Result<()> {
+    let name = name_of(object);
+    let what = format!("{} {name}", gvk.kind);
+    let found = kube::discovery::pinned_kind(client, gvk).await;
+    let (resource, caps): (ApiResource, ApiCapabilities) = match found {
+        Ok(found) => found,
+        Err(_) if gvk.kind == "PodDisruptionBudget" => {
+            outln!(
+                "{what} skipped: {}/{} is not served by this cluster",
+                gvk.group,
+                gvk.version
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(anyhow::anyhow!("{}", describe(&e)))
+                .with_context(|| format!("finding the API of {what} ({}/{})", gvk.group, gvk.version));
+        }
+    };
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => Api::namespaced_with(client.clone(), NAMESPACE, &resource),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(&name, pp, &Patch::Apply(object))
         .await
         .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
         .with_context(|| format!("applying {what}"))?;
