@@ -35,11 +35,15 @@ fn capstan_print(args: &[&str]) -> String {
 }
 
 fn helm_template(args: &[&str]) -> Output {
+    helm_template_in("capstan", args)
+}
+
+fn helm_template_in(namespace: &str, args: &[&str]) -> Output {
     let helm = capstan_testkit::charts::helm_binary().expect("helm from the tool cache");
     Command::new(helm)
         .args(["template", "capstan"])
         .arg(root().join("deploy/chart"))
-        .args(["--namespace", "capstan", "--include-crds"])
+        .args(["--namespace", namespace, "--include-crds"])
         .args(args)
         .env(
             "HELM_CACHE_HOME",
@@ -156,6 +160,27 @@ fn the_chart_renders_the_objects_capstan_install_prints() {
         server["spec"]["template"]["spec"]["containers"][0]["image"],
         "registry.test/capstan:v9"
     );
+
+    // Another namespace: every namespaced object and every binding's subject moves with it; the
+    // cluster-wide bindings are named after it, so that installations do not take them from each
+    // other.
+    let rendered = helm_template_in("team-a", &[]);
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let chart = objects(&String::from_utf8_lossy(&rendered.stdout));
+    let mut printed = objects(&capstan_print(&["--namespace", "team-a"]));
+    assert!(
+        printed
+            .remove(&("Namespace".to_string(), "team-a".to_string()))
+            .is_some()
+    );
+    assert_eq!(chart, printed);
+    assert!(printed.contains_key(&("ClusterRoleBinding".to_string(), "capstan-server-team-a".to_string())));
+    let text = capstan_print(&["--namespace", "team-a"]);
+    assert!(!text.contains("namespace: capstan\n"), "{text}");
 }
 
 #[test]

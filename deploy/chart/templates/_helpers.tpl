@@ -81,3 +81,16 @@ volumes:
     emptyDir:
       sizeLimit: 1Gi
 {{- end -}}
+
+{{/* The name of a ClusterRoleBinding of the role given: the role's own name in the namespace
+`capstan`, suffixed with the namespace in any other (installations into several namespaces share
+the ClusterRoles, not the bindings). Argument: (list $ "role-name"). */}}
+{{- define "capstan.clusterBindingName" -}}
+{{- $root := index . 0 -}}
+{{- $role := index . 1 -}}
+{{- if eq $root.Release.Namespace "capstan" -}}
+{{ $role }}
+{{- else -}}
+{{ $role }}-{{ $root.Release.Namespace }}
+{{- end -}}
+{{- end -}}

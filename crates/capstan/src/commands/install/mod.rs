@@ -29,6 +29,10 @@ const MANAGER: &str = "capstan-install";
 pub struct InstallArgs {
     #[command(flatten)]
     kube: KubeArgs,
+    /// Namespace Capstan runs in: its Applications, Secrets and workloads. Installations into
+    /// several namespaces of one cluster share the CRDs and the ClusterRoles.
+    #[arg(long, short = 'n', default_value = NAMESPACE)]
+    namespace: String,
     /// Write the objects to stdout as YAML instead of applying them (no cluster is contacted).
     #[arg(long)]
     print: bool,
@@ -44,6 +48,7 @@ pub struct InstallArgs {
 pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
     let defaults = objects::Values::default();
     let values = objects::Values {
+        namespace: args.namespace.clone(),
         image: args.image.unwrap_or(defaults.image),
         server_replicas: args.server_replicas,
     };
@@ -66,8 +71,8 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
     for name in &crds {
         wait_established(&crd_api, name, Duration::from_secs(60)).await?;
     }
-    server_secret(&client).await?;
-    outln!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", crds.len());
+    server_secret(&client, &args.namespace).await?;
+    outln!("Capstan installed (namespace {}, {} CRDs)", args.namespace, crds.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -89,6 +94,7 @@ fn name_of(object: &Value) -> String {
 /// is not served (Kubernetes before 1.21); any other kind not served is an error.
 async fn apply(client: &Client, gvk: &GroupVersionKind, object: &Value, pp: &PatchParams) -> anyhow::Result<()> {
     let name = name_of(object);
+    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
     let what = format!("{} {name}", gvk.kind);
     let found = kube::discovery::pinned_kind(client, gvk).await;
     let (resource, caps): (ApiResource, ApiCapabilities) = match found {
@@ -107,7 +113,7 @@ async fn apply(client: &Client, gvk: &GroupVersionKind, object: &Value, pp: &Pat
         }
     };
     let api: Api<DynamicObject> = match caps.scope {
-        Scope::Namespaced => Api::namespaced_with(client.clone(), NAMESPACE, &resource),
+        Scope::Namespaced => Api::namespaced_with(client.clone(), namespace, &resource),
         Scope::Cluster => Api::all_with(client.clone(), &resource),
     };
     api.patch(&name, pp, &Patch::Apply(object))
@@ -143,13 +149,13 @@ async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str, time
 
 /// Create the HTTP server's Secret with a random admin password and session key, unless it exists;
 /// a missing session key is added. The password is printed once: only its hash is stored.
-async fn server_secret(client: &kube::Client) -> anyhow::Result<()> {
+async fn server_secret(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
     use base64::Engine;
     use capstan_server::auth::{self, password};
     use capstan_server::state::SECRET;
     use k8s_openapi::api::core::v1::Secret;
     let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let existing = secrets
         .get_opt(SECRET)
         .await
@@ -172,7 +178,7 @@ async fn server_secret(client: &kube::Client) -> anyhow::Result<()> {
             let admin_password = password::random_secret(12);
             let secret: Secret = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": SECRET, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "capstan"}},
+                "metadata": {"name": SECRET, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "capstan"}},
                 "data": {
                     auth::ADMIN_PASSWORD: b64(&password::hash(&admin_password)),
                     auth::SESSION_KEY: b64(&password::random_secret(32)),

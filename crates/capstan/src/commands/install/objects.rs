@@ -29,6 +29,8 @@ pub const CONTROLLER_HEALTH_PORT: u16 = 8081;
 /// What an installation may vary.
 #[derive(Debug, Clone)]
 pub struct Values {
+    /// Capstan's namespace (its Applications, Secrets and workloads).
+    pub namespace: String,
     /// The image both workloads run (`REPOSITORY:TAG` or `REPOSITORY@DIGEST`).
     pub image: String,
     /// Replicas of the server.
@@ -38,6 +40,7 @@ pub struct Values {
 impl Default for Values {
     fn default() -> Self {
         Values {
+            namespace: NAMESPACE.to_string(),
             image: format!("capstan:{}", env!("CARGO_PKG_VERSION")),
             server_replicas: 2,
         }
@@ -47,15 +50,16 @@ impl Default for Values {
 /// Every object of an installation, in the order they are applied: the namespace, the CRDs, then
 /// the rest.
 pub fn all(values: &Values) -> Vec<Value> {
-    let mut objects = vec![namespace()];
+    let ns = values.namespace.as_str();
+    let mut objects = vec![namespace(ns)];
     for (_, crd) in capstan_api::crd::all() {
         objects.push(serde_json::to_value(crd).unwrap_or(Value::Null));
     }
     objects.extend([
-        service_account(CONTROLLER),
-        service_account(SERVER),
-        role(CONTROLLER, controller_own_rules()),
-        role_binding(CONTROLLER, "Role", CONTROLLER),
+        service_account(ns, CONTROLLER),
+        service_account(ns, SERVER),
+        role(ns, CONTROLLER, controller_own_rules()),
+        role_binding(ns, CONTROLLER),
         cluster_role(
             &format!("{CONTROLLER}-deploy"),
             json!([
@@ -63,20 +67,25 @@ pub fn all(values: &Values) -> Vec<Value> {
                 {"nonResourceURLs": ["*"], "verbs": ["get"]},
             ]),
         ),
-        cluster_role_binding(&format!("{CONTROLLER}-deploy"), CONTROLLER),
-        role(SERVER, server_own_rules()),
-        role_binding(SERVER, "Role", SERVER),
+        cluster_role_binding(ns, &format!("{CONTROLLER}-deploy"), CONTROLLER),
+        role(ns, SERVER, server_own_rules()),
+        role_binding(ns, SERVER),
         cluster_role(
             SERVER,
             json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "patch"]}]),
         ),
-        cluster_role_binding(SERVER, SERVER),
+        cluster_role_binding(ns, SERVER, SERVER),
         controller_deployment(values),
         server_deployment(values),
-        server_service(),
-        pod_disruption_budget(SERVER),
-        network_policy(SERVER, json!([{"ports": [{"protocol": "TCP", "port": SERVER_PORT}]}])),
+        server_service(ns),
+        pod_disruption_budget(ns, SERVER),
         network_policy(
+            ns,
+            SERVER,
+            json!([{"ports": [{"protocol": "TCP", "port": SERVER_PORT}]}]),
+        ),
+        network_policy(
+            ns,
             CONTROLLER,
             json!([{"ports": [{"protocol": "TCP", "port": CONTROLLER_HEALTH_PORT}]}]),
         ),
@@ -98,17 +107,17 @@ fn labels(name: &str) -> Value {
     json!({"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "capstan"})
 }
 
-fn namespace() -> Value {
+fn namespace(ns: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "capstan"}},
+        "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "capstan"}},
     })
 }
 
-fn service_account(name: &str) -> Value {
+fn service_account(ns: &str, name: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels(name)},
+        "metadata": {"name": name, "namespace": ns, "labels": labels(name)},
     })
 }
 
@@ -148,20 +157,21 @@ fn server_own_rules() -> Value {
     ])
 }
 
-fn role(name: &str, rules: Value) -> Value {
+fn role(ns: &str, name: &str, rules: Value) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels(name)},
+        "metadata": {"name": name, "namespace": ns, "labels": labels(name)},
         "rules": rules,
     })
 }
 
-fn role_binding(name: &str, kind: &str, account: &str) -> Value {
+/// Binds the Role `name` to the ServiceAccount of the same name.
+fn role_binding(ns: &str, name: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels(name)},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}],
+        "metadata": {"name": name, "namespace": ns, "labels": labels(name)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
     })
 }
 
@@ -173,12 +183,21 @@ fn cluster_role(name: &str, rules: Value) -> Value {
     })
 }
 
-fn cluster_role_binding(name: &str, account: &str) -> Value {
+/// Binds the ClusterRole `role` to the ServiceAccount `account` of `ns`. The binding is named after
+/// the role in Capstan's default namespace, and after the role and the namespace in any other, so
+/// that installations into several namespaces of one cluster do not take it from each other (the
+/// ClusterRoles themselves are the same for all).
+fn cluster_role_binding(ns: &str, role: &str, account: &str) -> Value {
+    let name = if ns == NAMESPACE {
+        role.to_string()
+    } else {
+        format!("{role}-{ns}")
+    };
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": name, "labels": labels(name)},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}],
+        "metadata": {"name": name, "labels": labels(role)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
     })
 }
 
@@ -219,10 +238,10 @@ fn container(name: &str, values: &Values, args: Value, port: u16, resources: Val
     })
 }
 
-fn deployment(name: &str, replicas: u32, container: Value) -> Value {
+fn deployment(ns: &str, name: &str, replicas: u32, container: Value) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels(name)},
+        "metadata": {"name": name, "namespace": ns, "labels": labels(name)},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
@@ -251,7 +270,7 @@ fn controller_deployment(values: &Values) -> Value {
     let args = json!([
         "controller",
         "--namespace",
-        NAMESPACE,
+        values.namespace,
         "--health-listen",
         format!("0.0.0.0:{CONTROLLER_HEALTH_PORT}"),
     ]);
@@ -261,14 +280,14 @@ fn controller_deployment(values: &Values) -> Value {
     });
     let container = container(CONTROLLER, values, args, CONTROLLER_HEALTH_PORT, resources);
     // One replica until leader election lets several share the work.
-    deployment(CONTROLLER, 1, container)
+    deployment(&values.namespace, CONTROLLER, 1, container)
 }
 
 fn server_deployment(values: &Values) -> Value {
     let args = json!([
         "server",
         "--namespace",
-        NAMESPACE,
+        values.namespace,
         "--listen",
         format!("0.0.0.0:{SERVER_PORT}"),
     ]);
@@ -277,13 +296,13 @@ fn server_deployment(values: &Values) -> Value {
         "limits": {"memory": "512Mi"},
     });
     let container = container(SERVER, values, args, SERVER_PORT, resources);
-    deployment(SERVER, values.server_replicas, container)
+    deployment(&values.namespace, SERVER, values.server_replicas, container)
 }
 
-fn server_service() -> Value {
+fn server_service(ns: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": SERVER, "namespace": NAMESPACE, "labels": labels(SERVER)},
+        "metadata": {"name": SERVER, "namespace": ns, "labels": labels(SERVER)},
         "spec": {
             "selector": {"app.kubernetes.io/name": SERVER},
             "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
@@ -291,20 +310,20 @@ fn server_service() -> Value {
     })
 }
 
-fn pod_disruption_budget(name: &str) -> Value {
+fn pod_disruption_budget(ns: &str, name: &str) -> Value {
     json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels(name)},
+        "metadata": {"name": name, "namespace": ns, "labels": labels(name)},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}}},
     })
 }
 
 /// Only the workload's own port is open to others; what it calls out to is not restricted (Git
 /// hosts, registries and clusters are the users').
-fn network_policy(name: &str, ingress: Value) -> Value {
+fn network_policy(ns: &str, name: &str, ingress: Value) -> Value {
     json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels(name)},
+        "metadata": {"name": name, "namespace": ns, "labels": labels(name)},
         "spec": {
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "policyTypes": ["Ingress"],
