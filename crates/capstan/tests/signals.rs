@@ -5,18 +5,19 @@
 //! PreSync hook Job and two waves, the first holding a Deployment whose rollout takes a few seconds,
 //! so that a sync runs for seconds. Twenty times: commit a new revision (every object changes), start
 //! the controller, send SIGTERM after a random delay — from the first instant the process can take a
-//! signal, through start-up, into the sync — and check how it ends. A third of the runs have a grace
-//! period of 1 s, too short for a sync: the sync is cut, stays recorded `Running`, and the next start
-//! resumes it; the others have 20 s, so a sync in flight finishes before the process exits. Last, one
-//! more start must bring both Applications to the newest revision, Synced and Healthy, their
-//! operations Succeeded.
+//! signal, through start-up, into the sync — and check how it ends. A third of the runs from 1 s on
+//! have a grace period of 1 s, too short for a sync: the sync is cut, stays recorded `Running`, and
+//! the next start resumes it; the others have 20 s, so a sync in flight finishes before the process
+//! exits. Last, one more start must bring both Applications to the newest revision, Synced and
+//! Healthy, their operations Succeeded.
 //!
 //! Each run must end in a success status within its grace period plus a margin; with 20 s, before
 //! the grace period is over (nothing in it takes that long: a start-up or a watch that never ends
 //! would). The delays come from a seeded generator; the seed is printed (set `CAPSTAN_SIGTERM_SEED`
 //! to replay one), with the delay, what the Applications were doing at the signal ("(held)": sent
-//! while `main` held SIGTERM, before its handler was installed) and how each run ended. Processes the controller starts (git, renders) that outlive it are caught by making this
-//! test a child subreaper: orphans are re-parented to it.
+//! while `main` held SIGTERM, before its handler was installed) and how each run ended. Processes
+//! the controller starts (git, renders) that outlive it are caught by making this test a child
+//! subreaper: orphans are re-parented to it.
 
 mod common;
 
@@ -249,19 +250,21 @@ async fn sigterm_at_any_moment_ends_the_controller_and_no_operation_stays_runnin
         });
     println!("seed {seed} (CAPSTAN_SIGTERM_SEED={seed} replays it)");
     let mut rng = Rng(seed);
-    // Five delays within the first 250 ms (start-up: the client, the first lists, the server's
-    // bind), the rest spread over 250 ms – 6 s (start-up's end, the first reconciles, the sync);
-    // each at a random point of its own slot, in random order, with a random grace period.
+    // Six delays within the first 300 ms (start-up: the client, the first lists, the server's
+    // bind), the rest spread over 300 ms – 6 s (start-up's end, the first reconciles, the sync);
+    // each at a random point of its own slot, in random order. Before 1 s the grace period is the
+    // long one (a short one would hide a start-up that never ends); later, one run in three has the
+    // short one.
     let mut plan: Vec<(Duration, Duration)> = (0..RUNS as u64)
         .map(|i| {
-            let (from, width) = if i < 5 {
+            let (from, width) = if i < 6 {
                 (i * 50, 50)
             } else {
-                (250 + (i - 5) * 385, 385)
+                (300 + (i - 6) * 407, 407)
             };
             let delay = Duration::from_millis(from + rng.below(width));
-            let grace = if rng.below(3) == 0 { SHORT_GRACE } else { LONG_GRACE };
-            (delay, grace)
+            let short = rng.below(3) == 0 && delay >= Duration::from_secs(1);
+            (delay, if short { SHORT_GRACE } else { LONG_GRACE })
         })
         .collect();
     for i in (1..plan.len()).rev() {
