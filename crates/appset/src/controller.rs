@@ -55,7 +55,7 @@ use capstan_api::operation::OPERATION_ANNOTATION;
 use capstan_api::{Application, ApplicationSet};
 use capstan_kube::describe_kube_error;
 use capstan_source::RepoCache;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{self, Action, Controller};
@@ -158,16 +158,21 @@ struct Ctx {
     apps: Store<Application>,
 }
 
-/// Run the controller until `shutdown` resolves.
+/// Run the controller until `shutdown` resolves: from then on no reconcile starts, and those in
+/// flight finish before it returns. A shutdown during start-up returns at once.
 pub async fn run(
     client: Client,
     config: AppSetConfig,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppSetError> {
+    let shutdown = shutdown.shared();
     let sets: Api<ApplicationSet> = Api::namespaced(client.clone(), &config.namespace);
-    sets.list(&ListParams::default().limit(1))
-        .await
-        .map_err(|e| AppSetError::NotInstalled(describe_kube_error(&e)))?;
+    let Some(listed) =
+        capstan_kube::shutdown::before(shutdown.clone(), sets.list(&ListParams::default().limit(1))).await
+    else {
+        return Ok(());
+    };
+    listed.map_err(|e| AppSetError::NotInstalled(describe_kube_error(&e)))?;
     let apps: Api<Application> = Api::namespaced(client.clone(), &config.namespace);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
 
@@ -267,7 +272,7 @@ pub async fn run(
         apps: app_reader,
     });
     tracing::info!(namespace = %config.namespace, "ApplicationSet controller started");
-    Controller::for_stream(set_stream, set_reader)
+    let controller = Controller::for_stream(set_stream, set_reader.clone())
         .with_config(
             controller::Config::default()
                 .concurrency(config.concurrency.max(1))
@@ -275,14 +280,14 @@ pub async fn run(
                 .debounce(Duration::from_millis(300)),
         )
         .reconcile_on(trigger_rx)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(err) = res {
                 tracing::debug!(%err, "ApplicationSet reconcile error");
             }
-        })
-        .await;
+        });
+    capstan_kube::shutdown::drive(controller, &set_reader, shutdown).await;
     clusters_task.abort();
     apps_task.abort();
     tracing::info!("ApplicationSet controller stopped");

@@ -10,6 +10,7 @@ mod commands;
 mod kube_client;
 mod logging;
 mod output;
+mod shutdown;
 
 use std::process::ExitCode;
 
@@ -79,13 +80,22 @@ fn main() -> ExitCode {
     {
         return capstan_render::jsonnet::worker_main(std::env::args_os().skip(2));
     }
+    // SIGTERM and Ctrl-C wait from here until the command's handlers are installed (see `shutdown`).
+    let held = shutdown::Held::hold();
     let cli = Cli::parse();
+    let runs_until_stopped = matches!(cli.command, Command::Controller(_) | Command::Server(_));
+    let held = if runs_until_stopped {
+        Some(held)
+    } else {
+        held.release();
+        None
+    };
     output::set_color(cli.color);
     logging::init(&cli.log, cli.log_format);
     if cli.allow_unconfined_tools {
         capstan_sandbox::Enforcement::AllowUnconfined.set();
     }
-    if matches!(cli.command, Command::Controller(_) | Command::Server(_)) {
+    if runs_until_stopped {
         let support = capstan_sandbox::KernelSupport::current();
         match support.missing() {
             None => eprintln!("capstan: {}", support.describe()),
@@ -105,11 +115,18 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        // The handlers are installed before the first await of the command.
+        let signals = held.map(shutdown::Signals::listen);
+        let caught = |signals: Option<std::io::Result<shutdown::Signals>>| match signals {
+            Some(Ok(signals)) => Ok(signals),
+            Some(Err(err)) => Err(anyhow::anyhow!("cannot catch SIGTERM and SIGINT: {err}")),
+            None => Err(anyhow::anyhow!("SIGTERM and SIGINT were not held for this command")),
+        };
         match cli.command {
             Command::Local(cmd) => commands::local::run(cmd).await,
             Command::Install(args) => commands::install::run(args).await,
-            Command::Controller(args) => commands::controller::run(args).await,
-            Command::Server(args) => commands::server::run(args).await,
+            Command::Controller(args) => commands::controller::run(args, caught(signals)?).await,
+            Command::Server(args) => commands::server::run(args, caught(signals)?).await,
             Command::Account(args) => commands::account::run(args).await,
             Command::App(args) => commands::app::run(args).await,
             Command::Appset(args) => commands::appset::run(args).await,
@@ -119,6 +136,9 @@ fn main() -> ExitCode {
             Command::Crds(args) => commands::crds::run(args),
         }
     });
+    // What still runs (a watch, a poll, a render cut short by the grace period) is dropped, its
+    // child processes killed with it; blocking work gets a moment, then the process exits anyway.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(code) => code,
         Err(err) => {

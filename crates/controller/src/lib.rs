@@ -51,7 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::Application;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
@@ -71,16 +71,22 @@ pub enum ControllerError {
     NotInstalled(#[source] kube::Error),
 }
 
-/// Run the controller until `shutdown` resolves.
+/// Run the controller until `shutdown` resolves: from then on no reconcile starts, and those in
+/// flight (an operation among them) finish before it returns. A shutdown during start-up returns at
+/// once.
 pub async fn run(
     client: Client,
     config: Config,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ControllerError> {
+    let shutdown = shutdown.shared();
     let apps: Api<Application> = Api::namespaced(client.clone(), &config.namespace);
-    apps.list(&kube::api::ListParams::default().limit(1))
-        .await
-        .map_err(ControllerError::NotInstalled)?;
+    let Some(listed) =
+        capstan_kube::shutdown::before(shutdown.clone(), apps.list(&kube::api::ListParams::default().limit(1))).await
+    else {
+        return Ok(());
+    };
+    listed.map_err(ControllerError::NotInstalled)?;
 
     // Each repository's poller refreshes its refs every interval; Applications resolve from that
     // answer in between (a refresh or an operation still asks Git directly).
@@ -118,8 +124,17 @@ pub async fn run(
     }));
     ctx.use_apps(reader.clone());
     let ready = config.ready.clone();
-    if !ctx.pipeline.health.wait_loaded(Duration::from_secs(10)).await {
-        tracing::warn!("the health rules (capstan-cm) could not be read in 10 s: starting with the built-in rules");
+    match capstan_kube::shutdown::before(
+        shutdown.clone(),
+        ctx.pipeline.health.wait_loaded(Duration::from_secs(10)),
+    )
+    .await
+    {
+        None => return Ok(()),
+        Some(false) => {
+            tracing::warn!("the health rules (capstan-cm) could not be read in 10 s: starting with the built-in rules")
+        }
+        Some(true) => {}
     }
     let forget = ctx.clone();
     let stream = reflector(writer, watcher(apps, watcher::Config::default()))
@@ -150,7 +165,7 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(reconcile::relevant_change, Default::default());
     tracing::info!(namespace = %config.namespace, "Application controller started");
-    Controller::for_stream(stream, reader)
+    let controller = Controller::for_stream(stream, reader.clone())
         // A short trailing debounce merges the Application updates one request causes (the request
         // itself, then its clearing); bursts of changes to its objects are throttled where they are
         // watched (`watches::THROTTLE`), so this can stay small: it delays every sync request.
@@ -160,14 +175,14 @@ pub async fn run(
                 .debounce(Duration::from_millis(50)),
         )
         .reconcile_on(trigger_rx)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|res| async move {
             if let Err(err) = res {
                 tracing::debug!(%err, "reconcile error");
             }
-        })
-        .await;
+        });
+    capstan_kube::shutdown::drive(controller, &reader, shutdown).await;
     tracing::info!("Application controller stopped");
     Ok(())
 }

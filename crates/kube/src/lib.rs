@@ -10,6 +10,8 @@
 //! - [`patch`]: the RFC 7386 merge patch between two versions of a status ([`merge_patch`]).
 //! - [`refresh`]: after Capstan commits to a repository, asking the Applications and ApplicationSets
 //!   that read it to look at Git now ([`refresh_readers`]).
+//! - [`shutdown`]: stopping a kube-runtime controller at any moment, even before its first list
+//!   ([`shutdown::drive`]), and start-up awaits that give way to a shutdown.
 //! - [`error`]: what these helpers fail with ([`KubeError`]) and how an API server's error is worded
 //!   for users ([`describe_kube_error`]).
 
@@ -20,6 +22,7 @@ pub mod key;
 pub mod own_writes;
 pub mod patch;
 pub mod refresh;
+pub mod shutdown;
 
 pub use discovery::{Discovery, KindInfo};
 pub use error::{KubeError, describe_kube_error};

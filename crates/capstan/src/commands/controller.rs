@@ -1,5 +1,6 @@
-//! `capstan controller`: run the Application controller and the ApplicationSet controller in the
-//! foreground until SIGTERM or Ctrl-C (both stop on the same signal; if one cannot start, both stop).
+//! `capstan controller`: run the Application, ApplicationSet and image update controllers (and with
+//! `--listen` the HTTP server) in the foreground until SIGTERM or Ctrl-C (all stop on the same
+//! signal; if one cannot start, all stop), within the grace period of `--shutdown-grace`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,11 +57,38 @@ pub struct ControllerArgs {
     git_author_email: String,
     #[command(flatten)]
     serve: crate::commands::server::ServeArgs,
+    #[command(flatten)]
+    shutdown: crate::shutdown::ShutdownArgs,
 }
 
-/// Run the controller.
-pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
-    let client = args.kube.client().await?;
+/// Run the controller until SIGTERM or Ctrl-C (see [`crate::shutdown`]): then no new reconcile or
+/// sync starts, those in flight finish within the grace period, and the process exits.
+pub async fn run(args: ControllerArgs, signals: crate::shutdown::Signals) -> anyhow::Result<ExitCode> {
+    let grace = args.shutdown.grace();
+    // One stop for every component: the signal, or one of them failing (if one cannot start, all stop).
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let work = serve(args, stop_tx.clone(), stop_rx);
+    let stop = move || {
+        let _ = stop_tx.send(true);
+    };
+    crate::shutdown::until_stopped("controller", work, signals, stop, grace).await
+}
+
+/// Resolves once `rx` says stop.
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn serve(
+    args: ControllerArgs,
+    stop_tx: Arc<tokio::sync::watch::Sender<bool>>,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<ExitCode> {
+    let Some(client) = capstan_kube::shutdown::before(stopped(stop_rx.clone()), args.kube.client()).await else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let client = client?;
     let cache_dir = args
         .cache_dir
         .unwrap_or_else(|| super::default_cache().join("controller"));
@@ -104,19 +132,6 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         "capstan controller serving namespace {} (Ctrl-C to stop)",
         config.namespace
     );
-    // One shutdown signal for both controllers; either failing to start stops the other.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stop_tx = Arc::new(stop_tx);
-    let signal = {
-        let stop_tx = stop_tx.clone();
-        tokio::spawn(async move {
-            crate::commands::local::shutdown_signal().await;
-            let _ = stop_tx.send(true);
-        })
-    };
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     let applications = async {
         let result = capstan_controller::run(client.clone(), config, stopped(stop_rx.clone())).await;
         let _ = stop_tx.send(true);
@@ -138,7 +153,14 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
         };
         let config =
             crate::commands::server::config(&namespace, server_cache, &args.serve, deny_implicit_default_project);
-        let result = match crate::commands::server::bind(client.clone(), config, listen).await {
+        let bound = capstan_kube::shutdown::before(
+            stopped(stop_rx.clone()),
+            crate::commands::server::bind(client.clone(), config, listen),
+        );
+        let Some(bound) = bound.await else {
+            return Ok(());
+        };
+        let result = match bound {
             Ok(server) => server
                 .serve(stopped(stop_rx.clone()))
                 .await
@@ -162,7 +184,6 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<ExitCode> {
     };
     let (applications, applicationsets, image_updates, server, health) =
         tokio::join!(applications, applicationsets, image_updates, server, health);
-    signal.abort();
     applications?;
     applicationsets?;
     image_updates?;

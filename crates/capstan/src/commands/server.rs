@@ -47,6 +47,8 @@ pub struct ServerArgs {
     /// CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT=true once for every component.
     #[arg(long, env = "CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT")]
     deny_implicit_default_project: bool,
+    #[command(flatten)]
+    shutdown: crate::shutdown::ShutdownArgs,
 }
 
 /// The server's settings.
@@ -84,17 +86,30 @@ pub async fn bind(
     Ok(server)
 }
 
-/// Run `capstan server`.
-pub async fn run(args: ServerArgs) -> anyhow::Result<ExitCode> {
-    let client = args.kube.client().await?;
-    let cache_root = args.cache_dir.unwrap_or_else(crate::commands::default_cache);
-    let config = config(
-        &args.namespace,
-        cache_root,
-        &args.serve,
-        args.deny_implicit_default_project,
-    );
-    let server = bind(client, config, args.listen).await?;
-    server.serve(crate::commands::local::shutdown_signal()).await?;
-    Ok(ExitCode::SUCCESS)
+/// Run `capstan server` until SIGTERM or Ctrl-C (see [`crate::shutdown`]): then it stops taking
+/// connections and the requests in flight get the grace period to finish.
+pub async fn run(args: ServerArgs, signals: crate::shutdown::Signals) -> anyhow::Result<ExitCode> {
+    let grace = args.shutdown.grace();
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let work = async move {
+        let client = args.kube.client().await?;
+        let cache_root = args.cache_dir.unwrap_or_else(crate::commands::default_cache);
+        let config = config(
+            &args.namespace,
+            cache_root,
+            &args.serve,
+            args.deny_implicit_default_project,
+        );
+        let server = bind(client, config, args.listen).await?;
+        server
+            .serve(async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            })
+            .await?;
+        Ok(ExitCode::SUCCESS)
+    };
+    let stop = move || {
+        let _ = stop_tx.send(true);
+    };
+    crate::shutdown::until_stopped("server", work, signals, stop, grace).await
 }
