@@ -2,7 +2,9 @@
 # Start the Capstan playground with the examples deployed, and run the controller in the foreground.
 # `make playground` runs it after scripts/setup.sh and `cargo build --release --locked`.
 #
-#   1. `capstan local up` (control plane + simulated nodes) and `capstan install` (CRDs, namespace, RBAC)
+#   1. `capstan local up` (control plane + simulated nodes) and `capstan install` (the install source of
+#      docs/install.md; its Deployments' Pods are simulated by kwok and run nothing, so the controller
+#      runs in the foreground, step 4)
 #   2. publish examples/ as the git repository git://127.0.0.1:PORT/examples.git (branch `main`),
 #      served by `git daemon` on a free loopback port, in the background and in its own session;
 #      pushes are accepted (the image updater and `capstan promote` commit to it)
