@@ -1,5 +1,6 @@
-//! `capstan install`: apply Capstan's CRDs, the `capstan` namespace and the controller's RBAC with
-//! server-side apply (idempotent), then wait for the CRDs to be established.
+//! `capstan install`: apply Capstan's CRDs, Capstan's namespace (`capstan` unless `-n` names another)
+//! and the controller's RBAC with server-side apply (idempotent), then wait for the CRDs to be
+//! established.
 
 use crate::output::outln;
 use std::process::ExitCode;
@@ -26,16 +27,32 @@ const CONTROLLER: &str = "capstan-controller";
 pub struct InstallArgs {
     #[command(flatten)]
     kube: KubeArgs,
+    /// Namespace Capstan runs in: its Applications, the server's Secret and the controller's
+    /// service account.
+    #[arg(long, short = 'n', default_value = NAMESPACE)]
+    namespace: String,
+}
+
+/// Name of the binding that grants the controller's service account in `namespace` its cluster
+/// role: `capstan-controller` for the default namespace, suffixed with the namespace for any other,
+/// so that installs into several namespaces of one cluster do not take the binding from each other.
+fn binding_name(namespace: &str) -> String {
+    if namespace == NAMESPACE {
+        CONTROLLER.to_string()
+    } else {
+        format!("{CONTROLLER}-{namespace}")
+    }
 }
 
 /// Install into the selected cluster.
 pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
     let client = args.kube.client().await?;
     let pp = PatchParams::apply(MANAGER).force();
+    let namespace = args.namespace.as_str();
 
     let ns: Namespace = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "capstan"}},
+        "metadata": {"name": namespace, "labels": {"app.kubernetes.io/part-of": "capstan"}},
     }))?;
     apply(&Api::<Namespace>::all(client.clone()), &ns, &pp).await?;
 
@@ -48,9 +65,9 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
 
     let sa: ServiceAccount = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": CONTROLLER, "namespace": NAMESPACE},
+        "metadata": {"name": CONTROLLER, "namespace": namespace},
     }))?;
-    apply(&Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE), &sa, &pp).await?;
+    apply(&Api::<ServiceAccount>::namespaced(client.clone(), namespace), &sa, &pp).await?;
     // Like Argo CD's application controller, Capstan manages arbitrary kinds in its own cluster.
     let role: ClusterRole = serde_json::from_value(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -63,17 +80,17 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
     apply(&Api::<ClusterRole>::all(client.clone()), &role, &pp).await?;
     let binding: ClusterRoleBinding = serde_json::from_value(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": CONTROLLER},
+        "metadata": {"name": binding_name(namespace)},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER},
-        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}],
+        "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": namespace}],
     }))?;
     apply(&Api::<ClusterRoleBinding>::all(client.clone()), &binding, &pp).await?;
 
     for name in &names {
         wait_established(&crds, name, Duration::from_secs(60)).await?;
     }
-    server_secret(&client).await?;
-    outln!("Capstan installed (namespace {NAMESPACE}, {} CRDs)", names.len());
+    server_secret(&client, namespace).await?;
+    outln!("Capstan installed (namespace {namespace}, {} CRDs)", names.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -116,13 +133,13 @@ async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str, time
 
 /// Create the HTTP server's Secret with a random admin password and session key, unless it exists;
 /// a missing session key is added. The password is printed once: only its hash is stored.
-async fn server_secret(client: &kube::Client) -> anyhow::Result<()> {
+async fn server_secret(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
     use base64::Engine;
     use capstan_server::auth::{self, password};
     use capstan_server::state::SECRET;
     use k8s_openapi::api::core::v1::Secret;
     let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let existing = secrets
         .get_opt(SECRET)
         .await
@@ -145,7 +162,7 @@ async fn server_secret(client: &kube::Client) -> anyhow::Result<()> {
             let admin_password = password::random_secret(12);
             let secret: Secret = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": SECRET, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/part-of": "capstan"}},
+                "metadata": {"name": SECRET, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "capstan"}},
                 "data": {
                     auth::ADMIN_PASSWORD: b64(&password::hash(&admin_password)),
                     auth::SESSION_KEY: b64(&password::random_secret(32)),
