@@ -264,6 +264,10 @@ impl Fleet {
 async fn service_files_deploy_the_shared_chart_to_the_cluster_they_name() -> anyhow::Result<()> {
     capstan_testkit::init_logging();
     let started = Instant::now();
+    // Planes of its own: the example ApplicationSet and AppProject are applied as they are, in the
+    // `capstan` namespace they name, and the test checks that nothing of a service reaches the hub's
+    // cluster (no `payments` namespace there), which other tests' services could create on a
+    // shared plane.
     let (hub, spoke, git) = tokio::try_join!(TestCluster::start(), TestCluster::start(), GitServer::start())?;
     eprintln!("hub, spoke and git server up in {:?}", started.elapsed());
     let hub_client = hub.client().await?;

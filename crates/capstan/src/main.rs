@@ -199,7 +199,16 @@ mod tests {
         cli.build();
         let mut leaves = Vec::new();
         walk(&cli, "capstan", &mut leaves);
-        let with_namespace = ["app", "appset", "promote", "cluster", "account", "server", "controller"];
+        let with_namespace = [
+            "app",
+            "appset",
+            "promote",
+            "cluster",
+            "account",
+            "server",
+            "controller",
+            "install",
+        ];
         let mut checked = 0;
         for (path, help) in &leaves {
             for old in ["--app-namespace", "--appset-namespace", "--capstan-namespace", "-N,"] {

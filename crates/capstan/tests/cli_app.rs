@@ -7,6 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 
 use common::{Controller, capstan, text, until};
@@ -15,15 +16,17 @@ const V1: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\nd
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let cache = tempfile::tempdir()?;
     let _controller = Controller(
         Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &kc, "--cache-dir"])
+            .args(["controller", "--kubeconfig", &kc, "-n", &ns, "--cache-dir"])
             .arg(cache.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -32,8 +35,8 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
     git.create_repo("cli")?;
     let v1 = git.commit("cli", "main", &[("app/all.yaml", Some(V1))], "v1")?;
     let app = format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: cli, namespace: capstan}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: cli}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
-        git.git_url("cli")
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: cli, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: cli-app}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
+        git.git_url("cli"),
     );
     let file = cache.path().join("app.yaml");
     std::fs::write(&file, app)?;
@@ -45,40 +48,40 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
     assert!(out.status.success(), "{}", text(&out));
 
     until("the app to be compared", Duration::from_secs(60), || {
-        text(&capstan(&kc, &["app", "list"])).contains("OutOfSync")
+        text(&capstan(&kc, &["app", "list", "-n", &ns])).contains("OutOfSync")
     });
-    let list = text(&capstan(&kc, &["app", "list"]));
+    let list = text(&capstan(&kc, &["app", "list", "-n", &ns]));
     assert!(
         list.contains("NAME") && list.contains("cli") && list.contains(&v1[..7]),
         "{list}"
     );
 
     // diff: exit 1 with a unified diff while the objects are missing.
-    let diff = capstan(&kc, &["app", "diff", "cli"]);
+    let diff = capstan(&kc, &["app", "diff", "cli", "-n", &ns]);
     assert_eq!(diff.status.code(), Some(1), "{}", text(&diff));
     assert!(
-        text(&diff).contains("+++ desired /ConfigMap/cli/settings") && text(&diff).contains("+  color: blue"),
+        text(&diff).contains("+++ desired /ConfigMap/cli-app/settings") && text(&diff).contains("+  color: blue"),
         "{}",
         text(&diff)
     );
 
     // sync --wait: succeeds, prints the per-object results and the final state.
-    let sync = capstan(&kc, &["app", "sync", "cli", "--wait", "--timeout", "120"]);
+    let sync = capstan(&kc, &["app", "sync", "cli", "--wait", "--timeout", "120", "-n", &ns]);
     assert!(sync.status.success(), "sync failed: {}", text(&sync));
     assert!(
         text(&sync).contains("sync Succeeded") && text(&sync).contains("sync=Synced health=Healthy"),
         "{}",
         text(&sync)
     );
-    let diff = capstan(&kc, &["app", "diff", "cli"]);
+    let diff = capstan(&kc, &["app", "diff", "cli", "-n", &ns]);
     assert_eq!(diff.status.code(), Some(0), "no diff after a sync: {}", text(&diff));
 
-    let get = text(&capstan(&kc, &["app", "get", "cli"]));
+    let get = text(&capstan(&kc, &["app", "get", "cli", "-n", &ns]));
     assert!(
         get.contains("Sync Status:   Synced") && get.contains("Deployment") && get.contains("Healthy"),
         "{get}"
     );
-    let json = capstan(&kc, &["app", "get", "cli", "-o", "json"]);
+    let json = capstan(&kc, &["app", "get", "cli", "-o", "json", "-n", &ns]);
     let parsed: serde_json::Value = serde_json::from_slice(&json.stdout)?;
     assert_eq!(parsed["status"]["sync"]["revision"], v1.as_str());
 
@@ -89,24 +92,24 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
         &[("app/all.yaml", Some(&V1.replace("blue", "green")))],
         "v2",
     )?;
-    let get = capstan(&kc, &["app", "get", "cli", "--refresh"]);
+    let get = capstan(&kc, &["app", "get", "cli", "--refresh", "-n", &ns]);
     assert!(
         text(&get).contains("OutOfSync"),
         "refresh sees the new commit: {}",
         text(&get)
     );
-    let sync = capstan(&kc, &["app", "sync", "cli", "--wait"]);
+    let sync = capstan(&kc, &["app", "sync", "cli", "--wait", "-n", &ns]);
     assert!(sync.status.success(), "{}", text(&sync));
-    let history = text(&capstan(&kc, &["app", "history", "cli"]));
+    let history = text(&capstan(&kc, &["app", "history", "cli", "-n", &ns]));
     assert!(history.contains(&v1) && history.contains(&v2), "{history}");
-    let rollback = capstan(&kc, &["app", "rollback", "cli", "0", "--wait"]);
+    let rollback = capstan(&kc, &["app", "rollback", "cli", "0", "--wait", "-n", &ns]);
     assert!(rollback.status.success(), "{}", text(&rollback));
     let color = Command::new(&kubectl)
         .args([
             "--kubeconfig",
             &kc,
             "-n",
-            "cli",
+            "cli-app",
             "get",
             "cm",
             "settings",
@@ -129,11 +132,11 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
         )],
         "bad",
     )?;
-    capstan(&kc, &["app", "get", "cli", "--refresh"]);
-    let bad = capstan(&kc, &["app", "sync", "cli", "--wait", "--timeout", "60"]);
+    capstan(&kc, &["app", "get", "cli", "--refresh", "-n", &ns]);
+    let bad = capstan(&kc, &["app", "sync", "cli", "--wait", "--timeout", "60", "-n", &ns]);
     assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
     assert!(
-        text(&bad).contains("apps/Deployment/cli/web") && text(&bad).contains("replicas"),
+        text(&bad).contains("apps/Deployment/cli-app/web") && text(&bad).contains("replicas"),
         "{}",
         text(&bad)
     );
@@ -141,20 +144,20 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
 
     // wait, unknown apps, and cascading delete.
     // The refused Deployment makes the Application Degraded: waiting for health times out, saying so.
-    let wait = capstan(&kc, &["app", "wait", "cli", "--health", "--timeout", "5"]);
+    let wait = capstan(&kc, &["app", "wait", "cli", "--health", "--timeout", "5", "-n", &ns]);
     assert_eq!(wait.status.code(), Some(1), "{}", text(&wait));
     assert!(
         text(&wait).contains("timed out") && text(&wait).contains("health=Degraded"),
         "{}",
         text(&wait)
     );
-    let missing = capstan(&kc, &["app", "get", "nope"]);
+    let missing = capstan(&kc, &["app", "get", "nope", "-n", &ns]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(text(&missing).contains("\"nope\" not found"), "{}", text(&missing));
-    let delete = capstan(&kc, &["app", "delete", "cli", "--wait", "--yes"]);
+    let delete = capstan(&kc, &["app", "delete", "cli", "--wait", "--yes", "-n", &ns]);
     assert!(delete.status.success(), "{}", text(&delete));
     let gone = Command::new(&kubectl)
-        .args(["--kubeconfig", &kc, "-n", "cli", "get", "cm", "settings"])
+        .args(["--kubeconfig", &kc, "-n", "cli-app", "get", "cm", "settings"])
         .output()?;
     assert!(!gone.status.success(), "cascade deleted the objects");
     Ok(())

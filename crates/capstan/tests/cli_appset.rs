@@ -6,15 +6,16 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{Controller, capstan, text, until};
+use common::{Controller, capstan, capstan_in, text, until};
 
-fn appset(name: &str, repo: &str, label: &str) -> String {
+fn appset(ns: &str, name: &str, repo: &str, label: &str) -> String {
     format!(
         r#"apiVersion: capstan.dev/v1alpha1
 kind: ApplicationSet
-metadata: {{name: {name}, namespace: capstan}}
+metadata: {{name: {name}, namespace: {ns}}}
 spec:
   generators:
   - list: {{elements: [{{svc: a}}, {{svc: b}}]}}
@@ -22,22 +23,24 @@ spec:
     metadata: {{name: "{name}-{{{{svc}}}}", labels: {{team: "{label}"}}}}
     spec:
       source: {{repoURL: "{repo}", targetRevision: main, path: "{{{{svc}}}}"}}
-      destination: {{server: "https://kubernetes.default.svc", namespace: "{name}-{{{{svc}}}}"}}
+      destination: {{server: "https://kubernetes.default.svc", namespace: "cli-appset-{name}-{{{{svc}}}}"}}
 "#
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them() -> anyhow::Result<()> {
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let cache = tempfile::tempdir()?;
     let mut controller = Controller(
         Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &kc, "--cache-dir"])
+            .args(["controller", "--kubeconfig", &kc, "-n", &ns, "--cache-dir"])
             .arg(cache.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -53,8 +56,8 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
         &file,
         format!(
             "{}---\n{}",
-            appset("good", &repo, "web"),
-            appset("broken", &repo, "{{owner}}")
+            appset(&ns, "good", &repo, "web"),
+            appset(&ns, "broken", &repo, "{{owner}}")
         ),
     )?;
     let kubectl = capstan_playground::binaries::find("kubectl")?;
@@ -65,10 +68,10 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
     assert!(out.status.success(), "{}", text(&out));
 
     until("both sets reconciled", Duration::from_secs(60), || {
-        let list = text(&capstan(&kc, &["appset", "list"]));
+        let list = text(&capstan_in(&kc, &ns, &["appset", "list"]));
         list.contains("UpToDate") && list.contains("Error (MissingParameter)")
     });
-    let list = text(&capstan(&kc, &["appset", "list"]));
+    let list = text(&capstan_in(&kc, &ns, &["appset", "list"]));
     let good = list.lines().find(|l| l.starts_with("good")).unwrap_or_default();
     let cols: Vec<&str> = good.split_whitespace().collect();
     assert_eq!(
@@ -84,21 +87,21 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
 
     // The Applications exist and the Application controller compares them.
     until("generated Applications compared", Duration::from_secs(60), || {
-        let apps = text(&capstan(&kc, &["app", "list"]));
+        let apps = text(&capstan_in(&kc, &ns, &["app", "list"]));
         apps.contains("good-a") && apps.contains("good-b") && apps.matches("OutOfSync").count() == 2
     });
     until(
         "the set reports its Applications' sync status",
         Duration::from_secs(30),
         || {
-            text(&capstan(&kc, &["appset", "get", "good"]))
+            text(&capstan_in(&kc, &ns, &["appset", "get", "good"]))
                 .matches("OutOfSync")
                 .count()
                 == 2
         },
     );
-    let get = text(&capstan(&kc, &["appset", "get", "good"]));
-    assert!(get.contains("Name:        capstan/good"), "{get}");
+    let get = text(&capstan_in(&kc, &ns, &["appset", "get", "good"]));
+    assert!(get.contains(&format!("Name:        {ns}/good")), "{get}");
     assert!(get.contains("Generators:  list"), "{get}");
     assert!(get.contains("Status:      UpToDate"), "{get}");
     assert!(
@@ -106,17 +109,17 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
         "{get}"
     );
 
-    let json = capstan(&kc, &["appset", "get", "good", "-o", "json"]);
+    let json = capstan_in(&kc, &ns, &["appset", "get", "good", "-o", "json"]);
     assert!(json.status.success(), "{}", text(&json));
     let parsed: serde_json::Value = serde_json::from_slice(&json.stdout)?;
     assert_eq!(parsed["status"]["resources"][0]["name"], "good-a");
-    let yaml = text(&capstan(&kc, &["appset", "get", "broken", "-o", "yaml"]));
+    let yaml = text(&capstan_in(&kc, &ns, &["appset", "get", "broken", "-o", "yaml"]));
     assert!(
         yaml.contains("type: ErrorOccurred") && yaml.contains("MissingParameter"),
         "{yaml}"
     );
 
-    let missing = capstan(&kc, &["appset", "get", "nope"]);
+    let missing = capstan_in(&kc, &ns, &["appset", "get", "nope"]);
     assert!(!missing.status.success());
     assert!(
         text(&missing).contains("ApplicationSet \"nope\" not found"),

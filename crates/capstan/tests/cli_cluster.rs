@@ -8,14 +8,15 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{Controller, capstan, kubectl, text, until};
+use common::{Controller, capstan, capstan_in, kubectl, text, until};
 
 const MANIFESTS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
 
-fn app_json(hub: &str, name: &str) -> serde_json::Value {
-    let out = capstan(hub, &["app", "get", name, "-o", "json"]);
+fn app_json(hub: &str, ns: &str, name: &str) -> serde_json::Value {
+    let out = capstan_in(hub, ns, &["app", "get", name, "-o", "json"]);
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
@@ -26,25 +27,30 @@ fn apply(hub: &str, dir: &std::path::Path, name: &str, yaml: &str) {
     assert!(out.status.success(), "{}", text(&out));
 }
 
-fn application(name: &str, repo: &str, destination: &str) -> String {
+fn application(ns: &str, name: &str, repo: &str, destination: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: app}}\n  destination: {{{destination}, namespace: web}}\n  syncPolicy: {{automated: {{prune: true, selfHeal: true}}, syncOptions: [CreateNamespace=true]}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: app}}\n  destination: {{{destination}, namespace: cli-cluster}}\n  syncPolicy: {{automated: {{prune: true, selfHeal: true}}, syncOptions: [CreateNamespace=true]}}\n"
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> anyhow::Result<()> {
-    let (hub, spoke_a, spoke_b) = tokio::try_join!(TestCluster::start(), TestCluster::start(), TestCluster::start())?;
+    // The hub is the run's shared plane, with Capstan in a namespace of this test's own. The
+    // spokes are private: spoke-a ends with Capstan's service account revoked (and the test checks
+    // it is gone), spoke-b is stopped halfway.
+    let (hub, spoke_a, spoke_b) = tokio::try_join!(TestCluster::shared(), TestCluster::start(), TestCluster::start())?;
     let git = GitServer::start().await?;
     let hub_kc = hub.kubeconfig().to_string_lossy().to_string();
     let a_kc = spoke_a.kubeconfig().to_string_lossy().to_string();
     let b_kc = spoke_b.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&hub_kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&hub_kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
 
     // Registration: a service account on the spoke (default) or the kubeconfig's own credentials.
-    let out = capstan(
+    let out = capstan_in(
         &hub_kc,
+        &ns,
         &[
             "cluster",
             "add",
@@ -67,8 +73,9 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         "service account created on the spoke: {}",
         text(&sa)
     );
-    let out = capstan(
+    let out = capstan_in(
         &hub_kc,
+        &ns,
         &[
             "cluster",
             "add",
@@ -79,11 +86,12 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         ],
     );
     assert!(out.status.success(), "cluster add: {}", text(&out));
-    let again = capstan(&hub_kc, &["cluster", "add", "spoke-a", "--kubeconfig", &a_kc]);
+    let again = capstan_in(&hub_kc, &ns, &["cluster", "add", "spoke-a", "--kubeconfig", &a_kc]);
     assert!(!again.status.success(), "a second add of the same name is refused");
     assert!(text(&again).contains("--upsert"), "{}", text(&again));
-    let bad = capstan(
+    let bad = capstan_in(
         &hub_kc,
+        &ns,
         &["cluster", "add", "nowhere", "--kubeconfig", "/nonexistent/kubeconfig"],
     );
     assert!(!bad.status.success());
@@ -92,7 +100,7 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
     let cache = tempfile::tempdir()?;
     let _controller = Controller(
         Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &hub_kc, "--cache-dir"])
+            .args(["controller", "--kubeconfig", &hub_kc, "-n", &ns, "--cache-dir"])
             .arg(cache.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -105,43 +113,49 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         &hub_kc,
         cache.path(),
         "on-a",
-        &application("on-a", &repo, "name: spoke-a"),
+        &application(&ns, "on-a", &repo, "name: spoke-a"),
     );
     apply(
         &hub_kc,
         cache.path(),
         "on-b",
-        &application("on-b", &repo, &format!("server: '{}'", spoke_b.server())),
+        &application(&ns, "on-b", &repo, &format!("server: '{}'", spoke_b.server())),
     );
     apply(
         &hub_kc,
         cache.path(),
         "local",
-        &application("local", &repo, "name: in-cluster"),
+        &application(&ns, "local", &repo, "name: in-cluster"),
     );
     apply(
         &hub_kc,
         cache.path(),
         "unknown",
-        &application("unknown", &repo, "name: nowhere"),
+        &application(&ns, "unknown", &repo, "name: nowhere"),
     );
 
     for name in ["on-a", "on-b", "local"] {
         until(&format!("{name} Synced and Healthy"), Duration::from_secs(120), || {
-            let app = app_json(&hub_kc, name);
+            let app = app_json(&hub_kc, &ns, name);
             app["status"]["sync"]["status"] == "Synced" && app["status"]["health"]["status"] == "Healthy"
         });
     }
     // Each Application's objects are on its own cluster only.
-    let on_a = kubectl(&a_kc, &["-n", "web", "get", "configmap", "settings", "-o", "json"]);
+    let on_a = kubectl(
+        &a_kc,
+        &["-n", "cli-cluster", "get", "configmap", "settings", "-o", "json"],
+    );
     assert!(on_a.status.success(), "{}", text(&on_a));
     let cm: serde_json::Value = serde_json::from_slice(&on_a.stdout)?;
-    assert_eq!(cm["metadata"]["annotations"]["capstan.dev/tracking-id"], "capstan/on-a");
+    assert_eq!(
+        cm["metadata"]["annotations"]["capstan.dev/tracking-id"],
+        format!("{ns}/on-a")
+    );
     let dep = kubectl(
         &b_kc,
         &[
             "-n",
-            "web",
+            "cli-cluster",
             "get",
             "deployment",
             "web",
@@ -150,13 +164,16 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         ],
     );
     assert_eq!(String::from_utf8_lossy(&dep.stdout), "1", "{}", text(&dep));
-    let on_hub = kubectl(&hub_kc, &["-n", "web", "get", "configmap", "settings", "-o", "json"]);
+    let on_hub = kubectl(
+        &hub_kc,
+        &["-n", "cli-cluster", "get", "configmap", "settings", "-o", "json"],
+    );
     let cm: serde_json::Value = serde_json::from_slice(&on_hub.stdout)?;
     assert_eq!(
         cm["metadata"]["annotations"]["capstan.dev/tracking-id"],
-        "capstan/local"
+        format!("{ns}/local")
     );
-    let unknown = app_json(&hub_kc, "unknown");
+    let unknown = app_json(&hub_kc, &ns, "unknown");
     let conditions = unknown["status"]["conditions"].to_string();
     assert!(
         conditions.contains("InvalidSpecError") && conditions.contains("not registered"),
@@ -164,14 +181,17 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
     );
 
     // Self-heal works through the spoke's own watches.
-    let out = kubectl(&a_kc, &["-n", "web", "scale", "deployment", "web", "--replicas=3"]);
+    let out = kubectl(
+        &a_kc,
+        &["-n", "cli-cluster", "scale", "deployment", "web", "--replicas=3"],
+    );
     assert!(out.status.success(), "{}", text(&out));
     until("drift on spoke-a healed", Duration::from_secs(30), || {
         let out = kubectl(
             &a_kc,
             &[
                 "-n",
-                "web",
+                "cli-cluster",
                 "get",
                 "deployment",
                 "web",
@@ -184,17 +204,21 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
 
     // cluster list / get / label.
     until("connection state recorded", Duration::from_secs(30), || {
-        let list = text(&capstan(&hub_kc, &["cluster", "list"]));
+        let list = text(&capstan_in(&hub_kc, &ns, &["cluster", "list"]));
         list.lines()
             .any(|l| l.starts_with("spoke-a") && l.contains("Successful") && l.contains(&release))
     });
-    let list = text(&capstan(&hub_kc, &["cluster", "list"]));
+    let list = text(&capstan_in(&hub_kc, &ns, &["cluster", "list"]));
     assert!(list.contains("in-cluster") && list.contains("env=staging"), "{list}");
-    let out = capstan(&hub_kc, &["cluster", "label", "spoke-b", "env=production", "tier=1"]);
+    let out = capstan_in(
+        &hub_kc,
+        &ns,
+        &["cluster", "label", "spoke-b", "env=production", "tier=1"],
+    );
     assert!(out.status.success(), "{}", text(&out));
-    let out = capstan(&hub_kc, &["cluster", "label", "spoke-b", "tier-"]);
+    let out = capstan_in(&hub_kc, &ns, &["cluster", "label", "spoke-b", "tier-"]);
     assert!(out.status.success(), "{}", text(&out));
-    let get = capstan(&hub_kc, &["cluster", "get", "spoke-b", "-o", "json"]);
+    let get = capstan_in(&hub_kc, &ns, &["cluster", "get", "spoke-b", "-o", "json"]);
     let got: serde_json::Value = serde_json::from_slice(&get.stdout)?;
     assert_eq!(got["labels"], serde_json::json!({"env": "production"}));
     assert!(
@@ -216,7 +240,7 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
             &hub_kc,
             &[
                 "-n",
-                "capstan",
+                &ns,
                 "annotate",
                 "--overwrite",
                 "application",
@@ -232,7 +256,7 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
             &a_kc,
             &[
                 "-n",
-                "web",
+                "cli-cluster",
                 "get",
                 "configmap",
                 "settings",
@@ -244,7 +268,7 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
             &hub_kc,
             &[
                 "-n",
-                "web",
+                "cli-cluster",
                 "get",
                 "configmap",
                 "settings",
@@ -260,20 +284,20 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         started.elapsed()
     );
     until("on-b Unknown with the reason", Duration::from_secs(60), || {
-        let app = app_json(&hub_kc, "on-b");
+        let app = app_json(&hub_kc, &ns, "on-b");
         app["status"]["health"]["status"] == "Unknown"
             && app["status"]["health"]["message"]
                 .as_str()
                 .is_some_and(|m| m.contains("spoke-b") && m.contains("unreachable"))
     });
     until("cluster list shows spoke-b failed", Duration::from_secs(30), || {
-        let list = text(&capstan(&hub_kc, &["cluster", "list"]));
+        let list = text(&capstan_in(&hub_kc, &ns, &["cluster", "list"]));
         list.lines()
             .any(|l| l.starts_with("spoke-b") && l.contains(&b_server) && l.contains("Failed"))
     });
 
     // Removing a registration leaves the spoke's objects alone and says so on the Application.
-    let out = capstan(&hub_kc, &["cluster", "rm", "spoke-a", "--revoke-with", &a_kc]);
+    let out = capstan_in(&hub_kc, &ns, &["cluster", "rm", "spoke-a", "--revoke-with", &a_kc]);
     assert!(out.status.success(), "{}", text(&out));
     let sa = kubectl(
         &a_kc,
@@ -284,11 +308,11 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         "--revoke-with deletes Capstan's service account on the cluster"
     );
     until("on-a reports its cluster is gone", Duration::from_secs(30), || {
-        app_json(&hub_kc, "on-a")["status"]["conditions"]
+        app_json(&hub_kc, &ns, "on-a")["status"]["conditions"]
             .to_string()
             .contains("not registered")
     });
-    let still = kubectl(&a_kc, &["-n", "web", "get", "deployment", "web"]);
+    let still = kubectl(&a_kc, &["-n", "cli-cluster", "get", "deployment", "web"]);
     assert!(still.status.success(), "objects stay when a cluster is unregistered");
     Ok(())
 }

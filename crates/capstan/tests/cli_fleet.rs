@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{Controller, capstan, kubectl, text, until};
+use common::{Controller, capstan, capstan_in, kubectl, text, until};
 
 /// `.data.color` of the ConfigMap on a spoke ("" when absent).
 fn color(kubeconfig: &str) -> String {
@@ -37,15 +38,17 @@ fn manifests(color: &str, simulate: &str) -> String {
     )
 }
 
-fn appset_json(hub: &str) -> serde_json::Value {
-    let out = capstan(hub, &["appset", "get", "fleet", "-o", "json"]);
+fn appset_json(hub: &str, ns: &str) -> serde_json::Value {
+    let out = capstan_in(hub, ns, &["appset", "get", "fleet", "-o", "json"]);
     serde_json::from_slice(&out.stdout).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_clusters_generator_follows_labels_and_rolls_out_in_steps() -> anyhow::Result<()> {
+    // The hub is the run's shared plane, with Capstan in a namespace of this test's own. The
+    // three spokes are the fleet: clusters of their own, which no other test uses.
     let (hub, staging, production, late) = tokio::try_join!(
-        TestCluster::start(),
+        TestCluster::shared(),
         TestCluster::start(),
         TestCluster::start(),
         TestCluster::start()
@@ -54,7 +57,8 @@ async fn a_clusters_generator_follows_labels_and_rolls_out_in_steps() -> anyhow:
     let hub_kc = hub.kubeconfig().to_string_lossy().to_string();
     let kc = |c: &TestCluster| c.kubeconfig().to_string_lossy().to_string();
     let (staging_kc, production_kc, late_kc) = (kc(&staging), kc(&production), kc(&late));
-    let out = capstan(&hub_kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&hub_kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     for (name, kubeconfig, labels) in [
         ("staging", &staging_kc, vec!["env=staging", "upgrade_testing=false"]),
@@ -69,7 +73,7 @@ async fn a_clusters_generator_follows_labels_and_rolls_out_in_steps() -> anyhow:
         for l in &labels {
             args.extend(["--label", l]);
         }
-        let out = capstan(&hub_kc, &args);
+        let out = capstan_in(&hub_kc, &ns, &args);
         assert!(out.status.success(), "cluster add {name}: {}", text(&out));
     }
 
@@ -87,6 +91,8 @@ async fn a_clusters_generator_follows_labels_and_rolls_out_in_steps() -> anyhow:
                 "controller",
                 "--kubeconfig",
                 &hub_kc,
+                "-n",
+                &ns,
                 "--poll-interval",
                 "3",
                 "--wave-timeout",
@@ -101,7 +107,7 @@ async fn a_clusters_generator_follows_labels_and_rolls_out_in_steps() -> anyhow:
     let set = format!(
         r#"apiVersion: capstan.dev/v1alpha1
 kind: ApplicationSet
-metadata: {{name: fleet, namespace: capstan}}
+metadata: {{name: fleet, namespace: {ns}}}
 spec:
   generators:
   - clusters:
@@ -133,22 +139,23 @@ spec:
     until("staging and production deployed", Duration::from_secs(120), || {
         color(&staging_kc) == "blue" && color(&production_kc) == "blue"
     });
-    let list = text(&capstan(&hub_kc, &["app", "list"]));
+    let list = text(&capstan_in(&hub_kc, &ns, &["app", "list"]));
     assert!(
         list.contains("guestbook-staging") && list.contains("guestbook-production") && !list.contains("guestbook-late"),
         "{list}"
     );
-    let apps = text(&capstan(&hub_kc, &["appset", "get", "fleet"]));
+    let apps = text(&capstan_in(&hub_kc, &ns, &["appset", "get", "fleet"]));
     assert!(apps.contains("guestbook-production"), "{apps}");
 
     // Labelling the third cluster deploys there within 10 s of the label.
-    let out = capstan(
+    let out = capstan_in(
         &hub_kc,
+        &ns,
         &["cluster", "label", "late", "env=staging", "upgrade_testing=false"],
     );
     assert!(out.status.success(), "{}", text(&out));
     let created = until("guestbook-late created", Duration::from_secs(30), || {
-        text(&capstan(&hub_kc, &["app", "list"])).contains("guestbook-late")
+        text(&capstan_in(&hub_kc, &ns, &["app", "list"])).contains("guestbook-late")
     });
     assert!(
         created < Duration::from_secs(10),
@@ -216,7 +223,7 @@ spec:
     let mut last = serde_json::Value::Null;
     let reported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         until("the rollout reports the failure", Duration::from_secs(120), || {
-            let set = appset_json(&hub_kc);
+            let set = appset_json(&hub_kc, &ns);
             last = set.clone();
             let statuses = set["status"]["applicationStatus"].to_string();
             let conditions = set["status"]["conditions"].to_string();
@@ -240,7 +247,7 @@ spec:
                 &hub_kc,
                 &[
                     "-n",
-                    "capstan",
+                    &ns,
                     "get",
                     "applications.capstan.dev",
                     app,
@@ -255,7 +262,7 @@ spec:
         &hub_kc,
         &[
             "-n",
-            "capstan",
+            &ns,
             "annotate",
             "--overwrite",
             "applicationsets.capstan.dev",
@@ -269,7 +276,7 @@ spec:
             &hub_kc,
             &[
                 "-n",
-                "capstan",
+                &ns,
                 "get",
                 "applicationsets.capstan.dev",
                 "fleet",

@@ -1,5 +1,6 @@
 //! The `capstan local` and `capstan install` commands, driven as a user would: through the binary
-//! and the real kubectl.
+//! and the real kubectl. `capstan local up` starts the control planes under test, so these tests use
+//! no shared one.
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -11,23 +11,28 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 use common::http::Http;
 use serde_json::{Value, json};
 
-use common::{capstan, kubectl, text, until};
+use common::{capstan, capstan_in, kubectl, text, until};
 
 const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n";
 const BROKEN: &str = "kind: ConfigMap\nmetadata: [unclosed\n";
 
-/// The cluster Secret the playground applies for `in-cluster`: labels only, applied with kubectl
-/// (so it carries kubectl's last-applied annotation).
-const IN_CLUSTER_LABELS: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cluster-in-cluster\n  namespace: capstan\n  labels: {capstan.dev/secret-type: cluster, env: staging}\ntype: Opaque\nstringData: {name: in-cluster, server: 'https://kubernetes.default.svc'}\n";
+/// The cluster Secret the playground applies for `in-cluster` (in Capstan's namespace `ns`): labels
+/// only, applied with kubectl (so it carries kubectl's last-applied annotation).
+fn in_cluster_labels(ns: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cluster-in-cluster\n  namespace: {ns}\n  labels: {{capstan.dev/secret-type: cluster, env: staging}}\ntype: Opaque\nstringData: {{name: in-cluster, server: 'https://kubernetes.default.svc'}}\n"
+    )
+}
 
-fn application(name: &str, repo: &str, path: &str, automated: bool) -> String {
+fn application(ns: &str, name: &str, repo: &str, path: &str, automated: bool) -> String {
     let automated = if automated { ", automated: {}" } else { "" };
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: {path}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]{automated}}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: {path}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: newcomer-{name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]{automated}}}\n"
     )
 }
 
@@ -84,14 +89,17 @@ fn summary<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Result<()> {
-    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let (cluster, git) = tokio::try_join!(TestCluster::shared(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
     let work = tempfile::tempdir()?;
-    apply(&kc, work.path(), "in-cluster.yaml", IN_CLUSTER_LABELS);
-    let (_controller, base, _, log) = common::controller_with_server_log(&kc, &work.path().join("cache"), &[])?;
+    apply(&kc, work.path(), "in-cluster.yaml", &in_cluster_labels(&ns));
+    let (_controller, base, _, log) =
+        common::controller_with_server_log(&kc, &work.path().join("cache"), &["-n", &ns])?;
 
     git.create_repo("edges")?;
     git.commit(
@@ -105,27 +113,32 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
         &kc,
         work.path(),
         "manual.yaml",
-        &application("manual", &repo, "app", false),
+        &application(&ns, "manual", &repo, "app", false),
     );
-    apply(&kc, work.path(), "auto.yaml", &application("auto", &repo, "app", true));
+    apply(
+        &kc,
+        work.path(),
+        "auto.yaml",
+        &application(&ns, "auto", &repo, "app", true),
+    );
     apply(
         &kc,
         work.path(),
         "broken.yaml",
-        &application("broken", &repo, "broken", false),
+        &application(&ns, "broken", &repo, "broken", false),
     );
-    let sync = capstan(&kc, &["app", "sync", "manual", "--wait", "--timeout", "120"]);
+    let sync = capstan_in(&kc, &ns, &["app", "sync", "manual", "--wait", "--timeout", "120"]);
     assert!(sync.status.success(), "{}", text(&sync));
 
     // Rollbacks that cannot run are refused when asked, with the reason, and nothing is requested.
-    let automated = capstan(&kc, &["app", "rollback", "auto", "0"]);
+    let automated = capstan_in(&kc, &ns, &["app", "rollback", "auto", "0"]);
     assert_eq!(automated.status.code(), Some(1), "{}", text(&automated));
     assert!(
         text(&automated).contains("automated sync is enabled") && !text(&automated).contains("requested"),
         "{}",
         text(&automated)
     );
-    let missing = capstan(&kc, &["app", "rollback", "manual", "7"]);
+    let missing = capstan_in(&kc, &ns, &["app", "rollback", "manual", "7"]);
     assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
     assert!(
         text(&missing).contains("history entry 7 not found (entries: 0)"),
@@ -137,7 +150,7 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
             &kc,
             &[
                 "-n",
-                "capstan",
+                &ns,
                 "get",
                 "application",
                 name,
@@ -174,11 +187,11 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
 
     // `app wait` on an Application that cannot be compared says why at once.
     until("broken to have a ComparisonError", Duration::from_secs(60), || {
-        let list = capstan(&kc, &["app", "get", "broken", "-o", "json"]);
+        let list = capstan_in(&kc, &ns, &["app", "get", "broken", "-o", "json"]);
         String::from_utf8_lossy(&list.stdout).contains("ComparisonError")
     });
     let started = Instant::now();
-    let wait = capstan(&kc, &["app", "wait", "broken", "--timeout", "120"]);
+    let wait = capstan_in(&kc, &ns, &["app", "wait", "broken", "--timeout", "120"]);
     assert_eq!(wait.status.code(), Some(1), "{}", text(&wait));
     assert!(
         started.elapsed() < Duration::from_secs(60),
@@ -194,7 +207,7 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
     );
 
     // The list says what is wrong without -o wide.
-    let list = text(&capstan(&kc, &["app", "list"]));
+    let list = text(&capstan_in(&kc, &ns, &["app", "list"]));
     let header = list.lines().next().unwrap_or_default();
     assert!(header.ends_with("MESSAGE"), "{list}");
     let broken_row = list.lines().find(|l| l.starts_with("broken ")).unwrap_or_default();
@@ -206,7 +219,7 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
     );
 
     // Filters: by label (the API server's selector), project, repository and cluster.
-    let none = capstan(&kc, &["app", "list", "-l", "team=nobody"]);
+    let none = capstan_in(&kc, &ns, &["app", "list", "-l", "team=nobody"]);
     assert!(none.status.success(), "{}", text(&none));
     assert_eq!(
         String::from_utf8_lossy(&none.stdout).lines().count(),
@@ -214,8 +227,9 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
         "{}",
         text(&none)
     );
-    let some = text(&capstan(
+    let some = text(&capstan_in(
         &kc,
+        &ns,
         &[
             "app",
             "list",
@@ -228,12 +242,12 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
         ],
     ));
     assert!(some.contains("manual ") && some.contains("auto "), "{some}");
-    let other = text(&capstan(&kc, &["app", "list", "--cluster", "elsewhere"]));
+    let other = text(&capstan_in(&kc, &ns, &["app", "list", "--cluster", "elsewhere"]));
     assert!(!other.contains("manual "), "{other}");
 
     // A reader that goes away early: no panic, no message, status 0.
     for output in ["json", "yaml", "table"] {
-        let (status, stderr) = into_closed_pipe(&kc, &["app", "list", "-o", output]);
+        let (status, stderr) = into_closed_pipe(&kc, &["app", "list", "-o", output, "-n", &ns]);
         assert_eq!(status.code(), Some(0), "-o {output}: {stderr}");
         assert!(stderr.is_empty(), "-o {output} is quiet: {stderr}");
     }
@@ -246,34 +260,34 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
         "v2",
     )?;
     let green = "\x1b[32m+  color: green";
-    let diff = capstan(&kc, &["app", "diff", "manual"]);
+    let diff = capstan_in(&kc, &ns, &["app", "diff", "manual"]);
     assert_eq!(diff.status.code(), Some(1), "{}", text(&diff));
     assert!(
         text(&diff).contains("+  color: green") && !text(&diff).contains('\x1b'),
         "{}",
         text(&diff)
     );
-    let always = text(&capstan(&kc, &["app", "diff", "manual", "--color", "always"]));
+    let always = text(&capstan_in(&kc, &ns, &["app", "diff", "manual", "--color", "always"]));
     assert!(always.contains(green), "{always}");
-    let terminal = on_a_terminal(&kc, &[], &["app", "diff", "manual"]);
+    let terminal = on_a_terminal(&kc, &[], &["app", "diff", "manual", "-n", &ns]);
     assert!(terminal.contains(green), "{terminal}");
-    let no_color = on_a_terminal(&kc, &[("NO_COLOR", "1")], &["app", "diff", "manual"]);
+    let no_color = on_a_terminal(&kc, &[("NO_COLOR", "1")], &["app", "diff", "manual", "-n", &ns]);
     assert!(
         no_color.contains("+  color: green") && !no_color.contains('\x1b'),
         "{no_color}"
     );
-    let never = on_a_terminal(&kc, &[], &["app", "diff", "manual", "--color", "never"]);
+    let never = on_a_terminal(&kc, &[], &["app", "diff", "manual", "--color", "never", "-n", &ns]);
     assert!(never.contains("+  color: green") && !never.contains('\x1b'), "{never}");
 
     // Who asked: $LOGNAME when $USER is unset (as in some service and container shells).
     let sync = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(["app", "sync", "manual", "--wait", "--timeout", "120"])
+        .args(["app", "sync", "manual", "--wait", "--timeout", "120", "-n", &ns])
         .env("KUBECONFIG", &kc)
         .env_remove("USER")
         .env("LOGNAME", "newcomer")
         .output()?;
     assert!(sync.status.success(), "{}", text(&sync));
-    let get = capstan(&kc, &["app", "get", "manual", "-o", "json"]);
+    let get = capstan_in(&kc, &ns, &["app", "get", "manual", "-o", "json"]);
     let app: Value = serde_json::from_slice(&get.stdout)?;
     let by = app["status"]["operationState"]["operation"]["initiatedBy"]
         .as_str()
@@ -282,19 +296,19 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
 
     // Printed objects: neither kubectl's copy of what it applied (a cluster Secret's holds its
     // credentials) nor managed fields.
-    let clusters = capstan(&kc, &["cluster", "list", "-o", "yaml"]);
+    let clusters = capstan_in(&kc, &ns, &["cluster", "list", "-o", "yaml"]);
     assert!(clusters.status.success(), "{}", text(&clusters));
     let clusters = text(&clusters);
     assert!(clusters.contains("env: staging"), "{clusters}");
     assert!(!clusters.contains("last-applied-configuration"), "{clusters}");
     for output in ["yaml", "json"] {
-        let get = text(&capstan(&kc, &["app", "get", "manual", "-o", output]));
+        let get = text(&capstan_in(&kc, &ns, &["app", "get", "manual", "-o", output]));
         assert!(get.contains("manual"), "{get}");
         assert!(
             !get.contains("last-applied-configuration") && !get.contains("managedFields"),
             "-o {output}: {get}"
         );
-        let list = text(&capstan(&kc, &["app", "list", "-o", output]));
+        let list = text(&capstan_in(&kc, &ns, &["app", "list", "-o", output]));
         assert!(
             !list.contains("last-applied-configuration") && !list.contains("managedFields"),
             "list -o {output}: {list}"
@@ -330,21 +344,22 @@ async fn a_newcomer_gets_clear_answers_from_the_cli_and_the_api() -> anyhow::Res
     );
 
     // Deleting asks first; without a terminal to ask on, only with --yes.
-    let refused = capstan(&kc, &["app", "delete", "broken"]);
+    let refused = capstan_in(&kc, &ns, &["app", "delete", "broken"]);
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     assert!(text(&refused).contains("pass --yes"), "{}", text(&refused));
-    let still = kubectl(&kc, &["-n", "capstan", "get", "application", "broken"]);
+    let still = kubectl(&kc, &["-n", &ns, "get", "application", "broken"]);
     assert!(still.status.success(), "not deleted: {}", text(&still));
-    let answered_no = on_a_terminal(&kc, &[], &["app", "delete", "broken"]);
+    let answered_no = on_a_terminal(&kc, &[], &["app", "delete", "broken", "-n", &ns]);
     assert!(answered_no.contains("Delete Application broken"), "{answered_no}");
-    let still = kubectl(&kc, &["-n", "capstan", "get", "application", "broken"]);
+    let still = kubectl(&kc, &["-n", &ns, "get", "application", "broken"]);
     assert!(still.status.success(), "not deleted without a yes: {}", text(&still));
-    let deleted = capstan(&kc, &["app", "delete", "broken", "--yes", "--wait"]);
+    let deleted = capstan_in(&kc, &ns, &["app", "delete", "broken", "--yes", "--wait"]);
     assert!(deleted.status.success(), "{}", text(&deleted));
 
     // --log-format json: one object per line.
-    let json_log = capstan(
+    let json_log = capstan_in(
         &kc,
+        &ns,
         &["app", "list", "--log", "debug", "--log-format", "json", "-o", "json"],
     );
     assert!(json_log.status.success(), "{}", text(&json_log));

@@ -8,34 +8,37 @@ mod common;
 
 use std::time::Duration;
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::json;
 
 use common::http::Http;
-use common::{capstan, kubectl, text, until};
+use common::{capstan, capstan_in, kubectl, text, until};
 
-fn project(repo: &str, manual_sync: bool) -> String {
+fn project(ns: &str, repo: &str, manual_sync: bool) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: AppProject\nmetadata: {{name: frozen, namespace: capstan}}\nspec:\n  sourceRepos: ['{repo}']\n  destinations: [{{server: '*', namespace: '*'}}]\n  clusterResourceWhitelist: [{{group: '', kind: Namespace}}]\n  syncWindows:\n  - {{kind: deny, schedule: '* * * * *', duration: 1h, applications: ['*'], manualSync: {manual_sync}}}\n  - {{kind: allow, schedule: '0 9 * * 1-5', duration: 8h, namespaces: ['prod-*'], timeZone: Europe/Berlin}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: AppProject\nmetadata: {{name: frozen, namespace: {ns}}}\nspec:\n  sourceRepos: ['{repo}']\n  destinations: [{{server: '*', namespace: '*'}}]\n  clusterResourceWhitelist: [{{group: '', kind: Namespace}}]\n  syncWindows:\n  - {{kind: deny, schedule: '* * * * *', duration: 1h, applications: ['*'], manualSync: {manual_sync}}}\n  - {{kind: allow, schedule: '0 9 * * 1-5', duration: 8h, namespaces: ['prod-*'], timeZone: Europe/Berlin}}\n"
     )
 }
 
-fn app(name: &str, repo: &str, project: &str, depends_on: &str) -> String {
+fn app(ns: &str, name: &str, repo: &str, project: &str, depends_on: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  project: {project}\n  source: {{repoURL: '{repo}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n{depends_on}"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  project: {project}\n  source: {{repoURL: '{repo}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: windows-{name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n{depends_on}"
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() -> anyhow::Result<()> {
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
     let cache = tempfile::tempdir()?;
-    let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &[])?;
+    let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
     let mut http = Http::new(&base);
     until("the server to be ready", Duration::from_secs(30), || {
         http.get("/readyz").status == 200
@@ -61,13 +64,13 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
     };
     write_apply(format!(
         "{}---\n{}---\n{}",
-        project(&repo, false),
-        app("frozen", &repo, "frozen", ""),
-        app("late", &repo, "default", "  dependsOn: [{name: missing}]\n")
+        project(&ns, &repo, false),
+        app(&ns, "frozen", &repo, "frozen", ""),
+        app(&ns, "late", &repo, "default", "  dependsOn: [{name: missing}]\n")
     ));
 
     // The windows, as the project lists them.
-    let out = capstan(&kc, &["project", "windows", "frozen"]);
+    let out = capstan_in(&kc, &ns, &["project", "windows", "frozen"]);
     let listed = text(&out);
     assert!(out.status.success(), "{listed}");
     assert!(
@@ -78,22 +81,22 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
         listed.contains("Inactive") && listed.contains("Europe/Berlin"),
         "{listed}"
     );
-    let missing = capstan(&kc, &["project", "windows", "nope"]);
+    let missing = capstan_in(&kc, &ns, &["project", "windows", "nope"]);
     assert!(!missing.status.success());
 
     // A manual sync inside the deny window: refused by the CLI and by the API, with the reason.
     until("frozen compared", Duration::from_secs(60), || {
-        let out = capstan(&kc, &["app", "get", "frozen"]);
+        let out = capstan_in(&kc, &ns, &["app", "get", "frozen"]);
         text(&out).contains("OutOfSync")
     });
-    let out = capstan(&kc, &["app", "sync", "frozen"]);
+    let out = capstan_in(&kc, &ns, &["app", "sync", "frozen"]);
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("deny window syncWindows[0] active"), "{said}");
     let refused = http.post("/api/applications/frozen/sync", json!({}));
     assert_eq!(refused.status, 409, "{}", refused.body);
     assert!(refused.body.contains("deny window syncWindows[0]"), "{}", refused.body);
-    let shown = text(&capstan(&kc, &["app", "get", "frozen"]));
+    let shown = text(&capstan_in(&kc, &ns, &["app", "get", "frozen"]));
     assert!(
         shown.contains("Active Window:") && shown.contains("deny syncWindows[0]"),
         "{shown}"
@@ -101,19 +104,19 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
     assert!(shown.contains("Manual Sync:") && shown.contains("refused"), "{shown}");
 
     // manualSync: true lets it through.
-    write_apply(project(&repo, true));
+    write_apply(project(&ns, &repo, true));
     until("the window allows manual syncs", Duration::from_secs(30), || {
         http.post("/api/applications/frozen/sync", json!({})).status == 202
     });
     until("frozen synced", Duration::from_secs(120), || {
-        text(&capstan(&kc, &["app", "get", "frozen"])).contains("Synced")
+        text(&capstan_in(&kc, &ns, &["app", "get", "frozen"])).contains("Synced")
     });
 
     // A missing dependency: a condition in the list, and a sync refused with it.
     until("the missing dependency reported", Duration::from_secs(60), || {
-        text(&capstan(&kc, &["app", "list"])).contains("dependency missing not found")
+        text(&capstan_in(&kc, &ns, &["app", "list"])).contains("dependency missing not found")
     });
-    let out = capstan(&kc, &["app", "sync", "late"]);
+    let out = capstan_in(&kc, &ns, &["app", "sync", "late"]);
     assert!(
         !out.status.success() && text(&out).contains("dependency missing not found"),
         "{}",

@@ -145,6 +145,9 @@ fn tracking_id(obj: &impl ResourceExt) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_playground_example_applications_become_synced_and_healthy() -> anyhow::Result<()> {
     let started = Instant::now();
+    // A plane of its own: the examples are deployed exactly as the playground deploys them, into
+    // the `capstan` namespace their manifests (and root's children in Git) name, and to the fixed
+    // destination namespaces they choose; on a shared plane they would have to be rewritten.
     let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
     let client = cluster.client().await?;

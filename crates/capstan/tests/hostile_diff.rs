@@ -19,6 +19,7 @@ mod common;
 
 use std::time::Duration;
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::git::push_with_executables;
 use capstan_testkit::{GitServer, TestCluster};
 
@@ -72,17 +73,19 @@ fn variants() -> Vec<Variant> {
     ]
 }
 
-fn application(name: &str, repo: &str, path: &str) -> String {
+fn application(ns: &str, name: &str, repo: &str, path: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: {path}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: {path}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n"
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_diff_endpoint_and_the_cli_refuse_hostile_renders() -> anyhow::Result<()> {
-    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let (cluster, git) = tokio::try_join!(TestCluster::shared(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let capstan_ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &capstan_ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
 
@@ -109,13 +112,20 @@ async fn the_diff_endpoint_and_the_cli_refuse_hostile_renders() -> anyhow::Resul
     let manifests = cache.path().join("apps.yaml");
     let apps: Vec<String> = variants()
         .iter()
-        .map(|v| application(&format!("hostile-{}", v.path), &git.git_url("hostile"), v.path))
+        .map(|v| {
+            application(
+                &capstan_ns,
+                &format!("hostile-diff-{}", v.path),
+                &git.git_url("hostile"),
+                v.path,
+            )
+        })
         .collect();
     std::fs::write(&manifests, apps.join("---\n"))?;
     let applied = kubectl(&kc, &["apply", "-f", &manifests.to_string_lossy()]);
     assert!(applied.status.success(), "{}", text(&applied));
 
-    let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &[])?;
+    let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &["-n", &capstan_ns])?;
     let mut http = Http::new(&base);
     until("the server to be ready", Duration::from_secs(30), || {
         http.get("/readyz").status == 200
@@ -123,7 +133,7 @@ async fn the_diff_endpoint_and_the_cli_refuse_hostile_renders() -> anyhow::Resul
     assert_eq!(http.login("admin", &password).status, 200);
 
     for v in variants() {
-        let name = format!("hostile-{}", v.path);
+        let name = format!("hostile-diff-{}", v.path);
         // The server renders on request: refused with the reason, as a 422.
         let diff = http.get(&format!("/api/applications/{name}/diff"));
         assert_eq!(diff.status, 422, "{name}: {}", diff.body);
@@ -137,7 +147,7 @@ async fn the_diff_endpoint_and_the_cli_refuse_hostile_renders() -> anyhow::Resul
         assert_eq!(manifests.status, 422, "{name}: {}", manifests.body);
 
         // The CLI renders in its own process: exit 2 with the same reason.
-        let cli = capstan(&kc, &["app", "diff", &name, "-n", "capstan"]);
+        let cli = capstan(&kc, &["app", "diff", &name, "-n", &capstan_ns]);
         let said = text(&cli);
         assert_eq!(cli.status.code(), Some(2), "{name}: {said}");
         assert!(said.contains(v.names), "{name}: the CLI names {:?}: {said}", v.names);

@@ -17,7 +17,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
-use capstan_testkit::capstan::{health_of, sync_of, synced_healthy};
+use capstan_testkit::capstan::{health_of, sync_of, synced_healthy, unique_namespace};
 use capstan_testkit::registry::{Registry, RegistryOptions, push_image};
 use capstan_testkit::{GitServer, TestCluster, run_git};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -26,18 +26,17 @@ use serde_json::json;
 
 use common::http::Http;
 use common::services::{SERVICES_PATH, apply, apply_services_appset, chart_files, pipeline, repository_secret};
-use common::{capstan, text};
+use common::{capstan, capstan_in, text};
 
-const NS: &str = "capstan";
 const STAGING: &str = "services-root/services/payments/staging.yaml";
 const PRODUCTION: &str = "services-root/services/payments/production.yaml";
 
 /// A Deployment that never becomes ready: its Application syncs but is never Healthy.
 const NEVER_READY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}, annotations: {capstan.dev/simulate: never-ready}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
 
-fn lab_app(name: &str, repo: &str) -> String {
+fn lab_app(ns: &str, name: &str, repo: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: lab-app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{automated: {{}}, syncOptions: [CreateNamespace=true]}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: lab-app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{automated: {{}}, syncOptions: [CreateNamespace=true]}}\n"
     )
 }
 
@@ -75,10 +74,13 @@ fn head(repo: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production() -> anyhow::Result<()> {
-    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    // The run's shared plane, Capstan in a namespace of this test's own; the services' namespaces
+    // (`payments`, `lab-staging`, `lab-production`) are this test's alone there.
+    let (cluster, git) = tokio::try_join!(TestCluster::shared(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
     let client = cluster.client().await?;
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "capstan install: {}", text(&out));
     let password = common::admin_password(&out);
 
@@ -122,8 +124,8 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         work.path(),
         "repositories.yaml",
         &format!(
-            "{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: registry, namespace: capstan, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: 'oci://{host}', insecureOCIForceHttp: 'true'}}\n",
-            repository_secret("services-root", &repo)
+            "{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: registry, namespace: {ns}, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: 'oci://{host}', insecureOCIForceHttp: 'true'}}\n",
+            repository_secret(&ns, "services-root", &repo)
         ),
     );
     // Staging follows the image updater.
@@ -132,41 +134,54 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         work.path(),
         "updater.yaml",
         &format!(
-            "apiVersion: capstan.dev/v1alpha1\nkind: ImageUpdater\nmetadata: {{name: payments-staging, namespace: capstan}}\nspec:\n  image: {host}/services/payments\n  policy: {{semver: {{range: '^1'}}}}\n  intervalSeconds: 5\n  project: services\n  write: {{repoURL: '{repo}', branch: main, path: {STAGING}, key: imageTag}}\n"
+            "apiVersion: capstan.dev/v1alpha1\nkind: ImageUpdater\nmetadata: {{name: payments-staging, namespace: {ns}}}\nspec:\n  image: {host}/services/payments\n  policy: {{semver: {{range: '^1'}}}}\n  intervalSeconds: 5\n  project: services\n  write: {{repoURL: '{repo}', branch: main, path: {STAGING}, key: imageTag}}\n"
         ),
     );
-    apply_services_appset(&kc, work.path(), &repo)?;
-    apply(&kc, work.path(), "lab-staging.yaml", &lab_app("lab-staging", &repo));
+    apply_services_appset(&kc, &ns, work.path(), &repo)?;
+    apply(
+        &kc,
+        work.path(),
+        "lab-staging.yaml",
+        &lab_app(&ns, "lab-staging", &repo),
+    );
     apply(
         &kc,
         work.path(),
         "lab-production.yaml",
-        &lab_app("lab-production", &repo),
+        &lab_app(&ns, "lab-production", &repo),
     );
     let services = SERVICES_PATH;
     apply(
         &kc,
         work.path(),
         "p1.yaml",
-        &pipeline("services", "services", &repo, services, ""),
+        &pipeline(&ns, "services", "services", &repo, services, ""),
     );
     apply(
         &kc,
         work.path(),
         "p2.yaml",
-        &pipeline("strict", "services", &repo, services, "  fields: [imageTag, owner]\n"),
+        &pipeline(
+            &ns,
+            "strict",
+            "services",
+            &repo,
+            services,
+            "  fields: [imageTag, owner]\n",
+        ),
     );
     apply(
         &kc,
         work.path(),
         "p3.yaml",
-        &pipeline("lab", "default", &repo, "lab/{service}/{env}.yaml", ""),
+        &pipeline(&ns, "lab", "default", &repo, "lab/{service}/{env}.yaml", ""),
     );
     apply(
         &kc,
         work.path(),
         "p4.yaml",
         &pipeline(
+            &ns,
             "moved",
             "default",
             &repo,
@@ -176,8 +191,8 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
     );
 
     let cache = work.path().join("cache");
-    let (_controller, base, _) = common::controller_with_server(&kc, &cache, &["--poll-interval", "3"])?;
-    let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+    let (_controller, base, _) = common::controller_with_server(&kc, &cache, &["-n", &ns, "--poll-interval", "3"])?;
+    let apps: Api<Application> = Api::namespaced(client.clone(), &ns);
     wait_for(
         &apps,
         "payments to be deployed",
@@ -222,11 +237,12 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
     assert_eq!(admin.login("admin", &password).status, 200);
     // Accounts: `dev` may sync but not promote, `ops` may promote.
     for (user, pw) in [("dev", "dev-password-1"), ("ops", "ops-password-1")] {
-        let out = capstan(&kc, &["account", "set-password", user, "--password", pw]);
+        let out = capstan_in(&kc, &ns, &["account", "set-password", user, "--password", pw]);
         assert!(out.status.success(), "{}", text(&out));
     }
     common::create_policy(
         &kc,
+        &ns,
         "default: none\ngrants:\n  - {role: sync, projects: ['*'], users: [dev]}\n  - {role: promote, projects: ['*'], users: [ops]}\n",
     );
     let mut dev = Http::new(&base);
@@ -382,8 +398,9 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         again.body
     );
     assert_eq!(head(&bare), promoted);
-    let out = capstan(
+    let out = capstan_in(
         &kc,
+        &ns,
         &[
             "promote",
             "payments",
@@ -443,8 +460,9 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
     assert_eq!(items[0]["user"], "ops", "{items}");
     assert_eq!(items[0]["commit"], promoted);
     assert_eq!(items[0]["forced"], false);
-    let table = text(&capstan(
+    let table = text(&capstan_in(
         &kc,
+        &ns,
         &["promote", "history", "payments", "--pipeline", "services"],
     ));
     assert!(
@@ -468,7 +486,7 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
             "{app}: {items}"
         );
     }
-    let table = text(&capstan(&kc, &["app", "history", "payments-production"]));
+    let table = text(&capstan_in(&kc, &ns, &["app", "history", "payments-production"]));
     let promotions = table.split_once("PROMOTIONS").map(|(_, p)| p).unwrap_or_default();
     assert!(
         promotions.contains("staging")
@@ -476,7 +494,7 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
             && promotions.contains(&promoted[..12]),
         "{table}"
     );
-    let lab_history = capstan(&kc, &["app", "history", "lab-staging"]);
+    let lab_history = capstan_in(&kc, &ns, &["app", "history", "lab-staging"]);
     assert!(lab_history.status.success(), "{}", text(&lab_history));
     assert!(
         !text(&lab_history).contains("PROMOTIONS"),
@@ -508,8 +526,9 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
     forced["force"] = json!(true);
     let no_reason = admin.post("/api/promotions", forced.clone());
     assert_eq!(no_reason.status, 400, "{}", no_reason.body);
-    let out = capstan(
+    let out = capstan_in(
         &kc,
+        &ns,
         &[
             "promote",
             "lab",

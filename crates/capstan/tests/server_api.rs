@@ -9,11 +9,12 @@ mod common;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::{Value, json};
 
 use common::http::Http;
-use common::{capstan, kubectl, text, until};
+use common::{capstan, capstan_in, kubectl, text, until};
 
 const SECRET_VALUE: &str = "hunter2-do-not-leak";
 
@@ -46,9 +47,9 @@ fn hmac_hex(secret: &str, body: &[u8]) -> String {
         .collect()
 }
 
-fn app_manifest(name: &str, repo: &str, revision: &str) -> String {
+fn app_manifest(ns: &str, name: &str, repo: &str, revision: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: {revision}, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: {revision}, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: api-{name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n"
     )
 }
 
@@ -58,19 +59,21 @@ fn summary<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
     // A second install keeps the password (and does not print one).
-    let again = text(&capstan(&kc, &["install"]));
+    let again = text(&capstan(&kc, &["install", "-n", &ns]));
     assert!(!again.contains("shown only now") && again.contains("kept"), "{again}");
 
     let cache = tempfile::tempdir()?;
     let (_controller, base, metrics_url) =
-        common::controller_with_server(&kc, cache.path(), &["--metrics-listen", "127.0.0.1:0"])?;
+        common::controller_with_server(&kc, cache.path(), &["-n", &ns, "--metrics-listen", "127.0.0.1:0"])?;
     let metrics_url = metrics_url.expect("--metrics-listen prints its address");
 
     let mut http = Http::new(&base);
@@ -136,8 +139,8 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
         &file,
         format!(
             "{}---\n{}",
-            app_manifest("web", &git.git_url("site"), "main"),
-            app_manifest("other", &git.git_url("site"), "other")
+            app_manifest(&ns, "web", &git.git_url("site"), "main"),
+            app_manifest(&ns, "other", &git.git_url("site"), "other")
         ),
     )?;
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
@@ -212,7 +215,7 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     assert_eq!(pod["health"], "Healthy", "{tree}");
 
     // Live objects: in the tree only, Secrets redacted.
-    let secret = http.get("/api/applications/web/resource?version=v1&kind=Secret&namespace=web&name=creds");
+    let secret = http.get("/api/applications/web/resource?version=v1&kind=Secret&namespace=api-web&name=creds");
     assert_eq!(secret.status, 200, "{}", secret.body);
     assert_eq!(secret.json()["data"]["password"], "<redacted>");
     assert!(
@@ -221,12 +224,13 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
         secret.body
     );
     let pod_path = format!(
-        "/api/applications/web/resource?version=v1&kind=Pod&namespace=web&name={}",
+        "/api/applications/web/resource?version=v1&kind=Pod&namespace=api-web&name={}",
         pod["name"].as_str().unwrap_or_default()
     );
     assert_eq!(http.get(&pod_path).json()["kind"], "Pod");
-    let outside =
-        http.get("/api/applications/web/resource?version=v1&kind=Secret&namespace=capstan&name=capstan-secret");
+    let outside = http.get(&format!(
+        "/api/applications/web/resource?version=v1&kind=Secret&namespace={ns}&name=capstan-secret"
+    ));
     assert_eq!(
         outside.status, 404,
         "objects outside the tree are not served: {}",
@@ -265,7 +269,7 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     );
     assert_eq!(unsigned.status, 401, "{}", unsigned.body);
     assert!(unsigned.body.contains("webhook.github.secret"), "{}", unsigned.body);
-    common::set_secret_value(&kc, "webhook.github.secret", "s3cr3t");
+    common::set_secret_value(&kc, &ns, "webhook.github.secret", "s3cr3t");
     let v2 = git.commit(
         "site",
         "main",
@@ -347,7 +351,7 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
             &kc,
             &[
                 "-n",
-                "web",
+                "api-web",
                 "get",
                 "configmap",
                 "settings",
@@ -387,12 +391,14 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     assert_eq!(Http::new(&base).get("/metrics").status, 401);
     let metrics = http.get("/metrics");
     assert_eq!(metrics.status, 200);
+    let app_info = format!("capstan_app_info{{namespace=\"{ns}\",name=\"web\"");
+    let syncs = format!("capstan_app_syncs_total{{namespace=\"{ns}\",name=\"web\",phase=\"Succeeded\"}}");
     for needle in [
-        "capstan_app_info{namespace=\"capstan\",name=\"web\"",
+        app_info.as_str(),
         "capstan_webhook_requests_total{provider=\"github\",result=\"unauthorized\"}",
         "capstan_webhook_requests_total{provider=\"github\",result=\"accepted\"} 1",
         "capstan_app_reconcile_duration_seconds_count",
-        "capstan_app_syncs_total{namespace=\"capstan\",name=\"web\",phase=\"Succeeded\"}",
+        syncs.as_str(),
         "capstan_git_requests_total{request=\"ls-remote\",result=\"ok\"}",
         "capstan_render_cache_lookups_total{result=\"hit\"}",
         "capstan_kube_requests_total{method=\"PATCH\"}",
@@ -407,22 +413,21 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     // The separate metrics address needs no credentials (it is for the scraper's network).
     let open = Http::new(&metrics_url.replace("/metrics", "")).get("/metrics");
     assert_eq!(open.status, 200);
-    assert!(
-        open.body
-            .contains("capstan_app_info{namespace=\"capstan\",name=\"web\""),
-        "{}",
-        open.body
-    );
+    assert!(open.body.contains(&app_info), "{}", open.body);
 
     // Roles: a local account without a grant sees nothing; read-only may read but not sync; an API
     // token acts as its account.
-    let out = capstan(&kc, &["account", "set-password", "dev", "--password", "dev-password-1"]);
+    let out = capstan_in(
+        &kc,
+        &ns,
+        &["account", "set-password", "dev", "--password", "dev-password-1"],
+    );
     assert!(out.status.success(), "{}", text(&out));
-    let out = capstan(&kc, &["account", "generate-token", "dev"]);
+    let out = capstan_in(&kc, &ns, &["account", "generate-token", "dev"]);
     assert!(out.status.success(), "{}", text(&out));
     let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(token.starts_with("cst_"), "{token}");
-    let listed = text(&capstan(&kc, &["account", "list"]));
+    let listed = text(&capstan_in(&kc, &ns, &["account", "list"]));
     assert!(listed.contains("dev\ttoken") && !listed.contains(&token), "{listed}");
     let mut dev = Http::new(&base);
     assert_eq!(dev.login("dev", "dev-password-1").status, 200);
@@ -436,7 +441,7 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
     );
     assert_eq!(dev.post("/api/applications/web/sync", json!({})).status, 404);
     let policy = "default: none\ngrants:\n  - {role: read-only, projects: ['*'], users: [dev]}\n";
-    common::create_policy(&kc, policy);
+    common::create_policy(&kc, &ns, policy);
     until("dev may read", Duration::from_secs(10), || {
         dev.get("/api/applications/web").status == 200
     });
@@ -457,13 +462,13 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
         .next()
         .unwrap_or_default()
         .to_string();
-    assert!(capstan(&kc, &["account", "delete-token", &id]).status.success());
+    assert!(capstan_in(&kc, &ns, &["account", "delete-token", &id]).status.success());
     until("the revoked token refused", Duration::from_secs(10), || {
         bot.get("/api/userinfo").status == 401
     });
 
     // Tokens may expire; an account's sessions may be revoked.
-    let out = capstan(&kc, &["account", "generate-token", "dev", "--expires-in", "2s"]);
+    let out = capstan_in(&kc, &ns, &["account", "generate-token", "dev", "--expires-in", "2s"]);
     assert!(out.status.success(), "{}", text(&out));
     let mut brief = Http::new(&base);
     brief.bearer = Some(String::from_utf8_lossy(&out.stdout).trim().to_string());
@@ -472,7 +477,7 @@ async fn the_http_server_serves_the_api_securely() -> anyhow::Result<()> {
         a.status == 401 && a.body.contains("token expired")
     });
     assert_eq!(dev.get("/api/userinfo").status, 200);
-    let out = capstan(&kc, &["account", "revoke-sessions", "dev"]);
+    let out = capstan_in(&kc, &ns, &["account", "revoke-sessions", "dev"]);
     assert!(out.status.success(), "{}", text(&out));
     until("dev's session revoked", Duration::from_secs(10), || {
         dev.get("/api/userinfo").status == 401

@@ -10,10 +10,11 @@ mod common;
 use std::io::Read;
 use std::time::Duration;
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::sops::{AgeKey, encrypt};
 use capstan_testkit::{GitServer, OpenBao, TestCluster};
 use common::http::Http;
-use common::{capstan, kubectl, text, until};
+use common::{capstan, capstan_in, kubectl, text, until};
 use serde_json::json;
 
 const SOPS_VALUE: &str = "sops-value-5b1e7c0d2a";
@@ -29,10 +30,12 @@ fn leaks(body: &str) -> Option<&'static str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()> {
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
 
@@ -46,7 +49,7 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
     for args in [
         vec![
             "-n".to_string(),
-            "capstan".into(),
+            ns.clone(),
             "create".into(),
             "secret".into(),
             "generic".into(),
@@ -55,7 +58,7 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
         ],
         vec![
             "-n".into(),
-            "capstan".into(),
+            ns.clone(),
             "label".into(),
             "secret".into(),
             "team-age".into(),
@@ -63,7 +66,7 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
         ],
         vec![
             "-n".into(),
-            "capstan".into(),
+            ns.clone(),
             "create".into(),
             "secret".into(),
             "generic".into(),
@@ -74,7 +77,7 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
         ],
         vec![
             "-n".into(),
-            "capstan".into(),
+            ns.clone(),
             "label".into(),
             "secret".into(),
             "bao".into(),
@@ -109,14 +112,15 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
         "secrets",
     )?;
     let app = format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: web, namespace: capstan}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: web}}\n  decryption: {{provider: sops, secretRef: {{name: team-age}}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: web, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: secrets-web}}\n  decryption: {{provider: sops, secretRef: {{name: team-age}}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
         git.git_url("site")
     );
     let app_file = work.path().join("app.yaml");
     std::fs::write(&app_file, app)?;
 
     let cache = tempfile::tempdir()?;
-    let (_controller, base, _, log) = common::controller_with_server_log(&kc, cache.path(), &["--log", "debug"])?;
+    let (_controller, base, _, log) =
+        common::controller_with_server_log(&kc, cache.path(), &["-n", &ns, "--log", "debug"])?;
     let mut http = Http::new(&base);
     until("the server to be ready", Duration::from_secs(30), || {
         http.get("/readyz").status == 200
@@ -148,7 +152,7 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
             &kc,
             &[
                 "-n",
-                "web",
+                "secrets-web",
                 "get",
                 "secret",
                 name,
@@ -184,8 +188,8 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
         "/api/applications/web/manifests",
         "/api/applications/web/events",
         "/api/applications/web/history",
-        "/api/applications/web/resource?version=v1&kind=Secret&namespace=web&name=from-sops",
-        "/api/applications/web/resource?version=v1&kind=Secret&namespace=web&name=from-store",
+        "/api/applications/web/resource?version=v1&kind=Secret&namespace=secrets-web&name=from-sops",
+        "/api/applications/web/resource?version=v1&kind=Secret&namespace=secrets-web&name=from-store",
     ] {
         let a = http.get(path);
         assert_eq!(a.status, 200, "{path}: {}", a.body);
@@ -205,12 +209,12 @@ async fn secret_values_appear_in_no_answer_log_or_status() -> anyhow::Result<()>
     }
     // The CLI's own output.
     for args in [vec!["app", "get", "web", "-o", "yaml"], vec!["app", "diff", "web"]] {
-        let out = capstan(&kc, &args);
+        let out = capstan_in(&kc, &ns, &args);
         assert_eq!(leaks(&text(&out)), None, "capstan {args:?}: {}", text(&out));
     }
     // The Application, the Events, the controller's debug log.
     for args in [
-        vec!["-n", "capstan", "get", "application", "web", "-o", "yaml"],
+        vec!["-n", &ns, "get", "application", "web", "-o", "yaml"],
         vec!["get", "events", "-A", "-o", "yaml"],
     ] {
         let out = kubectl(&kc, &args);

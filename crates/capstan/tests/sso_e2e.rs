@@ -100,25 +100,29 @@ fn provider_login(browser: &Browser, login: &str) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn people_log_in_through_an_oidc_provider_and_get_their_groups_roles() -> anyhow::Result<()> {
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = capstan_testkit::capstan::unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let policy = "grants:\n  - {role: sync, projects: ['*'], groups: [developers]}\n";
-    common::create_policy(&kc, policy);
+    common::create_policy(&kc, &ns, policy);
     let scratch = tempfile::tempdir()?;
     let app = scratch.path().join("app.yaml");
     std::fs::write(
         &app,
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {name: guestbook, namespace: capstan}\n\
-         spec:\n  source: {repoURL: 'file:///nonexistent/examples', targetRevision: main, path: guestbook}\n  \
-         destination: {server: 'https://kubernetes.default.svc', namespace: guestbook}\n",
+        format!(
+            "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: guestbook, namespace: {ns}}}\n\
+             spec:\n  source: {{repoURL: 'file:///nonexistent/examples', targetRevision: main, path: guestbook}}\n  \
+             destination: {{server: 'https://kubernetes.default.svc', namespace: sso-guestbook}}\n"
+        ),
     )?;
     let out = kubectl(&kc, &["apply", "-f", &app.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
 
     let cache = tempfile::tempdir()?;
-    let (_controller, server, _) = common::controller_with_server(&kc, cache.path(), &[])?;
+    let (_controller, server, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
     let port = server.rsplit(':').next().unwrap_or_default().to_string();
     // localhost (a secure context for the Secure cookies) while the provider is on 127.0.0.1: the
     // two are different sites, as a real provider would be.
@@ -145,7 +149,7 @@ async fn people_log_in_through_an_oidc_provider_and_get_their_groups_roles() -> 
         "name: Test IdP\nissuer: {}\nclientID: {CLIENT_ID}\nclientSecret: {CLIENT_SECRET}\nurl: {base}\n",
         provider.issuer
     );
-    common::set_secret_value(&kc, "oidc.config", &config);
+    common::set_secret_value(&kc, &ns, "oidc.config", &config);
     until("the server to offer single sign-on", WAIT, || {
         ureq::get(&format!("{server}/api/settings"))
             .call()

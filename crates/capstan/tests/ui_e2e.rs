@@ -43,22 +43,33 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     let shot_dir = shots.clone().unwrap_or_else(|| scratch.path().to_path_buf());
     std::fs::create_dir_all(&shot_dir)?;
 
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own; the destination namespace
+    // `guestbook` is this test's alone (the screenshots show it).
+    let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = capstan_testkit::capstan::unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
     assert!(
         capstan(
             &kc,
-            &["account", "set-password", "viewer", "--password", "viewer-password"]
+            &[
+                "account",
+                "set-password",
+                "viewer",
+                "--password",
+                "viewer-password",
+                "-n",
+                &ns
+            ]
         )
         .status
         .success()
     );
     let policy = "grants:\n  - {role: read-only, projects: ['*'], users: [viewer]}\n";
-    common::create_policy(&kc, policy);
+    common::create_policy(&kc, &ns, policy);
 
     git.create_repo("examples")?;
     let v1 = git.commit(
@@ -71,7 +82,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     std::fs::write(
         &apps,
         format!(
-            "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: guestbook, namespace: capstan, labels: {{team: web}}}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: guestbook}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: guestbook}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
+            "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: guestbook, namespace: {ns}, labels: {{team: web}}}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: guestbook}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: guestbook}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
             git.git_url("examples")
         ),
     )?;
@@ -79,7 +90,7 @@ async fn a_person_logs_in_syncs_and_rolls_back_in_the_browser() -> anyhow::Resul
     assert!(out.status.success(), "{}", text(&out));
 
     let cache = tempfile::tempdir()?;
-    let (_controller, server, _) = common::controller_with_server(&kc, cache.path(), &[])?;
+    let (_controller, server, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
     let addr = server.trim_start_matches("http://").to_string();
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let port = addr.rsplit(':').next().unwrap_or_default();

@@ -8,10 +8,11 @@ mod common;
 
 use std::time::Duration;
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::webdriver::Browser;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{capstan, kubectl, text, until};
+use common::{capstan, capstan_in, kubectl, text, until};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -24,33 +25,27 @@ fn testid(id: &str) -> String {
     format!("[data-testid={id:?}]")
 }
 
-fn application(name: &str, repo: &str, path: &str, automated: &str) -> String {
+fn application(ns: &str, name: &str, repo: &str, path: &str, automated: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  source: {{repoURL: \"{repo}\", targetRevision: main, path: {path}}}\n  destination: {{server: \"https://kubernetes.default.svc\", namespace: {name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]{automated}}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{repoURL: \"{repo}\", targetRevision: main, path: {path}}}\n  destination: {{server: \"https://kubernetes.default.svc\", namespace: header-{name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]{automated}}}\n"
     )
 }
 
-fn jsonpath(kc: &str, app: &str, path: &str) -> String {
+fn jsonpath(kc: &str, ns: &str, app: &str, path: &str) -> String {
     let out = kubectl(
         kc,
-        &[
-            "-n",
-            "capstan",
-            "get",
-            "application",
-            app,
-            "-o",
-            &format!("jsonpath={path}"),
-        ],
+        &["-n", ns, "get", "application", app, "-o", &format!("jsonpath={path}")],
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_application_header_and_tree_say_what_is_deployed_and_what_runs() -> anyhow::Result<()> {
-    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let (cluster, git) = tokio::try_join!(TestCluster::shared(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
     let scratch = tempfile::tempdir()?;
@@ -72,26 +67,26 @@ async fn the_application_header_and_tree_say_what_is_deployed_and_what_runs() ->
     std::fs::write(
         &file,
         [
-            application("web", &repo, "web", ""),
-            application("auto", &repo, "web", ", automated: {prune: true, selfHeal: true}"),
-            application("hooked", &repo, "hooked", ""),
+            application(&ns, "web", &repo, "web", ""),
+            application(&ns, "auto", &repo, "web", ", automated: {prune: true, selfHeal: true}"),
+            application(&ns, "hooked", &repo, "hooked", ""),
         ]
         .join("---\n"),
     )?;
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
-    let (_controller, server, _) = common::controller_with_server(&kc, &scratch.path().join("cache"), &[])?;
+    let (_controller, server, _) = common::controller_with_server(&kc, &scratch.path().join("cache"), &["-n", &ns])?;
     let port = server.rsplit(':').next().unwrap_or_default().to_string();
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let base = format!("http://localhost:{port}");
 
     until("web compared", WAIT, || {
-        jsonpath(&kc, "web", "{.status.sync.revision}") == v1
+        jsonpath(&kc, &ns, "web", "{.status.sync.revision}") == v1
     });
-    let out = capstan(&kc, &["app", "sync", "web"]);
+    let out = capstan_in(&kc, &ns, &["app", "sync", "web"]);
     assert!(out.status.success(), "{}", text(&out));
     until("web synced once", WAIT, || {
-        jsonpath(&kc, "web", "{.status.history[*].id}") == "0"
+        jsonpath(&kc, &ns, "web", "{.status.history[*].id}") == "0"
     });
 
     let browser = Browser::start()?;
@@ -129,7 +124,7 @@ async fn the_application_header_and_tree_say_what_is_deployed_and_what_runs() ->
         &[("web/settings.yaml", Some(&SETTINGS.replace("blue", "green")))],
         "Paint it green",
     )?;
-    let out = capstan(&kc, &["app", "get", "web", "--refresh"]);
+    let out = capstan_in(&kc, &ns, &["app", "get", "web", "--refresh"]);
     assert!(out.status.success(), "{}", text(&out));
     let note = browser.wait_text(&testid("app-revision-note"), WAIT, |t| t.contains(&v2[..7]))?;
     assert!(note.contains(&v1[..7]) && note.contains("history #0"), "{note}");
@@ -143,15 +138,18 @@ async fn the_application_header_and_tree_say_what_is_deployed_and_what_runs() ->
 
     // A sync waiting on its PreSync hook: the hook Job is in the tree meanwhile.
     until("hooked compared", WAIT, || {
-        !jsonpath(&kc, "hooked", "{.status.sync.revision}").is_empty()
+        !jsonpath(&kc, &ns, "hooked", "{.status.sync.revision}").is_empty()
     });
-    let out = capstan(&kc, &["app", "sync", "hooked"]);
+    let out = capstan_in(&kc, &ns, &["app", "sync", "hooked"]);
     assert!(out.status.success(), "{}", text(&out));
     browser.goto(&format!("{base}/applications/hooked"))?;
     let job = format!("{}[data-kind=\"Job\"][data-name=\"migrate\"]", testid("tree-node"));
     let node = browser.wait_for(&job, WAIT)?;
     let label = node.attr("aria-label")?.unwrap_or_default();
     assert!(label.contains("PreSync hook"), "{label}");
-    assert_eq!(jsonpath(&kc, "hooked", "{.status.operationState.phase}"), "Running");
+    assert_eq!(
+        jsonpath(&kc, &ns, "hooked", "{.status.operationState.phase}"),
+        "Running"
+    );
     Ok(())
 }

@@ -9,41 +9,47 @@ mod common;
 
 use std::time::Duration;
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::webdriver::Browser;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{capstan, kubectl, text, until};
+use common::{capstan, capstan_in, kubectl, text, until};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n";
 
-const IN_CLUSTER_LABELS: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cluster-in-cluster\n  namespace: capstan\n  labels: {capstan.dev/secret-type: cluster, env: staging}\ntype: Opaque\nstringData: {name: in-cluster, server: 'https://kubernetes.default.svc'}\n";
+/// The playground's metadata-only `in-cluster` Secret, in Capstan's namespace `ns`.
+fn in_cluster_labels(ns: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cluster-in-cluster\n  namespace: {ns}\n  labels: {{capstan.dev/secret-type: cluster, env: staging}}\ntype: Opaque\nstringData: {{name: in-cluster, server: 'https://kubernetes.default.svc'}}\n"
+    )
+}
 
 fn testid(id: &str) -> String {
     format!("[data-testid={id:?}]")
 }
 
-fn manifests(repo: &str) -> String {
+fn manifests(ns: &str, repo: &str) -> String {
     format!(
         r#"apiVersion: capstan.dev/v1alpha1
 kind: Application
-metadata: {{name: auto, namespace: capstan}}
+metadata: {{name: auto, namespace: {ns}}}
 spec:
   source: {{repoURL: "{repo}", targetRevision: main, path: app}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: auto}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: ui-newcomer-auto}}
   syncPolicy: {{automated: {{}}, syncOptions: [CreateNamespace=true]}}
 ---
 apiVersion: capstan.dev/v1alpha1
 kind: Application
-metadata: {{name: broken, namespace: capstan}}
+metadata: {{name: broken, namespace: {ns}}}
 spec:
   source: {{repoURL: "{repo}", targetRevision: main, path: broken}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: broken}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: ui-newcomer-broken}}
 ---
 apiVersion: capstan.dev/v1alpha1
 kind: ApplicationSet
-metadata: {{name: fleet, namespace: capstan}}
+metadata: {{name: fleet, namespace: {ns}}}
 spec:
   generators:
   - list: {{elements: [{{svc: one}}]}}
@@ -51,7 +57,7 @@ spec:
     metadata: {{name: "fleet-{{{{svc}}}}"}}
     spec:
       source: {{repoURL: "{repo}", targetRevision: main, path: app}}
-      destination: {{server: "https://kubernetes.default.svc", namespace: "fleet-{{{{svc}}}}"}}
+      destination: {{server: "https://kubernetes.default.svc", namespace: "ui-newcomer-fleet-{{{{svc}}}}"}}
       syncPolicy: {{automated: {{}}, syncOptions: [CreateNamespace=true]}}
 "#
     )
@@ -59,9 +65,11 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Result<()> {
-    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let (cluster, git) = tokio::try_join!(TestCluster::shared(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
     let scratch = tempfile::tempdir()?;
@@ -79,12 +87,12 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
     let file = scratch.path().join("objects.yaml");
     std::fs::write(
         &file,
-        format!("{IN_CLUSTER_LABELS}---\n{}", manifests(&git.git_url("ui"))),
+        format!("{}---\n{}", in_cluster_labels(&ns), manifests(&ns, &git.git_url("ui"))),
     )?;
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
 
-    let (_controller, server, _) = common::controller_with_server(&kc, &scratch.path().join("cache"), &[])?;
+    let (_controller, server, _) = common::controller_with_server(&kc, &scratch.path().join("cache"), &["-n", &ns])?;
     let port = server.rsplit(':').next().unwrap_or_default().to_string();
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let base = format!("http://localhost:{port}");
@@ -95,7 +103,7 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
             &kc,
             &[
                 "-n",
-                "capstan",
+                &ns,
                 "get",
                 "application",
                 "auto",
@@ -112,7 +120,7 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
         &[("app/settings.yaml", Some(&SETTINGS.replace("blue", "green")))],
         "v2",
     )?;
-    let refresh = capstan(&kc, &["app", "get", "auto", "--refresh"]);
+    let refresh = capstan_in(&kc, &ns, &["app", "get", "auto", "--refresh"]);
     assert!(refresh.status.success(), "{}", text(&refresh));
     until("auto's second sync", WAIT, || history() == "0 1");
 
@@ -290,7 +298,7 @@ async fn the_ui_tells_a_newcomer_what_is_wrong_where_they_look() -> anyhow::Resu
             &kc,
             &[
                 "-n",
-                "capstan",
+                &ns,
                 "get",
                 "application",
                 "fleet-one",

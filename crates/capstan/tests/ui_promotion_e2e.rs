@@ -39,6 +39,9 @@ fn head(repo: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_person_previews_and_confirms_a_promotion_in_the_browser() -> anyhow::Result<()> {
+    // A plane of its own: the `services` ApplicationSet of examples/appsets deploys each service to
+    // the namespace named after it, with objects named after its Applications, and promotion.rs
+    // deploys the same service (`payments/payments-staging`) on the run's shared plane.
     let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
     let client = cluster.client().await?;
@@ -52,6 +55,7 @@ async fn a_person_previews_and_confirms_a_promotion_in_the_browser() -> anyhow::
     assert!(out.status.success(), "{}", text(&out));
     common::create_policy(
         &kc,
+        "capstan",
         "grants:\n  - {role: read-only, projects: ['*'], users: [viewer]}\n",
     );
 
@@ -74,14 +78,15 @@ async fn a_person_previews_and_confirms_a_promotion_in_the_browser() -> anyhow::
         &kc,
         work.path(),
         "repository.yaml",
-        &repository_secret("services-root", &repo),
+        &repository_secret("capstan", "services-root", &repo),
     );
-    apply_services_appset(&kc, work.path(), &repo)?;
+    apply_services_appset(&kc, "capstan", work.path(), &repo)?;
     apply(
         &kc,
         work.path(),
         "pipeline.yaml",
         &pipeline(
+            "capstan",
             "services",
             "services",
             &repo,

@@ -8,10 +8,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::webdriver::Browser;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{capstan, kubectl, text, until};
+use common::{capstan, capstan_in, kubectl, text, until};
 
 const WAIT: Duration = Duration::from_secs(90);
 /// Eight Application pages, more than the six connections a browser gives one HTTP/1.1 host.
@@ -29,18 +30,18 @@ fn settings(color: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{color: {color}}}\n")
 }
 
-fn application(i: usize, repo: &str) -> String {
+fn application(ns: &str, i: usize, repo: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: tab-{i}, namespace: capstan}}\nspec:\n  source: {{repoURL: \"{repo}\", targetRevision: main, path: app}}\n  destination: {{server: \"https://kubernetes.default.svc\", namespace: tab-{i}}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: tab-{i}, namespace: {ns}}}\nspec:\n  source: {{repoURL: \"{repo}\", targetRevision: main, path: app}}\n  destination: {{server: \"https://kubernetes.default.svc\", namespace: ui-tab-{i}}}\n"
     )
 }
 
-fn revision(kc: &str, app: &str) -> String {
+fn revision(kc: &str, ns: &str, app: &str) -> String {
     let out = kubectl(
         kc,
         &[
             "-n",
-            "capstan",
+            ns,
             "get",
             "application",
             app,
@@ -53,9 +54,11 @@ fn revision(kc: &str, app: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_application_tabs_each_render_and_stay_live() -> anyhow::Result<()> {
-    let (cluster, git) = tokio::try_join!(TestCluster::start(), GitServer::start())?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let (cluster, git) = tokio::try_join!(TestCluster::shared(), GitServer::start())?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
-    let out = capstan(&kc, &["install"]);
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let password = common::admin_password(&out);
     let scratch = tempfile::tempdir()?;
@@ -63,20 +66,20 @@ async fn eight_application_tabs_each_render_and_stay_live() -> anyhow::Result<()
     git.create_repo("tabs")?;
     let v1 = git.commit("tabs", "main", &[("app/settings.yaml", Some(&settings("blue")))], "v1")?;
     let file = scratch.path().join("apps.yaml");
-    let apps: Vec<String> = (0..TABS).map(|i| application(i, &git.git_url("tabs"))).collect();
+    let apps: Vec<String> = (0..TABS).map(|i| application(&ns, i, &git.git_url("tabs"))).collect();
     std::fs::write(&file, apps.join("---\n"))?;
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
 
     let cache = scratch.path().join("cache");
-    let (controller, server, _, _) = common::controller_with_server_log(&kc, &cache, &[])?;
+    let (controller, server, _, _) = common::controller_with_server_log(&kc, &cache, &["-n", &ns])?;
     let listen = server.trim_start_matches("http://").to_string();
     let port = server.rsplit(':').next().unwrap_or_default().to_string();
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let base = format!("http://localhost:{port}");
     for i in 0..TABS {
         until(&format!("tab-{i} compared at v1"), WAIT, || {
-            revision(&kc, &format!("tab-{i}")) == v1
+            revision(&kc, &ns, &format!("tab-{i}")) == v1
         });
     }
 
@@ -115,7 +118,7 @@ async fn eight_application_tabs_each_render_and_stay_live() -> anyhow::Result<()
     // Every tab is live at once: a new commit reaches each page without a reload.
     let v2 = git.commit("tabs", "main", &[("app/settings.yaml", Some(&settings("green")))], "v2")?;
     for i in 0..TABS {
-        let out = capstan(&kc, &["app", "get", &format!("tab-{i}"), "--refresh"]);
+        let out = capstan_in(&kc, &ns, &["app", "get", &format!("tab-{i}"), "--refresh"]);
         assert!(out.status.success(), "{}", text(&out));
     }
     for (i, tab) in tabs.iter().enumerate() {
@@ -132,14 +135,16 @@ async fn eight_application_tabs_each_render_and_stay_live() -> anyhow::Result<()
     assert!(status.displayed()?, "the retrying state is visible");
     assert!(status.text()?.contains("reconnecting"), "{}", status.text()?);
     // ...and once it is back, the tab is live again on its own (no reload) and still updating.
-    let (_controller, _, _, _) = common::controller_listening(&kc, &cache, &listen, &[])?;
+    let (_controller, _, _, _) = common::controller_listening(&kc, &cache, &listen, &["-n", &ns])?;
     let live = format!("{}[data-state=\"live\"]", testid("live-status"));
     browser.wait_for(&live, WAIT)?;
     assert!(!browser.wait_for(&live, WAIT)?.displayed()?, "no banner while live");
     let v3 = git.commit("tabs", "main", &[("app/settings.yaml", Some(&settings("red")))], "v3")?;
     let last = format!("tab-{}", TABS - 1);
     until("the restarted controller answers", WAIT, || {
-        capstan(&kc, &["app", "get", &last, "--refresh"]).status.success()
+        capstan_in(&kc, &ns, &["app", "get", &last, "--refresh"])
+            .status
+            .success()
     });
     browser.wait_text(&testid("app-revision"), WAIT, |t| t.contains(&v3[..7]))?;
     Ok(())

@@ -180,7 +180,7 @@ async fn resync_writes_nothing(env: &Env, app: &str, id: &str, objects: &Objects
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_field_removed_from_git_is_drift_and_a_sync_removes_it() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("removal")?;
     let one = env.git.commit(
         "removal",

@@ -1,6 +1,8 @@
 //! End to end: `capstan.dev/refresh: hard` makes the controller render an Application again instead
 //! of answering from the render cache; `normal` does not. Its own test binary, so the process-wide
-//! render-cache counters count this test's renders only (also under `cargo test`).
+//! render-cache counters count this test's renders only (also under `cargo test`); the control plane
+//! is the run's shared one (the renders are this process's controller's, whatever else the cluster
+//! holds).
 
 mod support;
 
@@ -42,7 +44,7 @@ async fn refresh(env: &Env, name: &str, kind: &str) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hard_refresh_renders_again_and_a_normal_one_uses_the_render_cache() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("config")?;
     let sha = env
         .git

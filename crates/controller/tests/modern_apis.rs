@@ -18,9 +18,9 @@ use support::*;
 /// A CRD whose CEL rule ties two fields together.
 const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata: {name: widgets.example.com}
+metadata: {name: widgets.cel.test.capstan.dev}
 spec:
-  group: example.com
+  group: cel.test.capstan.dev
   scope: Namespaced
   names: {plural: widgets, singular: widget, kind: Widget}
   versions:
@@ -43,7 +43,7 @@ spec:
 
 fn widget(min: u32, max: u32) -> String {
     format!(
-        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: sizes}}\nspec: {{minReplicas: {min}, maxReplicas: {max}}}\n"
+        "apiVersion: cel.test.capstan.dev/v1\nkind: Widget\nmetadata: {{name: sizes}}\nspec: {{minReplicas: {min}, maxReplicas: {max}}}\n"
     )
 }
 
@@ -99,7 +99,7 @@ async fn a_cel_rule_of_a_crd_from_git_refuses_an_invalid_object_and_accepts_a_va
             .await?;
         let message = op_message(&failed);
         assert!(
-            message.contains("x-kubernetes-validations") && message.contains("widgets.example.com"),
+            message.contains("x-kubernetes-validations") && message.contains("widgets.cel.test.capstan.dev"),
             "{message}"
         );
         return Ok(());
@@ -111,7 +111,7 @@ async fn a_cel_rule_of_a_crd_from_git_refuses_an_invalid_object_and_accepts_a_va
         finished_at(&valid, "Succeeded"),
     )
     .await?;
-    let widgets = ("example.com/v1", "Widget", "widgets");
+    let widgets = ("cel.test.capstan.dev/v1", "Widget", "widgets");
     let before = env
         .get(widgets.0, widgets.1, widgets.2, "cel", "sizes")
         .await?

@@ -1,7 +1,10 @@
 //! The watches tell the echoes of Capstan's own writes from changes made by others: a sync's applies
 //! trigger no further reconcile, while a change by someone else is noticed and reverted.
 //!
-//! Its own test binary: the counts come from the process-wide metrics.
+//! Its own test binary: the counts come from the process-wide metrics. And its own control plane:
+//! the controller's watches see every tracked object of the cluster, whichever Application and
+//! namespace it belongs to, so on a shared plane the syncs of other tests would count as changes by
+//! someone else.
 
 mod support;
 

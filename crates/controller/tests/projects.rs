@@ -32,7 +32,7 @@ fn in_project(mut app: serde_json::Value, project: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn project_rules_are_enforced_before_anything_is_applied() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("team")?;
     env.git.create_repo("elsewhere")?;
     env.git.commit(
@@ -47,10 +47,10 @@ async fn project_rules_are_enforced_before_anything_is_applied() -> anyhow::Resu
     )?;
     env.git
         .commit("elsewhere", "main", &[("plain/all.yaml", Some(PLAIN))], "v1")?;
-    let projects = env.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some("capstan"));
+    let projects = env.api("capstan.dev/v1alpha1", "AppProject", "appprojects", Some(&env.ns));
     let project = json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
-        "metadata": {"name": "team-a", "namespace": "capstan"},
+        "metadata": {"name": "team-a", "namespace": env.ns},
         "spec": {
             "sourceRepos": [env.git.git_url("team")],
             "destinations": [{"server": "https://kubernetes.default.svc", "namespace": "team-a-*"}],

@@ -28,7 +28,7 @@ fn synced_at(sha: &str) -> impl Fn(&capstan_api::Application) -> bool + '_ {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rejected_new_object_stops_the_sync_before_anything_running_changes() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    let env = Env::shared().await?;
     env.git.create_repo("validate")?;
     let first = env.git.commit(
         "validate",

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use capstan_api::Application;
 use capstan_api::image_updater::ImageUpdater;
-use capstan_testkit::capstan::{eventually, install, synced_healthy};
+use capstan_testkit::capstan::{create_namespace, eventually, install, synced_healthy, unique_namespace};
 use capstan_testkit::git::{PASSWORD, USER};
 use capstan_testkit::registry::{Registry, RegistryOptions, push_image};
 use capstan_testkit::{GitServer, TestCluster, run_git};
@@ -18,7 +18,6 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-const NS: &str = "capstan";
 const REG_USER: &str = "pusher";
 const REG_PASSWORD: &str = "registry-s3cret";
 const WEBHOOK_SECRET: &str = "registry-webhook-s3cret";
@@ -42,22 +41,22 @@ fn chart() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-async fn secret(client: &kube::Client, name: &str, data: Value) -> anyhow::Result<()> {
+async fn secret(client: &kube::Client, ns: &str, name: &str, data: Value) -> anyhow::Result<()> {
     let s: Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name, "namespace": NS, "labels": {"capstan.dev/secret-type": "repository"}},
+        "metadata": {"name": name, "namespace": ns, "labels": {"capstan.dev/secret-type": "repository"}},
         "stringData": data,
     }))?;
-    Api::<Secret>::namespaced(client.clone(), NS)
+    Api::<Secret>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &s)
         .await?;
     Ok(())
 }
 
-fn updater(name: &str, image: &str, repo: &str, policy: Value, interval: u64) -> Value {
+fn updater(ns: &str, name: &str, image: &str, repo: &str, policy: Value, interval: u64) -> Value {
     json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ImageUpdater",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {
             "image": image, "policy": policy, "intervalSeconds": interval, "project": "default",
             "write": {"repoURL": repo, "branch": "main", "path": "services-root/services/payments/staging.yaml", "key": "imageTag"},
@@ -72,9 +71,12 @@ async fn status(api: &Api<ImageUpdater>, name: &str) -> anyhow::Result<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyhow::Result<()> {
     capstan_testkit::init_logging();
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let client = cluster.client().await?;
     install(&client).await?;
+    let ns = unique_namespace();
+    create_namespace(&client, &ns).await?;
     let git = GitServer::start().await?;
     // Images are pushed to an open instance; Capstan reads them through a second one on the same
     // storage with htpasswd and TLS.
@@ -99,12 +101,14 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     let repo = git.http_url("services-root");
     secret(
         &client,
+        &ns,
         "services-root",
         json!({"url": repo, "username": USER, "password": PASSWORD}),
     )
     .await?;
     secret(
         &client,
+        &ns,
         "registry",
         json!({"url": format!("oci://{}", registry.host()), "username": REG_USER, "password": REG_PASSWORD,
                "ca.crt": registry.ca_pem().unwrap_or_default()}),
@@ -118,6 +122,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     let server_root = repo.trim_end_matches("/services-root.git").to_string();
     secret(
         &client,
+        &ns,
         "git-server",
         json!({"url": server_root, "username": USER, "password": PASSWORD}),
     )
@@ -125,14 +130,14 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
 
     // The staging Application: the chart with image.tag from the file (as the services
     // ApplicationSet passes it); here the tag is read through a multi-source $ref value file.
-    let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+    let apps: Api<Application> = Api::namespaced(client.clone(), &ns);
     for (name, repo, namespace) in [
-        ("payments-staging", &repo, "payments"),
-        ("payments-other-case", &repo_other_case, "payments-other-case"),
+        ("payments-staging", &repo, "images-payments"),
+        ("payments-other-case", &repo_other_case, "images-payments-other-case"),
     ] {
         let app: Application = serde_json::from_value(json!({
             "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
-            "metadata": {"name": name, "namespace": NS},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "sources": [
                     {"repoURL": repo, "targetRevision": "main", "path": "charts/service",
@@ -165,6 +170,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     let cache = tempfile::tempdir()?;
     let (c1, c2) = (client.clone(), client.clone());
     let apps_config = capstan_controller::Config {
+        namespace: ns.clone(),
         cache_dir: cache.path().join("apps"),
         // Longer than the test: the new commit reaches the Application through the refresh the
         // image update controller requests after committing.
@@ -172,6 +178,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
         ..Default::default()
     };
     let images_config = capstan_imageupdate::Config {
+        namespace: ns.clone(),
         cache_dir: cache.path().join("images"),
         author_name: "Image Bot".into(),
         author_email: "images@capstan.test".into(),
@@ -189,16 +196,16 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     // The HTTP server, for registry notifications, with the registry webhook secret.
     let secret: Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": capstan_server::state::SECRET, "namespace": NS},
+        "metadata": {"name": capstan_server::state::SECRET, "namespace": ns},
         "stringData": {"webhook.registry.secret": WEBHOOK_SECRET},
     }))?;
-    Api::<Secret>::namespaced(client.clone(), NS)
+    Api::<Secret>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &secret)
         .await?;
     let state = capstan_server::State::start(
         client.clone(),
         capstan_server::ServerConfig {
-            namespace: NS.into(),
+            namespace: ns.clone(),
             secure_cookies: true,
             cache_dir: cache.path().join("server"),
             cache_root: cache.path().to_path_buf(),
@@ -219,13 +226,14 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     })
     .await?;
 
-    let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), NS);
+    let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), &ns);
     let pp = PatchParams::apply("test").force();
     updaters
         .patch(
             "payments-staging",
             &pp,
             &Patch::Apply(updater(
+                &ns,
                 "payments-staging",
                 &image,
                 &repo,
@@ -252,7 +260,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     eventually(
         "the other spelling runs 1.0.0",
         Duration::from_secs(90),
-        runs("payments-other-case", "payments-other-case", "1.0.0"),
+        runs("payments-other-case", "images-payments-other-case", "1.0.0"),
     )
     .await?;
     let head_before = run_git(&git.repo_path("services-root"), &["rev-parse", "main"])?;
@@ -303,13 +311,13 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     eventually(
         "staging runs 1.1.0",
         Duration::from_secs(90),
-        runs("payments-staging", "payments", "1.1.0"),
+        runs("payments-staging", "images-payments", "1.1.0"),
     )
     .await?;
     eventually(
         "the Application spelling the repository in another case runs 1.1.0",
         Duration::from_secs(30),
-        runs("payments-other-case", "payments-other-case", "1.1.0"),
+        runs("payments-other-case", "images-payments-other-case", "1.1.0"),
     )
     .await?;
 
@@ -320,6 +328,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
             "payments-staging",
             &pp,
             &Patch::Apply(updater(
+                &ns,
                 "payments-staging",
                 &image,
                 &repo,
@@ -340,6 +349,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
             "payments-staging",
             &pp,
             &Patch::Apply(updater(
+                &ns,
                 "payments-staging",
                 "127.0.0.1:9/services/payments",
                 &repo,
@@ -355,7 +365,14 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
     })
     .await?;
     // A key the file does not have: named with the file, no commit.
-    let mut missing = updater("payments-staging", &image, &repo, json!({"semver": {"range": "^1"}}), 5);
+    let mut missing = updater(
+        &ns,
+        "payments-staging",
+        &image,
+        &repo,
+        json!({"semver": {"range": "^1"}}),
+        5,
+    );
     missing["spec"]["write"]["key"] = json!("image.tag");
     updaters.patch("payments-staging", &pp, &Patch::Apply(missing)).await?;
     eventually("missing key recorded", Duration::from_secs(60), || async {
@@ -375,6 +392,7 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
             "payments-staging",
             &pp,
             &Patch::Apply(updater(
+                &ns,
                 "payments-staging",
                 &image,
                 &repo,
@@ -393,10 +411,10 @@ async fn a_pushed_image_is_committed_to_the_staging_file_and_deployed() -> anyho
 }
 
 /// An AppProject `name` that may read `repos` and write `writes` (`sourceRepoPaths`).
-fn team_project(name: &str, repos: &[&str], writes: Value) -> Value {
+fn team_project(ns: &str, name: &str, repos: &[&str], writes: Value) -> Value {
     json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {
             "sourceRepos": repos,
             "destinations": [{"server": "*", "namespace": name}],
@@ -416,9 +434,12 @@ fn team_project(name: &str, repos: &[&str], writes: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_team_commits_only_where_its_project_lets_it() -> anyhow::Result<()> {
     capstan_testkit::init_logging();
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, Capstan in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let client = cluster.client().await?;
     install(&client).await?;
+    let ns = unique_namespace();
+    create_namespace(&client, &ns).await?;
     let git = GitServer::start().await?;
     let registry = Registry::start(RegistryOptions::default()).await?;
     let image = format!("{}/services/web", registry.host());
@@ -442,6 +463,7 @@ async fn a_team_commits_only_where_its_project_lets_it() -> anyhow::Result<()> {
     for (name, url) in [("shared", &shared), ("team-b", &theirs)] {
         secret(
             &client,
+            &ns,
             name,
             json!({"url": url, "username": USER, "password": PASSWORD}),
         )
@@ -449,18 +471,21 @@ async fn a_team_commits_only_where_its_project_lets_it() -> anyhow::Result<()> {
     }
     secret(
         &client,
+        &ns,
         "registry",
         json!({"url": format!("oci://{}", registry.host()), "insecureOCIForceHttp": "true"}),
     )
     .await?;
-    let projects: Api<capstan_api::AppProject> = Api::namespaced(client.clone(), NS);
+    let projects: Api<capstan_api::AppProject> = Api::namespaced(client.clone(), &ns);
     let pp = PatchParams::apply("test").force();
     let team_a = team_project(
+        &ns,
         "team-a",
         &[&shared],
         json!([{"repo": shared, "paths": ["services/team-a/**"], "branches": ["main"]}]),
     );
     let team_b = team_project(
+        &ns,
         "team-b",
         &[&shared, &theirs],
         json!([{"repo": "*", "paths": ["services/team-b/**", "api.yaml"], "branches": ["*"]}]),
@@ -468,9 +493,9 @@ async fn a_team_commits_only_where_its_project_lets_it() -> anyhow::Result<()> {
     projects.patch("team-a", &pp, &Patch::Apply(team_a)).await?;
     projects.patch("team-b", &pp, &Patch::Apply(team_b)).await?;
 
-    let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), NS);
+    let updaters: Api<ImageUpdater> = Api::namespaced(client.clone(), &ns);
     let team_a_updater = |name: &str, repo: &str, path: &str, branch: &str, push: &str| {
-        let mut u = updater(name, &image, repo, json!({"semver": {"range": "^1"}}), 5);
+        let mut u = updater(&ns, name, &image, repo, json!({"semver": {"range": "^1"}}), 5);
         u["spec"]["project"] = json!("team-a");
         u["spec"]["write"]["path"] = json!(path);
         u["spec"]["write"]["branch"] = json!(branch);
@@ -527,6 +552,7 @@ async fn a_team_commits_only_where_its_project_lets_it() -> anyhow::Result<()> {
     // batches team A's and team B's writes to the shared branch into one commit.
     let cache = tempfile::tempdir()?;
     let images_config = capstan_imageupdate::Config {
+        namespace: ns.clone(),
         cache_dir: cache.path().join("images"),
         deny_implicit_default_project: true,
         ..Default::default()

@@ -109,6 +109,39 @@ pub struct ComponentStatus {
     pub running: bool,
 }
 
+/// Environment variable naming a file to which every control plane booted (not one found already
+/// running) appends a line: Unix time, seconds the boot took, state directory, and the command line of
+/// the process that booted it. Used to count the planes a test run starts (docs/benchmarks.md).
+pub const BOOT_LOG_ENV: &str = "CAPSTAN_PLANE_BOOT_LOG";
+
+/// Append this boot to the file [`BOOT_LOG_ENV`] names, if any. One `write` per line, in append
+/// mode, so concurrent test processes do not interleave within a line.
+fn record_boot(dir: &Path, took: Duration) {
+    let Some(log) = std::env::var_os(BOOT_LOG_ENV) else {
+        return;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let args: Vec<String> = std::env::args().collect();
+    let line = format!(
+        "{}\t{:.1}\t{}\t{}\n",
+        now.as_secs(),
+        took.as_secs_f64(),
+        dir.display(),
+        args.join(" ")
+    );
+    use std::io::Write;
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    if let Err(err) = written {
+        tracing::warn!(log = %Path::new(&log).display(), %err, "recording a control plane boot");
+    }
+}
+
 /// A running local control plane.
 #[derive(Debug)]
 pub struct Playground {
@@ -154,6 +187,7 @@ impl Playground {
         Self::down(&dir)?;
         let pki = pki::ensure(&dir.join("pki"))?;
 
+        let booting = Instant::now();
         let mut last_err = None;
         for attempt in 0..3 {
             let ports = match read_state(&dir) {
@@ -184,6 +218,7 @@ impl Playground {
                     let client = pg.client().await?;
                     kwok::register_nodes(&client, opts.nodes).await?;
                     pg.wait_settled(&client, opts.timeout).await?;
+                    record_boot(&pg.dir, booting.elapsed());
                     return Ok(pg);
                 }
                 Err(err) if is_port_race(&err) => {

@@ -14,8 +14,6 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-const NS: &str = "capstan";
-
 /// Server-side apply `body` (a JSON object with `metadata.name`) through `api`.
 macro_rules! apply {
     ($api:expr, $body:expr $(,)?) => {{
@@ -26,7 +24,7 @@ macro_rules! apply {
     }};
 }
 
-fn pipeline(name: &str, project: Option<&str>, repo: &str, branch: &str, application: &str) -> Value {
+fn pipeline(ns: &str, name: &str, project: Option<&str>, repo: &str, branch: &str, application: &str) -> Value {
     let mut spec = json!({
         "repoURL": repo, "branch": branch, "path": "services/{service}/{env}.yaml",
         "application": application, "fields": ["imageTag"],
@@ -36,7 +34,7 @@ fn pipeline(name: &str, project: Option<&str>, repo: &str, branch: &str, applica
         spec["project"] = json!(project);
     }
     json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "PromotionPipeline",
-           "metadata": {"name": name, "namespace": NS}, "spec": spec})
+           "metadata": {"name": name, "namespace": ns}, "spec": spec})
 }
 
 fn request(pipeline: &str, service: &str) -> PromoteRequest {
@@ -56,9 +54,12 @@ fn request(pipeline: &str, service: &str) -> PromoteRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_promotes_only_within_its_project() -> anyhow::Result<()> {
     capstan_testkit::init_logging();
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, in a Capstan namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let client = cluster.client().await?;
     capstan_testkit::capstan::install(&client).await?;
+    let ns = capstan_testkit::capstan::unique_namespace();
+    capstan_testkit::capstan::create_namespace(&client, &ns).await?;
     let git = GitServer::start().await?;
     git.create_repo("shared")?;
     let tag = |t: &str| format!("imageTag: \"{t}\"\n");
@@ -76,52 +77,59 @@ async fn a_pipeline_promotes_only_within_its_project() -> anyhow::Result<()> {
     let repo = git.http_url("shared");
     let secret: Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "shared", "namespace": NS, "labels": {"capstan.dev/secret-type": "repository"}},
+        "metadata": {"name": "shared", "namespace": ns, "labels": {"capstan.dev/secret-type": "repository"}},
         "stringData": {"url": repo, "username": USER, "password": PASSWORD},
     }))?;
-    Api::<Secret>::namespaced(client.clone(), NS)
+    Api::<Secret>::namespaced(client.clone(), &ns)
         .create(&Default::default(), &secret)
         .await?;
-    let projects: Api<AppProject> = Api::namespaced(client.clone(), NS);
+    let projects: Api<AppProject> = Api::namespaced(client.clone(), &ns);
     for (team, service) in [("team-a", "web"), ("team-b", "api")] {
         apply!(
             projects,
             json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "AppProject",
-                   "metadata": {"name": team, "namespace": NS},
+                   "metadata": {"name": team, "namespace": ns},
                    "spec": {"sourceRepos": [repo], "destinations": [{"server": "*", "namespace": team}],
                             "sourceRepoPaths": [{"repo": repo, "paths": [format!("services/{service}/**")],
                                                  "branches": ["main"]}]}}),
         )?;
     }
-    let apps: Api<Application> = Api::namespaced(client.clone(), NS);
+    let apps: Api<Application> = Api::namespaced(client.clone(), &ns);
     for (team, service) in [("team-a", "web"), ("team-b", "api")] {
         for env in ["staging", "production"] {
             apply!(
                 apps,
                 json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
-                       "metadata": {"name": format!("{service}-{env}"), "namespace": NS},
+                       "metadata": {"name": format!("{service}-{env}"), "namespace": ns},
                        "spec": {"project": team,
                                 "source": {"repoURL": repo, "targetRevision": "main", "path": format!("services/{service}")},
                                 "destination": {"server": "https://kubernetes.default.svc", "namespace": team}}}),
             )?;
         }
     }
-    let pipelines: Api<PromotionPipeline> = Api::namespaced(client.clone(), NS);
+    let pipelines: Api<PromotionPipeline> = Api::namespaced(client.clone(), &ns);
     apply!(
         pipelines,
-        pipeline("team-a", Some("team-a"), &repo, "main", "{service}-{env}")
+        pipeline(&ns, "team-a", Some("team-a"), &repo, "main", "{service}-{env}")
     )?;
     apply!(
         pipelines,
-        pipeline("team-a-release", Some("team-a"), &repo, "release", "{service}-{env}")
+        pipeline(
+            &ns,
+            "team-a-release",
+            Some("team-a"),
+            &repo,
+            "release",
+            "{service}-{env}"
+        )
     )?;
     // Team A's project, team A's file, team B's Applications.
     apply!(
         pipelines,
-        pipeline("team-a-borrowed", Some("team-a"), &repo, "main", "api-{env}")
+        pipeline(&ns, "team-a-borrowed", Some("team-a"), &repo, "main", "api-{env}")
     )?;
 
-    let promoter = Promoter::new(client.clone(), NS);
+    let promoter = Promoter::new(client.clone(), &ns);
     let bare = git.repo_path("shared");
     let before = run_git(&bare, &["rev-parse", "main"])?;
     let refused = |err: &PromoteError, needles: &[&str]| {
@@ -153,7 +161,10 @@ async fn a_pipeline_promotes_only_within_its_project() -> anyhow::Result<()> {
     );
 
     // A pipeline naming no project is refused by the API server (the CRD requires it).
-    let anonymous = apply!(pipelines, pipeline("anonymous", None, &repo, "main", "{service}-{env}"));
+    let anonymous = apply!(
+        pipelines,
+        pipeline(&ns, "anonymous", None, &repo, "main", "{service}-{env}")
+    );
     assert!(
         matches!(&anonymous, Err(kube::Error::Api(e)) if e.code == 422 && e.message.contains("project")),
         "{anonymous:?}"

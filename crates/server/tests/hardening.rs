@@ -182,10 +182,13 @@ fn session_cookie(a: &Answer) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_server_refuses_abuse() -> anyhow::Result<()> {
     capstan_testkit::init_logging();
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, the server in a Capstan namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let client = cluster.client().await?;
     capstan_testkit::capstan::install(&client).await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), capstan_api::NAMESPACE);
+    let ns = capstan_testkit::capstan::unique_namespace();
+    capstan_testkit::capstan::create_namespace(&client, &ns).await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let mut data = BTreeMap::new();
     for (k, v) in [
         (auth::SESSION_KEY.to_string(), password::random_secret(32)),
@@ -206,7 +209,7 @@ async fn the_server_refuses_abuse() -> anyhow::Result<()> {
 
     let cache = tempfile::tempdir()?;
     let config = ServerConfig {
-        namespace: capstan_api::NAMESPACE.into(),
+        namespace: ns.clone(),
         secure_cookies: true,
         cache_dir: cache.path().join("server"),
         cache_root: cache.path().to_path_buf(),

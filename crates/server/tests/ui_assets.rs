@@ -149,12 +149,15 @@ fn assert_no_html_from_strings(path: &str, text: &str) {
 async fn every_page_and_file_of_the_ui_is_served_under_a_strict_policy_and_builds_no_html_from_strings()
 -> anyhow::Result<()> {
     capstan_testkit::init_logging();
-    let cluster = TestCluster::start().await?;
+    // The run's shared plane, the server in a Capstan namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let client = cluster.client().await?;
     capstan_testkit::capstan::install(&client).await?;
+    let ns = capstan_testkit::capstan::unique_namespace();
+    capstan_testkit::capstan::create_namespace(&client, &ns).await?;
     let cache = tempfile::tempdir()?;
     let config = ServerConfig {
-        namespace: capstan_api::NAMESPACE.into(),
+        namespace: ns,
         secure_cookies: true,
         cache_dir: cache.path().join("server"),
         cache_root: cache.path().to_path_buf(),

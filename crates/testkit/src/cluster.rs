@@ -1,13 +1,13 @@
 //! Local control planes for tests: a private one per test ([`TestCluster::start`]), or one shared by
-//! the tests of a test binary within one test run ([`TestCluster::shared`]).
+//! every test of a test run that needs no plane of its own ([`TestCluster::shared`]).
 //!
 //! nextest runs every test in its own process, so a shared plane outlives the test that started it.
-//! It lives in a directory named after the run, the test binary and the Kubernetes release; a file
-//! lock serialises starting it. Each test holding it records a lease (`leases/PID-N`); a keeper process
+//! It lives in a directory named after the run and the Kubernetes release; a file lock serialises
+//! starting it. Each test holding it records a lease (`leases/PID-N`); a keeper process
 //! (`keeper.sh`) stops the plane and removes its directory once the test runner has exited or no
-//! test has held a lease for [`SHARED_IDLE`] (the runner goes through a binary's tests together,
-//! so a binary's plane stops soon after its last test). Outside nextest (`cargo test`), the tests of
-//! a binary share its process, which owns the plane instead of the runner.
+//! test has held a lease for [`SHARED_IDLE`]. Outside nextest (`cargo test`), the tests of a binary
+//! share its process, which owns the plane instead of the runner: there a plane is shared by one
+//! binary's tests.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -22,8 +22,10 @@ const SHARED_PREFIX: &str = "capstan-shared-cluster-";
 /// File in that directory naming the test process that owns the cluster ("PID STARTTICKS"); for a
 /// shared cluster the test runner.
 const OWNER: &str = "owner.pid";
-/// How long a shared plane stays up with no test holding it.
-pub const SHARED_IDLE: Duration = Duration::from_secs(10);
+/// How long a shared plane stays up with no test holding it: long enough to bridge the stretches of
+/// a run whose tests start no plane (nextest goes through the packages in turn), so that one plane
+/// serves the whole run. An idle plane costs little; the runner's exit stops it at once.
+pub const SHARED_IDLE: Duration = Duration::from_secs(180);
 /// The keeper of a shared plane.
 const KEEPER: &str = include_str!("keeper.sh");
 
@@ -58,21 +60,19 @@ impl TestCluster {
         })
     }
 
-    /// The control plane shared by the tests of this test binary in this test run (of the release
-    /// `CAPSTAN_KUBE_VERSION` selects), started if no test has started it yet.
+    /// The control plane shared by the tests of this test run (of the release `CAPSTAN_KUBE_VERSION`
+    /// selects), started if no test has started it yet.
     ///
-    /// Tests sharing a plane must keep to their own namespaces and Application names: everything
-    /// else (CRDs, cluster-scoped objects, the API server itself) is seen by every test of the
-    /// binary.
+    /// Tests sharing a plane must keep to names of their own: their own namespaces (Capstan's, from
+    /// [`crate::capstan::unique_namespace`], and destination namespaces no other test uses), and
+    /// cluster-scoped objects (CRDs, cluster roles) named for the test. Everything else (the API
+    /// server itself, cluster-wide lists) is seen by every test of the run. A test that needs the
+    /// cluster to itself starts a private one ([`TestCluster::start`]) and says why.
     pub async fn shared() -> anyhow::Result<TestCluster> {
         reap_orphans();
         let version = KubeVersion::selected()?;
         let (owner, run) = shared_owner();
-        let binary = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_default();
-        let key: String = format!("{run}-{binary}-{}", version.tag)
+        let key: String = format!("{run}-{}", version.tag)
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' })
             .collect();

@@ -1,5 +1,8 @@
 //! A real control plane with kwok nodes and the real kube-scheduler: workloads reach real health
 //! through the real kube-controller-manager, and the simulate annotation changes pod outcomes.
+//!
+//! These tests are about the control plane itself (starting, stopping, what its nodes and controllers
+//! do), so each starts private ones rather than the run's shared plane.
 
 use std::time::{Duration, Instant};
 

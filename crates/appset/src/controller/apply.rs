@@ -451,13 +451,16 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_never_take_over_someone_elses_application() -> anyhow::Result<()> {
         capstan_testkit::init_logging();
-        let cluster = capstan_testkit::TestCluster::start().await?;
+        // The run's shared plane, in a namespace of this test's own (which no controller serves).
+        let cluster = capstan_testkit::TestCluster::shared().await?;
         let client = cluster.client().await?;
-        install_crds(&client).await?;
-        let sets: Api<ApplicationSet> = Api::namespaced(client.clone(), "capstan");
-        let apps: Api<Application> = Api::namespaced(client.clone(), "capstan");
+        let namespace = capstan_testkit::capstan::unique_namespace();
+        install_crds(&client, &namespace).await?;
+        let sets: Api<ApplicationSet> = Api::namespaced(client.clone(), &namespace);
+        let apps: Api<Application> = Api::namespaced(client.clone(), &namespace);
         let mut owner = set(BASE);
         owner.metadata.uid = None;
+        owner.metadata.namespace = Some(namespace.clone());
         let owner = sets.create(&PostParams::default(), &owner).await?;
         let uid = owner.uid().expect("uid");
         let policy = ApplicationsSyncPolicy::Sync;
@@ -471,7 +474,7 @@ mod tests {
         let someone_elses = |name: &str| -> Application {
             serde_json::from_value(json!({
                 "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
-                "metadata": {"name": name, "namespace": "capstan"},
+                "metadata": {"name": name, "namespace": namespace},
                 "spec": {"source": {"repoURL": "git://elsewhere/r", "path": "theirs"}, "destination": {"namespace": "theirs"}},
             }))
             .unwrap()
@@ -536,7 +539,7 @@ mod tests {
         Ok(())
     }
 
-    async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    async fn install_crds(client: &Client, namespace: &str) -> anyhow::Result<()> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let pp = PatchParams::apply("test").force();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -559,9 +562,9 @@ mod tests {
         }
         let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
         ns.patch(
-            "capstan",
+            namespace,
             &pp,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capstan"}})),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})),
         )
         .await?;
         Ok(())

@@ -2,9 +2,9 @@
 //! git server, Capstan's CRDs, and both controllers (Application and ApplicationSet) in-process.
 //!
 //! [`Env::start`] starts a private control plane for the test. [`Env::shared`] uses the control plane
-//! the tests of the test binary share, with a Capstan namespace of the test's own ([`Env::ns`]),
-//! which both controllers serve; such tests must deploy into destination namespaces no other test of
-//! the binary uses.
+//! the tests of the test run share ([`capstan_testkit::TestCluster::shared`]), with a Capstan
+//! namespace of the test's own ([`Env::ns`]), which both controllers serve; such tests must deploy into
+//! destination namespaces, and create cluster-scoped objects (CRDs), no other test of the run uses.
 
 #![allow(dead_code)]
 
@@ -66,7 +66,7 @@ impl Env {
         Self::on(TestCluster::start().await?, capstan_api::NAMESPACE.into(), settings).await
     }
 
-    /// On the binary's shared control plane, in a Capstan namespace of the test's own.
+    /// On the run's shared control plane, in a Capstan namespace of the test's own.
     pub async fn shared() -> anyhow::Result<Env> {
         Self::shared_with(Settings::default()).await
     }

@@ -27,6 +27,14 @@ pub fn capstan(kubeconfig: &str, args: &[&str]) -> Output {
         .expect("run capstan")
 }
 
+/// [`capstan`] with `-n NAMESPACE` appended: a command of Capstan's in the test's own namespace
+/// (for commands whose `-n` follows their subcommands too).
+pub fn capstan_in(kubeconfig: &str, namespace: &str, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    all.extend(["-n", namespace]);
+    capstan(kubeconfig, &all)
+}
+
 /// Run the cached `kubectl` against `kubeconfig`.
 pub fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
     let bin = capstan_playground::binaries::find("kubectl").expect("kubectl installed by scripts/setup.sh");
@@ -38,14 +46,14 @@ pub fn kubectl(kubeconfig: &str, args: &[&str]) -> Output {
         .expect("run kubectl")
 }
 
-/// Create the RBAC policy ConfigMap `capstan/capstan-rbac` with `policy` (YAML), failing the test
-/// if kubectl refuses.
-pub fn create_policy(kubeconfig: &str, policy: &str) {
+/// Create the RBAC policy ConfigMap `capstan-rbac` in Capstan's namespace `namespace` with `policy`
+/// (YAML), failing the test if kubectl refuses.
+pub fn create_policy(kubeconfig: &str, namespace: &str, policy: &str) {
     let out = kubectl(
         kubeconfig,
         &[
             "-n",
-            "capstan",
+            namespace,
             "create",
             "configmap",
             "capstan-rbac",
@@ -55,15 +63,15 @@ pub fn create_policy(kubeconfig: &str, policy: &str) {
     assert!(out.status.success(), "{}", text(&out));
 }
 
-/// Set `key` of the server's Secret `capstan/capstan-secret` to `value`, failing the test if kubectl
-/// refuses.
-pub fn set_secret_value(kubeconfig: &str, key: &str, value: &str) {
+/// Set `key` of the server's Secret `capstan-secret` in Capstan's namespace `namespace` to `value`,
+/// failing the test if kubectl refuses.
+pub fn set_secret_value(kubeconfig: &str, namespace: &str, key: &str, value: &str) {
     let patch = serde_json::json!({"stringData": {key: value}}).to_string();
     let out = kubectl(
         kubeconfig,
         &[
             "-n",
-            "capstan",
+            namespace,
             "patch",
             "secret",
             "capstan-secret",

@@ -34,27 +34,38 @@ pub fn apply(kc: &str, dir: &Path, name: &str, yaml: &str) {
     assert!(out.status.success(), "kubectl apply {name}: {}", text(&out));
 }
 
-/// A repository Secret for `repo` (the git test server's user and password).
-pub fn repository_secret(name: &str, repo: &str) -> String {
+/// A repository Secret for `repo` (the git test server's user and password), in Capstan's namespace
+/// `ns`.
+pub fn repository_secret(ns: &str, name: &str, repo: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: capstan, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: '{repo}', username: {USER}, password: {PASSWORD}}}\n"
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {ns}, labels: {{capstan.dev/secret-type: repository}}}}\nstringData: {{url: '{repo}', username: {USER}, password: {PASSWORD}}}\n"
     )
 }
 
-/// The `services` AppProject and ApplicationSet of examples/appsets, reading `repo`.
-pub fn apply_services_appset(kc: &str, dir: &Path, repo: &str) -> anyhow::Result<()> {
+/// The `services` AppProject and ApplicationSet of examples/appsets, reading `repo`, in Capstan's
+/// namespace `ns`: the files name `capstan` (as the metadata's namespace, and as the namespace the
+/// project keeps its Applications out of), which becomes `ns`.
+pub fn apply_services_appset(kc: &str, ns: &str, dir: &Path, repo: &str) -> anyhow::Result<()> {
     for set in ["services-project.yaml", "services.yaml"] {
         let yaml = std::fs::read_to_string(examples().join("appsets").join(set))?;
-        apply(kc, dir, set, &yaml.replace("REPO_URL", repo));
+        assert!(
+            yaml.contains("  namespace: capstan\n"),
+            "examples/appsets/{set} names capstan"
+        );
+        let yaml = yaml
+            .replace("REPO_URL", repo)
+            .replace("  namespace: capstan\n", &format!("  namespace: {ns}\n"))
+            .replace("namespace: '!capstan'", &format!("namespace: '!{ns}'"));
+        apply(kc, dir, set, &yaml);
     }
     Ok(())
 }
 
-/// A PromotionPipeline `name` of AppProject `project` over `repo` with environments staging (auto) →
-/// production (manual), Applications named `{service}-{env}`; `fields` is a YAML line
-/// (`  fields: [...]\n`) or empty.
-pub fn pipeline(name: &str, project: &str, repo: &str, path: &str, fields: &str) -> String {
+/// A PromotionPipeline `name` (in Capstan's namespace `ns`) of AppProject `project` over `repo` with
+/// environments staging (auto) → production (manual), Applications named `{service}-{env}`; `fields`
+/// is a YAML line (`  fields: [...]\n`) or empty.
+pub fn pipeline(ns: &str, name: &str, project: &str, repo: &str, path: &str, fields: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: PromotionPipeline\nmetadata: {{name: {name}, namespace: capstan}}\nspec:\n  project: {project}\n  repoURL: '{repo}'\n  branch: main\n  path: '{path}'\n  application: '{{service}}-{{env}}'\n{fields}  environments:\n    - {{name: staging, promotion: auto}}\n    - {{name: production, promotion: manual}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: PromotionPipeline\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  project: {project}\n  repoURL: '{repo}'\n  branch: main\n  path: '{path}'\n  application: '{{service}}-{{env}}'\n{fields}  environments:\n    - {{name: staging, promotion: auto}}\n    - {{name: production, promotion: manual}}\n"
     )
 }

@@ -2,9 +2,9 @@
 //! Capstan's CRDs, and the controller running in-process.
 //!
 //! [`Env::start`] starts a private control plane for the test. [`Env::shared`] uses the control plane
-//! the tests of the test binary share, with a Capstan namespace of the test's own ([`Env::ns`]),
-//! which its controller serves; such tests must deploy into destination namespaces no other test of
-//! the binary uses.
+//! the tests of the test run share ([`capstan_testkit::TestCluster::shared`]), with a Capstan
+//! namespace of the test's own ([`Env::ns`]), which its controller serves; such tests must deploy into
+//! destination namespaces, and create cluster-scoped objects (CRDs), no other test of the run uses.
 
 #![allow(dead_code)]
 
@@ -59,7 +59,7 @@ impl Env {
         .await
     }
 
-    /// On the binary's shared control plane, in a Capstan namespace of the test's own.
+    /// On the run's shared control plane, in a Capstan namespace of the test's own.
     pub async fn shared() -> anyhow::Result<Env> {
         Self::shared_with(Duration::from_secs(120)).await
     }
