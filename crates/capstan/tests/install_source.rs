@@ -200,16 +200,18 @@ fn the_chart_refuses_values_it_does_not_read() {
 #[tokio::test]
 async fn capstan_install_applies_exactly_the_printed_objects_and_the_controller_answers_its_probes()
 -> anyhow::Result<()> {
-    let cluster = TestCluster::start().await?;
+    // On the run's shared plane, in a namespace of this test's own.
+    let cluster = TestCluster::shared().await?;
     let kc = cluster.kubeconfig().to_string_lossy().into_owned();
+    let ns = capstan_testkit::capstan::unique_namespace();
     let capstan = env!("CARGO_BIN_EXE_capstan");
-    run(Command::new(capstan).args(["install", "--kubeconfig", &kc]));
+    run(Command::new(capstan).args(["install", "--kubeconfig", &kc, "-n", &ns]));
     let kubectl = capstan_playground::binaries::find("kubectl")?;
-    for ((kind, name), object) in objects(&capstan_print(&[])) {
+    for ((kind, name), object) in objects(&capstan_print(&["-n", &ns])) {
         let mut get = Command::new(&kubectl);
         get.args(["--kubeconfig", &kc, "get", &kind, &name, "-o", "json"]);
         if object["metadata"]["namespace"].is_string() {
-            get.args(["-n", "capstan"]);
+            get.args(["-n", &ns]);
         }
         let live: Value = serde_json::from_slice(&run(&mut get).stdout)?;
         let spec = |v: &Value| v.get("spec").cloned().or_else(|| v.get("rules").cloned());
@@ -242,6 +244,8 @@ async fn capstan_install_applies_exactly_the_printed_objects_and_the_controller_
                 "controller",
                 "--kubeconfig",
                 &kc,
+                "-n",
+                &ns,
                 "--health-listen",
                 &format!("127.0.0.1:{port}"),
             ])
