@@ -271,6 +271,9 @@ async fn sigterm_at_any_moment_ends_the_controller_and_no_operation_stays_runnin
         plan.swap(i, rng.below(i as u64 + 1) as usize);
     }
 
+    // A plane of its own: 21 controller starts over some two and a half minutes, each re-applying
+    // two Applications' 80 objects, a rolling Deployment and a hook Job, would load the run's shared
+    // plane while other tests time their own waits against it.
     let cluster = TestCluster::start().await?;
     let git = GitServer::start().await?;
     let kc = cluster.kubeconfig().to_string_lossy().to_string();
