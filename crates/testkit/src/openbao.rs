@@ -34,7 +34,21 @@ impl Drop for OpenBao {
 
 impl OpenBao {
     /// Start a dev server and wait until `sys/health` answers.
+    ///
+    /// bao takes its port as an argument, so the free port is found first and released before bao
+    /// binds it; another process of a busy test run may take it in between. Then bao exits with
+    /// "address already in use" and another free port is tried (up to three times).
     pub fn start() -> anyhow::Result<OpenBao> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once() {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    fn start_once() -> anyhow::Result<OpenBao> {
         let binary = capstan_playground::binaries::find("bao")
             .context("OpenBao's `bao` is missing: install it with `bash scripts/setup.sh`")?;
         let dir = tempfile::Builder::new().prefix("capstan-openbao-").tempdir()?;
