@@ -22,6 +22,8 @@ pub struct Requests {
     pub terminate: bool,
     /// The operation the status records as running (a restart resumes it).
     pub running: Option<Operation>,
+    /// Whether the status records an operation as running (even one whose request it lacks).
+    pub operation_running: bool,
 }
 
 impl Requests {
@@ -35,18 +37,19 @@ impl Requests {
             .as_deref()
             .filter(|raw| !app.handled(raw))
             .map(|raw| serde_json::from_str(raw).map_err(InvalidRequest::from));
-        let running = app
+        let state = app
             .status
             .as_ref()
             .and_then(|s| s.operation_state.as_ref())
-            .filter(|o| o.phase == OperationPhase::Running)
-            .and_then(|o| o.operation.clone());
+            .filter(|o| o.phase == OperationPhase::Running);
+        let running = state.and_then(|o| o.operation.clone());
         Requests {
             refresh: get(REFRESH_ANNOTATION),
             raw_operation,
             requested,
             terminate: annotations.is_some_and(|a| a.contains_key(TERMINATE_ANNOTATION)),
             running,
+            operation_running: state.is_some(),
         }
     }
 
@@ -79,7 +82,7 @@ impl Requests {
     /// A terminate request with no operation running: stale, and cleared (it must not stop an
     /// operation requested after it).
     pub fn stale_terminate(&self) -> bool {
-        self.terminate && self.running.is_none()
+        self.terminate && !self.operation_running
     }
 }
 
