@@ -2,8 +2,8 @@
 //!
 //! - [`TestCluster`]: a local control plane (etcd, kube-apiserver, kube-controller-manager and the
 //!   node simulator) in a temporary directory: a test's own, stopped when dropped
-//!   ([`TestCluster::start`]), or the one the tests of a test binary share in one test run, stopped
-//!   by its keeper after the run or the binary's last test ([`TestCluster::shared`]).
+//!   ([`TestCluster::start`]), or the one all tests of a test run share, stopped by its keeper after
+//!   the run ([`TestCluster::shared`]).
 //! - [`GitServer`]: bare repositories served by `git daemon` (`git://`) and by `git http-backend`
 //!   behind basic auth (`http://`), on free loopback ports, stopped when dropped; plus helpers to
 //!   commit files into them.
