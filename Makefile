@@ -7,6 +7,10 @@ PLAYGROUND_DIR ?= .capstan/local
 CACHE := $(or $(CAPSTAN_CACHE),$(HOME)/.cache/capstan)
 # cargo-nextest is installed by scripts/setup.sh under the cache.
 export PATH := $(CACHE)/nextest/bin:$(PATH)
+# Tests nextest runs at once: two more than there are cores, since the end-to-end tests mostly wait
+# on a control plane, a controller or a browser rather than compute (on 2 cores: 4; measured in
+# docs/benchmarks.md, "Test suite time"). NEXTEST_TEST_THREADS sets another number.
+TEST_THREADS := $(or $(NEXTEST_TEST_THREADS),$(shell echo $$(( $$(nproc) + 2 ))))
 # The older Kubernetes release (scripts/versions.env) and the named smoke subset of the suite that
 # `make test` also runs on it: the control plane itself, Applications end to end, the modern-API
 # checks (which verify the release in use), and the shipped examples.
@@ -38,11 +42,11 @@ build:
 test: setup-test lint test-current test-legacy-smoke
 
 test-current:
-	$(CARGO) nextest run --workspace --locked --profile $${NEXTEST_PROFILE:-default}
+	$(CARGO) nextest run --workspace --locked --profile $${NEXTEST_PROFILE:-default} --test-threads $(TEST_THREADS)
 
 test-legacy-smoke:
 	CAPSTAN_KUBE_VERSION=$(KUBE_LEGACY) $(CARGO) nextest run --workspace --locked \
-	  --profile $${NEXTEST_PROFILE:-default} -E '$(LEGACY_SMOKE)'
+	  --profile $${NEXTEST_PROFILE:-default} --test-threads $(TEST_THREADS) -E '$(LEGACY_SMOKE)'
 
 lint: lint-ui
 	$(CARGO) fmt --all --check
