@@ -11,9 +11,12 @@
 #
 #   layer 1  Debian $IMAGE_DEBIAN_SUITE made by mmdebstrap (essential packages, git, openssh-client,
 #            ca-certificates; no documentation, manuals or locales), the user and group 65532
-#            `nonroot`, the mount points /var/cache/capstan and /tmp. Cached under
-#            $CAPSTAN_CACHE/image/rootfs/KEY, KEY being the hash of this recipe and of the mirror's
-#            state (the Date of each suite's InRelease): the same mirror state gives the same layer.
+#            `nonroot`, the mount points /var/cache/capstan and /tmp. Made once (scripts/setup.sh
+#            --with-image-tools) and cached under $CAPSTAN_CACHE/image/rootfs/KEY, KEY being the hash
+#            of this recipe; mirror-dates there says which state of the mirror it holds. mmdebstrap
+#            with SOURCE_DATE_EPOCH (the mirror's newest InRelease Date) makes the same layer from
+#            the same mirror state. CAPSTAN_IMAGE_REFRESH_ROOTFS=1 makes it again from the mirror's
+#            current packages (a new digest).
 #   layer 2  /usr/local/bin/capstan, helm (scripts/setup.sh's pinned build), kustomize.
 #
 # crane (scripts/setup.sh builds it from the Go module proxy) assembles the image on an empty OCI base
@@ -103,12 +106,12 @@ release_dates() {
     curl -fsS --max-time 30 "$s/InRelease" | sed -n 's/^Date: //p' | head -n1 || return 1
   done
 }
-DATES=$(release_dates) || die "cannot read the InRelease files of $MIRROR and $SECURITY"
-# The newest of those dates is the layer's time.
-ROOTFS_EPOCH=$(printf '%s\n' "$DATES" | while read -r d; do date -u -d "$d" +%s; done | sort -n | tail -n1)
-# Everything the layer is made from: change any line of the recipe below and the key changes.
+# Everything the layer is made from: change any line of the recipe below and the key changes. The
+# mirror's state is not in the key: the layer made first is kept (so builds need no network, and one
+# commit keeps its digest) until CAPSTAN_IMAGE_REFRESH_ROOTFS=1 makes it again from the mirror's
+# current packages (security updates), under the same key.
 RECIPE=$(sed -n '/^# <rootfs-recipe>/,/^# <\/rootfs-recipe>/p' "${BASH_SOURCE[0]}")
-KEY=$(printf '%s\n' "$SUITE" "$PACKAGES" "$DATES" "$RECIPE" "$(mmdebstrap --version)" | sha256sum | cut -c1-16)
+KEY=$(printf '%s\n' "$SUITE" "$PACKAGES" "$RECIPE" "$(mmdebstrap --version)" | sha256sum | cut -c1-16)
 ROOTFS_DIR="$CACHE/image/rootfs/$KEY"
 ROOTFS="$ROOTFS_DIR/rootfs.tar.gz"
 
@@ -152,11 +155,13 @@ mkdir -p "$ROOTFS_DIR"
 # Two builds at once (two tests) make the layer once: the second waits for the first.
 exec 9>"$ROOTFS_DIR.lock"
 flock 9
-if [ -f "$ROOTFS" ]; then
-  log "root file system: cached ($ROOTFS_DIR)"
+if [ -f "$ROOTFS" ] && [ "${CAPSTAN_IMAGE_REFRESH_ROOTFS:-}" != 1 ]; then
+  log "root file system: cached ($ROOTFS_DIR, mirror of $(tail -n1 "$ROOTFS_DIR/mirror-dates" 2>/dev/null))"
 else
+  DATES=$(release_dates) || die "cannot read the InRelease files of $MIRROR and $SECURITY"
+  # The newest of those dates is the layer's time.
+  ROOTFS_EPOCH=$(printf '%s\n' "$DATES" | while read -r d; do date -u -d "$d" +%s; done | sort -n | tail -n1)
   log "root file system: mmdebstrap $SUITE ($PACKAGES) from $MIRROR, SOURCE_DATE_EPOCH=$ROOTFS_EPOCH"
-  mkdir -p "$ROOTFS_DIR"
   build_rootfs "$WORK/rootfs.tar" >&2 || die "mmdebstrap failed"
   gzip -9 -n -c "$WORK/rootfs.tar" >"$ROOTFS_DIR/rootfs.tar.gz.tmp"
   printf '%s\n' "$DATES" >"$ROOTFS_DIR/mirror-dates"
