@@ -85,7 +85,8 @@ async fn serve(
     stop_tx: Arc<tokio::sync::watch::Sender<bool>>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<ExitCode> {
-    let Some(client) = capstan_kube::shutdown::before(stopped(stop_rx.clone()), args.kube.client()).await else {
+    let Some(client) = capstan_kube::shutdown::before(stopped(stop_rx.clone()), args.kube.client_waiting()).await
+    else {
         return Ok(ExitCode::SUCCESS);
     };
     let client = client?;
