@@ -225,7 +225,7 @@ exec "$@""#,
             .arg(dir)
             .arg(sa.path())
             .args(env("/var/cache/capstan", "/var/cache/capstan"))
-            .args(["chroot", "--userspec=65532:65532"])
+            .args(["/usr/sbin/chroot", "--userspec=65532:65532"])
             .arg(dir)
             .arg("/usr/local/bin/capstan");
         }
