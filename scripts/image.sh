@@ -183,6 +183,13 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
 fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 log "building capstan for $TARGET (release)"
+# What cargo sets for a test process (this script runs inside one in crates/capstan/tests/image.rs)
+# must not reach this build: ring's build script reruns when CARGO_PKG_NAME or CARGO_MANIFEST_DIR
+# change, which would rebuild ring and everything above it (minutes) whenever a test and a shell take
+# turns.
+while read -r var; do
+  unset "$var"
+done < <(compgen -e | grep -E '^(CARGO_(PKG_|MANIFEST_|CRATE_|BIN_|PRIMARY_PACKAGE|TARGET_TMPDIR|CFG_)|OUT_DIR$|NEXTEST|__CARGO)' || true)
 # Paths of this machine stay out of the binary (panic messages name files relative to these roots).
 RUSTFLAGS="--remap-path-prefix=$ROOT=/capstan --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
   cargo build --release --locked -p capstan --target "$TARGET" --manifest-path "$ROOT/Cargo.toml" >&2
