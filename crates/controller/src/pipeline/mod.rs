@@ -17,6 +17,7 @@ use capstan_compare::normalize::Tracking;
 use capstan_health::HealthCode;
 use capstan_health_rules::HealthRules;
 use capstan_kube::{KindInfo, ObjectKey};
+use capstan_project::SyncAccount;
 use capstan_render::{ChartDependency, RefSource, RenderRequest, Renderer};
 use capstan_source::{ChartCache, RepoCache};
 use kube::{Client, ResourceExt};
@@ -90,6 +91,20 @@ pub struct AppState {
     pub create_namespace_violation: Option<String>,
     /// The destination the comparison was made against; a sync of this state goes there.
     pub destination: Arc<Destination>,
+    /// The ServiceAccount a sync of this state acts as there (the project's
+    /// `destinationServiceAccounts`); `None`: Capstan's own account.
+    pub sync_account: Option<SyncAccount>,
+}
+
+impl AppState {
+    /// The client a sync of this state writes with: the destination's, acting as
+    /// [`AppState::sync_account`] when the project names one.
+    pub fn sync_client(&self) -> Result<Client, capstan_kube::impersonate::ImpersonationError> {
+        match &self.sync_account {
+            Some(account) => capstan_kube::impersonating(&self.destination.client, &account.username()),
+            None => Ok(self.destination.client.clone()),
+        }
+    }
 }
 
 impl Pipeline {
@@ -392,8 +407,18 @@ async fn conclude(
     let comparison =
         capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences).await?;
     let (resources, health, health_rule_errors) = summarize(&comparison, health_rules);
-    let (project_violations, prune_violations, create_namespace_violation) =
+    let (mut project_violations, prune_violations, create_namespace_violation) =
         project_violations(project, rules, &dest, app, &comparison);
+    let app_namespace = app.namespace().unwrap_or_default();
+    let destination_namespace = &app.spec.destination.namespace;
+    let sync_account =
+        match capstan_project::sync_account(project, rules, &dest.server, destination_namespace, &app_namespace) {
+            Ok(account) => account,
+            Err(violation) => {
+                project_violations.push(violation.to_string());
+                None
+            }
+        };
     Ok(AppState {
         revision,
         comparison,
@@ -404,6 +429,7 @@ async fn conclude(
         prune_violations,
         create_namespace_violation,
         destination: dest,
+        sync_account,
     })
 }
 
