@@ -440,6 +440,8 @@ for f in examples/apps/*.yaml; do
 done
 step "Applying the ordering example (examples/ordering/apps.yaml: dependsOn, a sync window) with repoURL $REPO_URL"
 sed "s|REPO_URL|$REPO_URL|g" examples/ordering/apps.yaml | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
+step "Applying the tenancy example (examples/tenancy/apps.yaml: a team syncing as its own ServiceAccount) with repoURL $REPO_URL"
+sed "s|REPO_URL|$REPO_URL|g" examples/tenancy/apps.yaml | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 step "Applying the example ApplicationSets (examples/appsets/) with repoURL $REPO_URL"
 for f in examples/appsets/*.yaml; do
   printf -- '---\n'

@@ -46,6 +46,8 @@ const TOP: [&str; 9] = [
 /// The Applications of `examples/ordering/apps.yaml` (with its AppProject `ordering`): the API
 /// depends on the database.
 const ORDERED: [&str; 2] = ["ordering-database", "ordering-api"];
+/// The Application of `examples/tenancy/apps.yaml`, syncing as its project's ServiceAccount.
+const TENANT: [&str; 1] = ["team-a-web"];
 /// The children `root` creates from `examples/app-of-apps/`.
 const CHILDREN: [&str; 2] = ["platform", "frontend"];
 /// What the ApplicationSets of `examples/appsets/` generate in the playground: `platform`'s guestbook
@@ -291,6 +293,17 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         "kubectl apply examples/ordering/apps.yaml: {}",
         text(&out)
     );
+    // Then examples/tenancy/apps.yaml (a team's namespace, ServiceAccount and Role, its AppProject
+    // naming the account, its Application).
+    let tenancy = std::fs::read_to_string(examples().join("tenancy/apps.yaml"))?;
+    let file = work.path().join("tenancy.yaml");
+    std::fs::write(&file, tenancy.replace("REPO_URL", &repo))?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply examples/tenancy/apps.yaml: {}",
+        text(&out)
+    );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
         .iter()
@@ -357,6 +370,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             .chain(&CHILDREN)
             .chain(&GENERATED)
             .chain(&ORDERED)
+            .chain(&TENANT)
             .all(|name| list.items.iter().any(|a| a.name_any() == *name && synced_healthy(a)));
         if done {
             break;
@@ -400,9 +414,10 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "payments-secrets",
             "payments-staging",
             "platform",
-            "root"
+            "root",
+            "team-a-web"
         ],
-        "the nine entry points, the ordering example's two, root's two children and the ApplicationSets' four, nothing else"
+        "the nine entry points, the ordering example's two, the tenancy example's one, root's two children and the ApplicationSets' four, nothing else"
     );
     // ordering-api depends on ordering-database: its first sync started once the database's had
     // finished (both to the millisecond, as the controller records them).
