@@ -1,14 +1,14 @@
 //! Keeping edits inside the repository: a requested path is checked as text (relative, no `..`, no
-//! `.git`) and again after resolving symlinks on disk.
+//! `.git`) and again after resolving symlinks on disk, for the files edited ([`resolve`]) and for
+//! those created ([`create`]), whose directories are made one by one, never through a symlink that
+//! leads out.
 
 use std::path::{Component, Path, PathBuf};
 
 use crate::WriteError;
 
-/// The file `path` names inside the checkout at `root`, resolved (symlinks followed), if it stays
-/// inside `root` and is a regular file. Also used by readers of the files Capstan writes
-/// (`capstan-imageupdate`), so reading and writing confine paths alike.
-pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, WriteError> {
+/// Check `path` as text: repository-relative, no `..`, nothing under `.git`.
+fn check_text(path: &str) -> Result<(), WriteError> {
     let unsafe_path = |reason: &str| WriteError::UnsafePath {
         path: path.to_string(),
         reason: reason.to_string(),
@@ -16,8 +16,7 @@ pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, WriteError> {
     if path.is_empty() || path.contains('\0') || path.contains('\\') {
         return Err(unsafe_path("not a repository-relative path"));
     }
-    let rel = Path::new(path);
-    for component in rel.components() {
+    for component in Path::new(path).components() {
         match component {
             Component::Normal(name) if name == ".git" => {
                 return Err(unsafe_path("files under .git cannot be edited"));
@@ -27,6 +26,69 @@ pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, WriteError> {
             Component::RootDir | Component::Prefix(_) => return Err(unsafe_path("absolute paths are not allowed")),
         }
     }
+    Ok(())
+}
+
+/// Create the file `path` inside the checkout at `root` with `content`, unless something exists
+/// there already (a file, a directory or a symlink, even a dangling one: it is left as it is).
+/// Missing directories are created one at a time; an existing one must resolve inside `root`.
+/// Whether the file was created.
+pub fn create(root: &Path, path: &str, content: &str) -> Result<bool, WriteError> {
+    check_text(path)?;
+    let unsafe_path = |reason: &str| WriteError::UnsafePath {
+        path: path.to_string(),
+        reason: reason.to_string(),
+    };
+    let root = std::fs::canonicalize(root).map_err(WriteError::io("resolving the checkout directory"))?;
+    let rel = Path::new(path);
+    let Some(name) = rel.file_name() else {
+        return Err(unsafe_path("not a file name"));
+    };
+    let mut dir = root.clone();
+    for component in rel.parent().into_iter().flat_map(Path::components) {
+        let Component::Normal(part) = component else {
+            continue; // `.`: the checks above allow nothing else
+        };
+        let next = dir.join(part);
+        match std::fs::symlink_metadata(&next) {
+            Ok(_) => {
+                let resolved = std::fs::canonicalize(&next)
+                    .map_err(|_| unsafe_path("a symlink to nothing inside the repository"))?;
+                if !resolved.starts_with(&root) || !resolved.is_dir() {
+                    return Err(unsafe_path("a directory of it resolves outside the repository"));
+                }
+                dir = resolved;
+            }
+            Err(_) => {
+                std::fs::create_dir(&next).map_err(WriteError::io(format!("creating the directory of {path}")))?;
+                dir = next;
+            }
+        }
+    }
+    let file = dir.join(name);
+    if std::fs::symlink_metadata(&file).is_ok() {
+        return Ok(false);
+    }
+    // `create_new` refuses what appeared meanwhile, a symlink included.
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&file)
+        .map_err(WriteError::io(format!("creating {path}")))?;
+    std::io::Write::write_all(&mut out, content.as_bytes()).map_err(WriteError::io(format!("writing {path}")))?;
+    Ok(true)
+}
+
+/// The file `path` names inside the checkout at `root`, resolved (symlinks followed), if it stays
+/// inside `root` and is a regular file. Also used by readers of the files Capstan writes
+/// (`capstan-imageupdate`), so reading and writing confine paths alike.
+pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, WriteError> {
+    let unsafe_path = |reason: &str| WriteError::UnsafePath {
+        path: path.to_string(),
+        reason: reason.to_string(),
+    };
+    check_text(path)?;
+    let rel = Path::new(path);
     let root = std::fs::canonicalize(root).map_err(WriteError::io("resolving the checkout directory"))?;
     let joined = root.join(rel);
     let resolved = match std::fs::canonicalize(&joined) {
@@ -52,6 +114,43 @@ pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, WriteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn created_files_stay_inside_the_repository_and_existing_ones_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        std::fs::create_dir_all(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("inside")).unwrap();
+        assert!(create(dir.path(), "clusters/hub/capstan/install.yaml", "a: 1\n").unwrap());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("clusters/hub/capstan/install.yaml")).unwrap(),
+            "a: 1\n"
+        );
+        // An existing file is left as it is.
+        assert!(!create(dir.path(), "clusters/hub/capstan/install.yaml", "b: 2\n").unwrap());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("clusters/hub/capstan/install.yaml")).unwrap(),
+            "a: 1\n"
+        );
+        assert!(create(dir.path(), "inside/x.yaml", "c: 3\n").unwrap());
+        assert!(dir.path().join("real/x.yaml").is_file());
+        for bad in [
+            "out/x.yaml",
+            "out/deeper/x.yaml",
+            "../x.yaml",
+            "/tmp/x.yaml",
+            ".git/hooks/x",
+            "a/../../x",
+        ] {
+            assert!(create(dir.path(), bad, "x").is_err(), "{bad}");
+        }
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing written outside"
+        );
+    }
 
     #[test]
     fn paths_stay_inside_the_repository() {
