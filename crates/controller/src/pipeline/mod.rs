@@ -406,7 +406,13 @@ async fn conclude(
 ) -> Result<AppState, PipelineError> {
     let comparison =
         capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences).await?;
-    let (resources, health, health_rule_errors) = summarize(&comparison, health_rules);
+    let itself = ObjectKey {
+        group: capstan_api::GROUP.into(),
+        kind: "Application".into(),
+        namespace: app.namespace().unwrap_or_default(),
+        name: app.name_any(),
+    };
+    let (resources, health, health_rule_errors) = summarize(&comparison, health_rules, &itself);
     let (mut project_violations, prune_violations, create_namespace_violation) =
         project_violations(project, rules, &dest, app, &comparison);
     let app_namespace = app.namespace().unwrap_or_default();
@@ -485,7 +491,11 @@ fn display_path(path: &str) -> String {
 
 /// `status.resources`, the aggregated health of a comparison, and the custom health rules that cannot
 /// be used for its objects (see [`AppState::health_rule_errors`]).
-pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceStatus>, HealthStatus, Vec<String>) {
+pub fn summarize(
+    comparison: &Comparison,
+    rules: &HealthRules,
+    itself: &ObjectKey,
+) -> (Vec<ResourceStatus>, HealthStatus, Vec<String>) {
     let mut codes = Vec::new();
     let mut rule_errors: Vec<String> = Vec::new();
     let mut worst_message = String::new();
@@ -496,6 +506,12 @@ pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceS
         .filter(|r| !r.hook)
         .map(|r| {
             let health = match (&r.live, &r.error) {
+                // An Application that manages itself (a bootstrapped hub's `capstan`): its own
+                // object's health is its health, which cannot be made of itself.
+                (Some(_), None) if r.key == *itself => capstan_health::Health {
+                    code: HealthCode::Healthy,
+                    message: "this Application itself".into(),
+                },
                 (_, Some(error)) => capstan_health::Health {
                     code: HealthCode::Degraded,
                     message: format!("refused by the API server: {error}"),
