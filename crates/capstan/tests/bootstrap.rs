@@ -31,6 +31,19 @@ fn push_image(reference: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+const HELLO_SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello}\ndata: {greeting: hello}\n";
+
+/// The hub's first Application, as a team would add it under PATH/apps.
+fn hello_application(repo: &str) -> String {
+    format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: hello, namespace: capstan}}\nspec:\n  project: default\n  source: {{repoURL: '{repo}', targetRevision: main, path: clusters/hub/hello}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: hello}}\n  syncPolicy:\n    automated: {{prune: true}}\n    syncOptions: [CreateNamespace=true]\n"
+    )
+}
+
+fn refresh_annotation() -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": {"capstan.dev/refresh": "normal"}}})
+}
+
 fn image_of(deployment: &Deployment) -> String {
     deployment
         .spec
@@ -168,7 +181,7 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
         install.contains(&format!("image: {host}/capstan:1.0@{first}")),
         "{install}"
     );
-    run_git(&git.repo_path("fleet"), &["show", "main:clusters/hub/apps/README.md"])?;
+    run_git(&git.repo_path("fleet"), &["show", "main:clusters/hub/apps/hub.yaml"])?;
     let apps: Api<Application> = Api::namespaced(client.clone(), "capstan");
     for name in ["capstan", "root"] {
         assert!(apps.get_opt(name).await?.is_some(), "Application {name} created");
@@ -233,15 +246,53 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
     if let Err(e) = waited {
         anyhow::bail!("{e}\n{}controller log:\n{}", states().await, controller_log());
     }
+    // The hub's first Application, added under PATH/apps, is created by root and synced.
+    git.commit(
+        "fleet",
+        "main",
+        &[
+            ("clusters/hub/apps/hello.yaml", Some(&hello_application(&repo))),
+            ("clusters/hub/hello/settings.yaml", Some(HELLO_SETTINGS)),
+        ],
+        "the hub's first Application",
+    )?;
+    apps.patch(
+        "root",
+        &Default::default(),
+        &kube::api::Patch::Merge(refresh_annotation()),
+    )
+    .await?;
+    let waited = eventually(
+        "root and hello Synced and Healthy",
+        Duration::from_secs(120),
+        || async {
+            let root = apps.get("root").await?;
+            let hello = apps.get_opt("hello").await?;
+            Ok(synced_healthy(&root) && hello.is_some_and(|h| synced_healthy(&h)))
+        },
+    )
+    .await;
+    if let Err(e) = waited {
+        anyhow::bail!("{e}\n{}controller log:\n{}", states().await, controller_log());
+    }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "capstan");
     let controller = deployments.get("capstan-controller").await?;
     assert_eq!(image_of(&controller), format!("{host}/capstan:1.0@{first}"));
 
     // Upgrading is a commit that changes the image.
     let second = push_image(&format!("{host}/capstan:1.1"));
-    let upgraded = install.replace(
-        &format!("{host}/capstan:1.0@{first}"),
-        &format!("{host}/capstan:1.1@{second}"),
+    // The commit also drops a field of the controller's Deployment: the sync, owning every field
+    // bootstrap applied, removes it.
+    let upgraded = install
+        .replace(
+            &format!("{host}/capstan:1.0@{first}"),
+            &format!("{host}/capstan:1.1@{second}"),
+        )
+        .replacen("      automountServiceAccountToken: true\n", "", 1);
+    assert!(
+        install.contains("      automountServiceAccountToken: true\n")
+            && !upgraded.contains(&format!("{host}/capstan:1.0")),
+        "the commit changes the image and drops the field"
     );
     let commit = git.commit(
         "fleet",
@@ -249,9 +300,12 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
         &[("clusters/hub/capstan/install.yaml", Some(&upgraded))],
         "upgrade Capstan to 1.1",
     )?;
-    let refresh = serde_json::json!({"metadata": {"annotations": {"capstan.dev/refresh": "normal"}}});
-    apps.patch("capstan", &Default::default(), &kube::api::Patch::Merge(refresh))
-        .await?;
+    apps.patch(
+        "capstan",
+        &Default::default(),
+        &kube::api::Patch::Merge(refresh_annotation()),
+    )
+    .await?;
     let waited = eventually("Capstan upgraded by the commit", Duration::from_secs(120), || async {
         let capstan = apps.get("capstan").await?;
         let at_commit = capstan
@@ -261,7 +315,14 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
             .is_some_and(|s| s.revision == commit);
         let controller = deployments.get("capstan-controller").await?;
         let server = deployments.get("capstan-server").await?;
+        let dropped = controller
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .is_some_and(|p| p.automount_service_account_token.is_none());
         Ok(at_commit
+            && dropped
             && synced_healthy(&capstan)
             && image_of(&controller) == format!("{host}/capstan:1.1@{second}")
             && image_of(&server) == format!("{host}/capstan:1.1@{second}"))

@@ -161,7 +161,14 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
                 ..Default::default()
             };
             match scoped.delete(&name, &dp).await {
-                Ok(_) => pending.push((scoped, name)),
+                // Waited for with Capstan's own client: the deleting account may not read.
+                Ok(_) => pending.push((
+                    match &ns {
+                        Some(ns) if info.namespaced => Api::namespaced_with(dest.client.clone(), ns, &info.resource),
+                        _ => Api::all_with(dest.client.clone(), &info.resource),
+                    },
+                    name,
+                )),
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => failures.push(format!("deleting {kind} {name}: {}", describe_kube_error(&e))),
             }

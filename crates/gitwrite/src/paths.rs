@@ -1,11 +1,13 @@
 //! Keeping edits inside the repository: a requested path is checked as text (relative, no `..`, no
-//! `.git`) and again after resolving symlinks on disk, for the files edited ([`resolve`]) and for
-//! those created ([`create`]), whose directories are made one by one, never through a symlink that
-//! leads out.
+//! `.git`) and again after resolving symlinks on disk, for the files edited ([`resolve`]); the files
+//! created ([`create`]) have their directories made one by one and never through a symbolic link.
 
 use std::path::{Component, Path, PathBuf};
 
 use crate::WriteError;
+
+/// The largest file an edit reads and [`create`] writes.
+pub(crate) const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Check `path` as text: repository-relative, no `..`, nothing under `.git`.
 fn check_text(path: &str) -> Result<(), WriteError> {
@@ -51,14 +53,14 @@ pub fn create(root: &Path, path: &str, content: &str) -> Result<bool, WriteError
         };
         let next = dir.join(part);
         match std::fs::symlink_metadata(&next) {
-            Ok(_) => {
-                let resolved = std::fs::canonicalize(&next)
-                    .map_err(|_| unsafe_path("a symlink to nothing inside the repository"))?;
-                if !resolved.starts_with(&root) || !resolved.is_dir() {
-                    return Err(unsafe_path("a directory of it resolves outside the repository"));
-                }
-                dir = resolved;
+            // Git adds nothing beyond a symbolic link, and one may lead anywhere (`.git` included).
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(unsafe_path("a directory of it is a symbolic link"));
             }
+            Ok(meta) if !meta.is_dir() => {
+                return Err(unsafe_path("a directory of it is a file in the repository"));
+            }
+            Ok(_) => dir = next,
             Err(_) => {
                 std::fs::create_dir(&next).map_err(WriteError::io(format!("creating the directory of {path}")))?;
                 dir = next;
@@ -68,6 +70,9 @@ pub fn create(root: &Path, path: &str, content: &str) -> Result<bool, WriteError
     let file = dir.join(name);
     if std::fs::symlink_metadata(&file).is_ok() {
         return Ok(false);
+    }
+    if content.len() as u64 > MAX_FILE_BYTES {
+        return Err(unsafe_path("the new file would be larger than 8 MiB"));
     }
     // `create_new` refuses what appeared meanwhile, a symlink included.
     let mut out = std::fs::OpenOptions::new()
@@ -133,11 +138,15 @@ mod tests {
             std::fs::read_to_string(dir.path().join("clusters/hub/capstan/install.yaml")).unwrap(),
             "a: 1\n"
         );
-        assert!(create(dir.path(), "inside/x.yaml", "c: 3\n").unwrap());
-        assert!(dir.path().join("real/x.yaml").is_file());
+        std::fs::create_dir_all(dir.path().join(".git/info")).unwrap();
+        std::os::unix::fs::symlink(".git/info", dir.path().join("to-git")).unwrap();
+        std::fs::write(dir.path().join("plain"), "x").unwrap();
         for bad in [
             "out/x.yaml",
             "out/deeper/x.yaml",
+            "inside/x.yaml",
+            "to-git/x.yaml",
+            "plain/x.yaml",
             "../x.yaml",
             "/tmp/x.yaml",
             ".git/hooks/x",
@@ -150,6 +159,16 @@ mod tests {
             0,
             "nothing written outside"
         );
+        assert!(
+            !dir.path().join(".git/info/x.yaml").exists(),
+            "nothing written under .git"
+        );
+        assert!(
+            !dir.path().join("real/x.yaml").exists(),
+            "nothing written through a symlink"
+        );
+        let large = "x".repeat(8 * 1024 * 1024 + 1);
+        assert!(create(dir.path(), "large.yaml", &large).is_err());
     }
 
     #[test]

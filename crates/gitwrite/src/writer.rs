@@ -201,8 +201,10 @@ impl GitWriter {
                 return Ok(WriteOutcome::Unchanged);
             }
             if !created.is_empty() {
-                // New files are not tracked yet (`commit -a` takes only tracked ones).
-                let mut add = vec!["add", "--"];
+                // New files are not tracked yet (`commit -a` takes only tracked ones). Their paths
+                // are literal (no pathspec magic such as `:(exclude)`), and added even where a
+                // .gitignore would skip them.
+                let mut add = vec!["--literal-pathspecs", "add", "--force", "--"];
                 add.extend(created.iter().map(String::as_str));
                 repo.git("committing to", &add).await?;
             }
@@ -294,9 +296,6 @@ impl Repo<'_> {
     }
 }
 
-/// Files larger than this are not edited (they are read whole, and a values file is far smaller).
-const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
-
 /// Apply `edits` to the checkout at `root`; whether any file changed.
 fn apply_edits(root: &Path, edits: &[Edit]) -> Result<(bool, Vec<String>), WriteError> {
     // Several edits to one file compose: each sees the result of the previous ones.
@@ -316,11 +315,11 @@ fn apply_edits(root: &Path, edits: &[Edit]) -> Result<(bool, Vec<String>), Write
                 let size = std::fs::metadata(&file)
                     .map_err(WriteError::io(format!("reading {}", e.path)))?
                     .len();
-                if size > MAX_FILE_BYTES {
+                if size > paths::MAX_FILE_BYTES {
                     return Err(WriteError::CannotEdit {
                         path: e.path.clone(),
                         key: e.change.target(),
-                        reason: format!("the file is larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024),
+                        reason: format!("the file is larger than {} MiB", paths::MAX_FILE_BYTES / 1024 / 1024),
                     });
                 }
                 let bytes = std::fs::read(&file).map_err(WriteError::io(format!("reading {}", e.path)))?;

@@ -24,7 +24,9 @@ pub struct ImpersonationError {
 }
 
 /// A client acting as `user` (for a ServiceAccount, `system:serviceaccount:NAMESPACE:NAME`) over
-/// `client`'s connections. Any impersonation header a request already carries is replaced.
+/// `client`'s connections. Any impersonation header a request already carries (`Impersonate-Group`,
+/// `-Uid`, `-Extra-*`) is removed. `client` itself must not impersonate (a kubeconfig's `as`): its
+/// own headers are added after these, and the API server would see both.
 pub fn impersonating(client: &kube::Client, user: &str) -> Result<kube::Client, ImpersonationError> {
     let value = HeaderValue::from_str(user).map_err(|source| ImpersonationError {
         user: user.to_string(),
@@ -36,8 +38,14 @@ pub fn impersonating(client: &kube::Client, user: &str) -> Result<kube::Client, 
         let value = value.clone();
         async move {
             let headers = request.headers_mut();
-            headers.remove("impersonate-group");
-            headers.remove("impersonate-uid");
+            let others: Vec<HeaderName> = headers
+                .keys()
+                .filter(|k| k.as_str().starts_with("impersonate-"))
+                .cloned()
+                .collect();
+            for name in others {
+                headers.remove(name);
+            }
             headers.insert(IMPERSONATE_USER, value);
             inner.send(request).await
         }

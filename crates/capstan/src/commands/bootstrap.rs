@@ -6,14 +6,17 @@
 //! 2. commits, through the Git writer (no force push), the files the branch does not have yet under
 //!    `PATH`: `capstan/install.yaml` (Capstan's install source, `capstan install --print`, pinned,
 //!    without the namespace, which no Application may manage),
-//!    `capstan/applications.yaml` (the Applications `capstan` and `root`) and `apps/README.md`; files
+//!    `capstan/applications.yaml` (the Applications `capstan` and `root`) and `apps/hub.yaml` (a
+//!    ConfigMap, so that `root` has something to apply on a new hub); files
 //!    already there are left as they are — the repository is the truth;
 //! 3. installs Capstan from the same objects, stores the Git credentials given as a repository Secret,
 //!    and applies the two Applications: `capstan` (Capstan's own installation, from `PATH/capstan`)
 //!    and `root` (app-of-apps over `PATH/apps`).
 //!
-//! Running it again changes nothing. Upgrading is then a commit changing the image in
-//! `PATH/capstan/install.yaml`. `--dry-run` prints the plan and writes nothing.
+//! Running it again changes nothing: when the branch holds the files already, the cluster is not
+//! touched (Git is the truth; a cluster without Capstan is refused, with how to install from Git).
+//! Upgrading is then a commit changing the image in `PATH/capstan/install.yaml`. `--dry-run`
+//! prints the plan and writes nothing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -85,12 +88,12 @@ pub struct BootstrapArgs {
 struct Files {
     install: (String, String),
     applications: (String, String),
-    readme: (String, String),
+    marker: (String, String),
 }
 
 impl Files {
     fn all(&self) -> [&(String, String); 3] {
-        [&self.install, &self.applications, &self.readme]
+        [&self.install, &self.applications, &self.marker]
     }
 }
 
@@ -130,10 +133,16 @@ pub async fn run(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
                 objects::to_yaml(&applications).context("writing the Applications as YAML")?
             ),
         ),
-        readme: (
-            format!("{path}/apps/README.md"),
-            "# Applications of this hub\n\nEvery manifest in this directory is applied by the Application `root`\n(app-of-apps): add an Application here to deploy it.\n"
-                .to_string(),
+        marker: (
+            format!("{path}/apps/hub.yaml"),
+            format!(
+                "# Every manifest in this directory is applied by the Application `root` (app-of-apps): add\n\
+                 # the hub's Applications here. This ConfigMap keeps the directory from rendering nothing on a\n\
+                 # new hub; a commit that empties the directory is refused by `root` (no allowEmpty), never\n\
+                 # taken as a reason to delete every Application.\n\
+                 apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: capstan-hub\n  namespace: {}\ndata:\n  apps: {path}/apps\n",
+                args.namespace
+            ),
         ),
     };
     if args.dry_run {
@@ -159,17 +168,43 @@ pub async fn run(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
     let credentials = credentials(&args, &client).await?;
     let outcome = commit(&args, &files, credentials.clone()).await?;
     match &outcome {
-        WriteOutcome::Unchanged => outln!(
-            "Git: the branch {} has the files already; left as they are",
-            args.revision
-        ),
         WriteOutcome::Committed { sha, .. } => outln!("Git: committed {sha} to {}", args.revision),
+        WriteOutcome::Unchanged => {
+            // Git is the truth: the CLI's objects (another image, another version's objects)
+            // never overwrite what the repository holds.
+            outln!(
+                "Git: the branch {} has the files already; left as they are",
+                args.revision
+            );
+            if installed(&client, &args.namespace).await? {
+                outln!(
+                    "Capstan is installed in namespace {} and manages itself from Git: nothing to do (upgrade by a commit to {})",
+                    args.namespace,
+                    files.install.0
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            bail!(
+                "the repository already holds {} but this cluster has no Capstan in namespace {}: install it from that file \
+                 (kubectl apply --server-side -f it, then kubectl apply -f {}), or bootstrap another --path",
+                files.install.0,
+                args.namespace,
+                files.applications.0
+            );
+        }
     }
-    install::install(&client, &args.namespace, &install_objects).await?;
+    install::install(
+        &client,
+        &args.namespace,
+        &install_objects,
+        capstan_compare::FIELD_MANAGER,
+    )
+    .await?;
     if let (Some(username), Some(password)) = (&args.username, &credentials.password) {
         store_credentials(&client, &args.namespace, &args.repo, username, password).await?;
     }
-    let pp = PatchParams::apply(MANAGER).force();
+    warn_about_default_project(&client, &args.namespace).await;
+    let pp = PatchParams::apply(capstan_compare::FIELD_MANAGER).force();
     let apps: Api<capstan_api::Application> = Api::namespaced(client.clone(), &args.namespace);
     for application in &applications {
         let name = application["metadata"]["name"].as_str().unwrap_or_default();
@@ -236,6 +271,31 @@ async fn refuse_other_installation(client: &Client, namespace: &str) -> anyhow::
     Ok(())
 }
 
+/// Whether a Capstan controller is installed in `namespace`.
+async fn installed(client: &Client, namespace: &str) -> anyhow::Result<bool> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    Ok(deployments
+        .get_opt(objects::CONTROLLER)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", describe(&e)))
+        .context("looking for Capstan's controller")?
+        .is_some())
+}
+
+/// The Applications `capstan` and `root` belong to project `default`: say so when an AppProject of
+/// that name exists, since it must then permit them (Capstan's namespace and `capstan.dev` kinds
+/// named literally, every cluster-scoped kind of the install source); a controller started with
+/// `--deny-implicit-default-project` needs that AppProject too.
+async fn warn_about_default_project(client: &Client, namespace: &str) {
+    let projects: Api<capstan_api::AppProject> = Api::namespaced(client.clone(), namespace);
+    if let Ok(Some(_)) = projects.get_opt(capstan_api::project::DEFAULT_PROJECT).await {
+        outln!(
+            "note: AppProject {namespace}/default exists; it must permit the Applications capstan and root \
+             (destination namespace {namespace} and group capstan.dev named literally, cluster-scoped kinds) or they will not sync"
+        );
+    }
+}
+
 /// `image` pinned to its digest: kept when it has one, else its tag resolved at the registry.
 async fn pinned_image(image: &str, plain_http: bool) -> anyhow::Result<String> {
     let refuse = |why: String| anyhow::anyhow!("--image {image:?}: {why}");
@@ -287,11 +347,9 @@ fn applications(repo: &str, path: &str, revision: &str, namespace: &str) -> Vec<
         // Never prunes: an object dropped from install.yaml by mistake (a CRD, with every
         // Application in it) stays until a person deletes it.
         application("capstan", "capstan", json!({"prune": false, "selfHeal": true})),
-        application(
-            "root",
-            "apps",
-            json!({"prune": true, "selfHeal": true, "allowEmpty": true}),
-        ),
+        // No `allowEmpty`: a commit that empties `apps` is an error shown on `root`, not the
+        // deletion of every Application of the hub.
+        application("root", "apps", json!({"prune": true, "selfHeal": true})),
     ]
 }
 
@@ -401,12 +459,12 @@ mod tests {
     }
 
     #[test]
-    fn the_capstan_application_never_prunes_and_root_may_be_empty() {
+    fn the_capstan_application_never_prunes_and_root_never_syncs_an_empty_directory() {
         let apps = applications("https://git.example/hub.git", "clusters/hub", "main", "capstan");
         assert_eq!(apps[0]["metadata"]["name"], "capstan");
         assert_eq!(apps[0]["spec"]["source"]["path"], "clusters/hub/capstan");
         assert_eq!(apps[0]["spec"]["syncPolicy"]["automated"]["prune"], false);
         assert_eq!(apps[1]["spec"]["source"]["path"], "clusters/hub/apps");
-        assert_eq!(apps[1]["spec"]["syncPolicy"]["automated"]["allowEmpty"], true);
+        assert_eq!(apps[1]["spec"]["syncPolicy"]["automated"].get("allowEmpty"), None);
     }
 }

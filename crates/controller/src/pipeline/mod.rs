@@ -412,7 +412,8 @@ async fn conclude(
         namespace: app.namespace().unwrap_or_default(),
         name: app.name_any(),
     };
-    let (resources, health, health_rule_errors) = summarize(&comparison, health_rules, &itself);
+    let uid = app.metadata.uid.clone().unwrap_or_default();
+    let (resources, health, health_rule_errors) = summarize(&comparison, health_rules, (&itself, &uid));
     let (mut project_violations, prune_violations, create_namespace_violation) =
         project_violations(project, rules, &dest, app, &comparison);
     let app_namespace = app.namespace().unwrap_or_default();
@@ -494,8 +495,11 @@ fn display_path(path: &str) -> String {
 pub fn summarize(
     comparison: &Comparison,
     rules: &HealthRules,
-    itself: &ObjectKey,
+    itself: (&ObjectKey, &str),
 ) -> (Vec<ResourceStatus>, HealthStatus, Vec<String>) {
+    let (itself, uid) = itself;
+    let is_itself =
+        |live: &Value| !uid.is_empty() && live.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid);
     let mut codes = Vec::new();
     let mut rule_errors: Vec<String> = Vec::new();
     let mut worst_message = String::new();
@@ -507,8 +511,9 @@ pub fn summarize(
         .map(|r| {
             let health = match (&r.live, &r.error) {
                 // An Application that manages itself (a bootstrapped hub's `capstan`): its own
-                // object's health is its health, which cannot be made of itself.
-                (Some(_), None) if r.key == *itself => capstan_health::Health {
+                // object (same key and uid, so on this cluster) is counted Healthy, as its health
+                // cannot be made of itself.
+                (Some(live), None) if r.key == *itself && is_itself(live) => capstan_health::Health {
                     code: HealthCode::Healthy,
                     message: "this Application itself".into(),
                 },

@@ -58,14 +58,15 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let client = args.kube.client().await?;
-    install(&client, &values.namespace, &objects).await?;
+    install(&client, &values.namespace, &objects, MANAGER).await?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Apply `objects` (the install source for `namespace`), wait for their CRDs and create the server's
-/// Secret: what `capstan install` and `capstan bootstrap` do to a cluster.
-pub async fn install(client: &Client, namespace: &str, objects: &[Value]) -> anyhow::Result<()> {
-    let pp = PatchParams::apply(MANAGER).force();
+/// Apply `objects` (the install source for `namespace`) as field manager `manager`, wait for their
+/// CRDs and create the server's Secret: what `capstan install` and `capstan bootstrap` do to a
+/// cluster.
+pub async fn install(client: &Client, namespace: &str, objects: &[Value], manager: &str) -> anyhow::Result<()> {
+    let pp = PatchParams::apply(manager).force();
     let mut crds = Vec::new();
     for object in objects {
         let gvk = gvk_of(object)?;
