@@ -825,6 +825,11 @@ async fn image_flow(
         "production untouched:\n{production}"
     );
 
+    // A promotion checks that staging is Synced and Healthy when it is asked for. Once, on v1.20,
+    // staging was Healthy for the wait above and Progressing for the promotion's check a moment
+    // later (cause not found yet): ask once it is Healthy again.
+    deployed(&apps, client, "checkout-staging", "1.5.0", log).await?;
+
     // The dry run first: the change and the diff, nothing committed.
     let out = common::capstan(
         kc,
