@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -18,18 +17,6 @@ use capstan_testkit::{GitServer, Registry, RegistryOptions, TestCluster, run_git
 use common::{Controller, capstan, text};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-
-/// Push a demo image with scripts/push-image.sh and return its digest.
-fn push_image(reference: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/push-image.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(reference)
-        .output()
-        .expect("run scripts/push-image.sh");
-    assert!(out.status.success(), "push-image.sh {reference}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 const HELLO_SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: hello}\ndata: {greeting: hello}\n";
 
@@ -72,7 +59,7 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
     std::fs::write(&password_file, format!("{PASSWORD}\n"))?;
     let password_file = password_file.to_string_lossy().to_string();
     let host = registry.host();
-    let first = push_image(&format!("{host}/capstan:1.0"));
+    let first = common::push_image(&format!("{host}/capstan:1.0"));
     let bootstrap = |extra: &[&str]| {
         let mut args = vec![
             "bootstrap",
@@ -280,7 +267,7 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
     assert_eq!(image_of(&controller), format!("{host}/capstan:1.0@{first}"));
 
     // Upgrading is a commit that changes the image.
-    let second = push_image(&format!("{host}/capstan:1.1"));
+    let second = common::push_image(&format!("{host}/capstan:1.1"));
     // The commit also drops a field of the controller's Deployment: the sync, owning every field
     // bootstrap applied, removes it.
     let upgraded = install

@@ -63,27 +63,6 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
-/// `scripts/push-image.sh REF`, the playground's way of pushing an image; the digest it prints.
-fn push_image_script(reference: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/push-image.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(reference)
-        .output()
-        .expect("run scripts/push-image.sh");
-    assert!(
-        out.status.success(),
-        "scripts/push-image.sh {reference}: {}",
-        text(&out)
-    );
-    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(
-        digest.starts_with("sha256:"),
-        "the script prints the digest: {digest:?}"
-    );
-    digest
-}
-
 /// The controller's log, for failure messages.
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -319,7 +298,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     // its repository Secret (plain HTTP), and examples/images/*.yaml with REGISTRY and REPO_URL replaced.
     let registry = Registry::start(RegistryOptions::default()).await?;
     let registry_host = registry.host();
-    push_image_script(&format!("{registry_host}/services/checkout:1.4.2"));
+    common::push_image(&format!("{registry_host}/services/checkout:1.4.2"));
     let file = work.path().join("repo-playground-registry.yaml");
     std::fs::write(
         &file,
@@ -775,7 +754,7 @@ async fn image_flow(
 
     // A new tag, and what the registry's notification does (the playground's registry posts to
     // /api/webhook/registry, which sets this annotation; tested in crates/imageupdate).
-    push_image_script(&format!("{registry_host}/services/checkout:1.5.0"));
+    common::push_image(&format!("{registry_host}/services/checkout:1.5.0"));
     let out = kubectl(
         kc,
         &[
