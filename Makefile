@@ -50,6 +50,7 @@ image:
 test: setup-test lint test-current test-legacy-smoke
 
 test-current:
+	CAPSTAN_IMAGE_PROFILE=dev bash scripts/image.sh --build-only
 	$(CARGO) nextest run --workspace --locked --profile $${NEXTEST_PROFILE:-default} --test-threads $(TEST_THREADS)
 
 test-legacy-smoke:

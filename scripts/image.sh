@@ -3,6 +3,8 @@
 #
 #   bash scripts/image.sh REGISTRY/REPOSITORY:TAG
 #   bash scripts/image.sh --rootfs-only     only make (or find cached) layer 1; scripts/setup.sh runs it
+#   bash scripts/image.sh --build-only      only build capstan for the image (`make test` does, with
+#                                           CAPSTAN_IMAGE_PROFILE=dev, before the tests run)
 #
 # The image holds a statically linked `capstan` (target x86_64-unknown-linux-musl; glibc when the
 # toolchain lacks that target, on the same Debian release as the root file system) and the programs
@@ -33,7 +35,8 @@
 #
 # Environment: CAPSTAN_CACHE (default ~/.cache/capstan); CAPSTAN_IMAGE_INSECURE=1 lets crane push
 # over plain HTTP to a non-loopback registry (crane uses HTTP for 127.0.0.1/localhost by itself);
-# CAPSTAN_IMAGE_DIGEST_FILE=PATH also writes the pushed digest there; CARGO_TARGET_DIR as for cargo.
+# CAPSTAN_IMAGE_DIGEST_FILE=PATH also writes the pushed digest there; CAPSTAN_IMAGE_PROFILE=dev builds
+# capstan unoptimised (the tests; see below); CARGO_TARGET_DIR as for cargo.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -49,8 +52,11 @@ die() { printf 'image: error: %s\n' "$*" >&2; exit 1; }
 [ $# -eq 1 ] || die "usage: $0 REGISTRY/REPOSITORY:TAG (make image IMAGE=REGISTRY/REPOSITORY:TAG)"
 IMAGE=$1
 ROOTFS_ONLY=0
+BUILD_ONLY=0
 if [ "$IMAGE" = --rootfs-only ]; then
   ROOTFS_ONLY=1
+elif [ "$IMAGE" = --build-only ]; then
+  BUILD_ONLY=1
 else
   case "$IMAGE" in
     */*:*) ;;
@@ -61,9 +67,11 @@ else
     *) die "'$IMAGE' has no tag: expected REGISTRY/REPOSITORY:TAG" ;;
   esac
 fi
-[ -x "$CRANE" ] || die "crane not found at $CRANE: run scripts/setup.sh --with-test-tools"
-command -v mmdebstrap >/dev/null || die "mmdebstrap not found: run scripts/setup.sh --with-test-tools"
-[ "$(id -u)" -eq 0 ] || die "mmdebstrap runs as root here (--mode=root); run as root"
+if [ "$BUILD_ONLY" = 0 ]; then
+  [ -x "$CRANE" ] || die "crane not found at $CRANE: run scripts/setup.sh --with-test-tools"
+  command -v mmdebstrap >/dev/null || die "mmdebstrap not found: run scripts/setup.sh --with-test-tools"
+  [ "$(id -u)" -eq 0 ] || die "mmdebstrap runs as root here (--mode=root); run as root"
+fi
 
 # --- what the image is built from -----------------------------------------------------------------
 REVISION=$(git -C "$ROOT" rev-parse HEAD)
@@ -84,6 +92,8 @@ cleanup() {
 trap cleanup EXIT
 
 # --- layer 1: the Debian root file system ------------------------------------------------------------
+# (not for --build-only, which needs neither the mirror nor mmdebstrap)
+if [ "$BUILD_ONLY" = 0 ]; then
 PACKAGES="git,openssh-client,ca-certificates"
 mirror() { # the Debian mirror the machine uses (as scripts/setup.sh finds it)
   local uri=""
@@ -171,6 +181,7 @@ fi
 flock -u 9
 
 [ "$ROOTFS_ONLY" = 0 ] || { echo "$ROOTFS"; exit 0; }
+fi
 
 # --- capstan, statically linked -----------------------------------------------------------------------
 TARGET=x86_64-unknown-linux-musl
@@ -182,7 +193,16 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
   log "warning: the musl target is not installed (rustup target add x86_64-unknown-linux-musl): linking capstan against glibc"
 fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-log "building capstan for $TARGET (release)"
+# CAPSTAN_IMAGE_PROFILE=dev builds capstan with cargo's dev profile instead of release: the same code,
+# less optimised and larger, in minutes rather than half an hour on 2 cores from an empty target
+# directory. crates/capstan/tests/image.rs uses it; an image to ship is built with the default.
+PROFILE="${CAPSTAN_IMAGE_PROFILE:-release}"
+case "$PROFILE" in
+  release) PROFILE_DIR=release ;;
+  dev) PROFILE_DIR=debug; log "warning: CAPSTAN_IMAGE_PROFILE=dev: capstan is not optimised; do not ship this image" ;;
+  *) die "CAPSTAN_IMAGE_PROFILE is '$PROFILE': expected release or dev" ;;
+esac
+log "building capstan for $TARGET ($PROFILE)"
 # What cargo sets for a test process (this script runs inside one in crates/capstan/tests/image.rs)
 # must not reach this build: ring's build script reruns when CARGO_PKG_NAME or CARGO_MANIFEST_DIR
 # change, which would rebuild ring and everything above it (minutes) whenever a test and a shell take
@@ -192,11 +212,12 @@ while read -r var; do
 done < <(compgen -e | grep -E '^(CARGO_(PKG_|MANIFEST_|CRATE_|BIN_|PRIMARY_PACKAGE|TARGET_TMPDIR|CFG_)|OUT_DIR$|NEXTEST|__CARGO)' || true)
 # Paths of this machine stay out of the binary (panic messages name files relative to these roots).
 RUSTFLAGS="--remap-path-prefix=$ROOT=/capstan --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
-  cargo build --release --locked -p capstan --target "$TARGET" --manifest-path "$ROOT/Cargo.toml" >&2
-CAPSTAN="$TARGET_DIR/$TARGET/release/capstan"
+  cargo build --profile "$PROFILE" --locked -p capstan --target "$TARGET" --manifest-path "$ROOT/Cargo.toml" >&2
+CAPSTAN="$TARGET_DIR/$TARGET/$PROFILE_DIR/capstan"
 if [ "$TARGET" = x86_64-unknown-linux-musl ] && file "$CAPSTAN" | grep -q 'dynamically linked'; then
   die "$CAPSTAN is dynamically linked"
 fi
+[ "$BUILD_ONLY" = 0 ] || { log "built $CAPSTAN"; exit 0; }
 
 # --- layer 2: capstan and the render tools -------------------------------------------------------------
 HELM=$(readlink -f "$CACHE/bin/helm")

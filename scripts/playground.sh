@@ -20,13 +20,21 @@
 #      which the example ApplicationSets' generators select on), then apply the Applications in
 #      examples/apps/, the ApplicationSets and the PromotionPipeline in examples/appsets/ and the
 #      ImageUpdaters in examples/images/ (namespace `capstan`), pointed at that repository and registry
-#   4. exec `capstan controller` (Ctrl-C stops it; `make playground-down` stops everything else)
+#   4. exec `capstan controller` (Ctrl-C stops it; `make playground-down` stops everything else).
+#      With PLAYGROUND_MODE=in-cluster, Capstan runs as its installation's Pods run it instead
+#      (scripts/in-cluster.sh: no kubeconfig, each ServiceAccount's token at the standard path in a
+#      private mount namespace): `capstan server` as capstan-server in the background (pid file
+#      DIR/run/capstan-server.pid, log DIR/logs/capstan-server.log), then `capstan controller` as
+#      capstan-controller in the foreground. The Deployments' Pods stay simulated by kwok; these
+#      processes are what they would run.
 #
 # Environment:
 #   PLAYGROUND_DIR            playground directory (default .capstan/local in the repository)
 #   CAPSTAN                   capstan binary (default ${CARGO_TARGET_DIR:-target}/release/capstan)
 #   CAPSTAN_CACHE             tool cache of scripts/setup.sh (default ~/.cache/capstan)
 #   PLAYGROUND_NO_CONTROLLER  if 1, stop after step 3 and print the controller command instead
+#   PLAYGROUND_MODE           foreground (default: one `capstan controller --listen` with the
+#                             playground's kubeconfig) or in-cluster (see step 4)
 #
 # Idempotent: on a running playground nothing is restarted; the examples repository gets a new commit
 # only when examples/ differs from its head (so a run after an image update or a promotion puts the
@@ -440,6 +448,8 @@ for f in examples/apps/*.yaml; do
 done
 step "Applying the ordering example (examples/ordering/apps.yaml: dependsOn, a sync window) with repoURL $REPO_URL"
 sed "s|REPO_URL|$REPO_URL|g" examples/ordering/apps.yaml | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
+step "Applying the tenancy example (examples/tenancy/apps.yaml: a team syncing as its own ServiceAccount) with repoURL $REPO_URL"
+sed "s|REPO_URL|$REPO_URL|g" examples/tenancy/apps.yaml | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 step "Applying the example ApplicationSets (examples/appsets/) with repoURL $REPO_URL"
 for f in examples/appsets/*.yaml; do
   printf -- '---\n'
@@ -452,7 +462,29 @@ for f in examples/images/*.yaml; do
 done | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -
 
 # --- 4. the controller -------------------------------------------------------------------------------
-CONTROLLER=("$CAPSTAN" controller --kubeconfig "$KUBECONFIG_FILE" --log info --listen "$LISTEN")
+MODE="${PLAYGROUND_MODE:-foreground}"
+case "$MODE" in
+  foreground)
+    CONTROLLER=("$CAPSTAN" controller --kubeconfig "$KUBECONFIG_FILE" --log info --listen "$LISTEN")
+    ;;
+  in-cluster)
+    IN_CLUSTER=(bash "$ROOT/scripts/in-cluster.sh" "$KUBECONFIG_FILE" capstan)
+    SERVER_PID_FILE="$DIR/run/capstan-server.pid"
+    if [ -f "$SERVER_PID_FILE" ] && kill -0 "$(cut -d' ' -f1 "$SERVER_PID_FILE")" 2>/dev/null; then
+      info "capstan server already running (pid $(cut -d' ' -f1 "$SERVER_PID_FILE"))"
+    else
+      step "Starting capstan server as ServiceAccount capstan/capstan-server, in-cluster (log: $DIR/logs/capstan-server.log)"
+      setsid "${IN_CLUSTER[@]}" capstan-server "$DIR/in-cluster/server" -- \
+        "$CAPSTAN" server --log info --listen "$LISTEN" --cache-dir "$DIR/in-cluster/server-cache" \
+        >"$DIR/logs/capstan-server.log" 2>&1 </dev/null &
+      pid=$!
+      printf '%s %s\n' "$pid" "$(start_ticks "$pid" || echo 0)" >"$SERVER_PID_FILE"
+    fi
+    CONTROLLER=("${IN_CLUSTER[@]}" capstan-controller "$DIR/in-cluster/controller" -- \
+      "$CAPSTAN" controller --log info --cache-dir "$DIR/in-cluster/controller-cache")
+    ;;
+  *) die "PLAYGROUND_MODE must be foreground or in-cluster, not '$MODE'" ;;
+esac
 cat <<EOF
 
 Playground ready. Web UI: http://localhost:${LISTEN##*:}/ (user admin, password in $DIR/admin-password)

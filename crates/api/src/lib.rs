@@ -1,7 +1,7 @@
 //! Capstan's custom resource types, API group `capstan.dev`, version `v1alpha1`.
 //!
 //! This crate owns the shape of the objects users write (Applications, ApplicationSets, AppProjects,
-//! PromotionPipelines and the cluster Secret layout), the well-known labels and annotations, and the
+//! PromotionPipelines and the cluster Secret layout), the well-known labels and annotations, the shapes of Kubernetes names ([`names`]), and the
 //! identity of a repository URL ([`repo_url`]: one normalisation, one "same repository" rule). Field names
 //! follow Argo CD's `argoproj.io/v1alpha1` schema wherever the concept is the same, so existing manifests carry over by
 //! changing `apiVersion`. Beyond that URL rule it has no behaviour but (de)serialisation and CRD generation; every other
@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod crd;
 pub mod image_updater;
 pub mod labels;
+pub mod names;
 pub mod operation;
 pub mod project;
 pub mod promotion;

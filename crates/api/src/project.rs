@@ -67,6 +67,27 @@ pub struct AppProjectSpec {
     /// When its Applications may sync (Argo CD's sync windows).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sync_windows: Vec<SyncWindow>,
+    /// The ServiceAccount each destination's syncs act as (Argo CD's destination service
+    /// accounts): the first entry whose globs match the destination names it, and every write of
+    /// a sync (applies, prunes, hooks, the namespace it creates) and of the Application's deletion
+    /// is made impersonating it, so the destination's API server refuses what that account may
+    /// not do. Empty: syncs use Capstan's own account. Non-empty and no entry matches: the sync is
+    /// refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub destination_service_accounts: Vec<DestinationServiceAccount>,
+}
+
+/// One entry of `AppProject.spec.destinationServiceAccounts`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationServiceAccount {
+    /// Glob on the destination cluster's server URL (`*` for any).
+    pub server: String,
+    /// Glob on the Application's destination namespace (`*` for any).
+    pub namespace: String,
+    /// The ServiceAccount: `NAME` (in the Application's destination namespace) or
+    /// `NAMESPACE:NAME`.
+    pub default_service_account: String,
 }
 
 /// Secrets of one store a project's Applications may read (`AppProject.spec.secretStorePaths[]`).

@@ -112,22 +112,6 @@ pub fn insert_path_params(prefix: &str, dir: &str, out: &mut Params) {
     out.insert(path, dir.to_string());
 }
 
-/// Whether `name` is a DNS-1123 subdomain (what Kubernetes requires of object names).
-pub fn is_dns1123_subdomain(name: &str) -> bool {
-    if name.is_empty() || name.len() > 253 {
-        return false;
-    }
-    name.split('.').all(|label| {
-        let bytes = label.as_bytes();
-        !bytes.is_empty()
-            && bytes
-                .iter()
-                .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && bytes[0] != b'-'
-            && bytes[bytes.len() - 1] != b'-'
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,17 +170,5 @@ mod tests {
         assert_eq!(dirname("a/b/c.yaml"), "a/b");
         assert_eq!(basename("."), ".");
         assert_eq!(basename("a/b"), "b");
-    }
-
-    #[test]
-    fn dns_subdomains() {
-        assert!(is_dns1123_subdomain("web-staging"));
-        assert!(is_dns1123_subdomain("a.b-c.d"));
-        assert!(!is_dns1123_subdomain("Web"));
-        assert!(!is_dns1123_subdomain("a_b"));
-        assert!(!is_dns1123_subdomain("-a"));
-        assert!(!is_dns1123_subdomain("a..b"));
-        assert!(!is_dns1123_subdomain(""));
-        assert!(!is_dns1123_subdomain(&"a".repeat(254)));
     }
 }

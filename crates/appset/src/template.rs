@@ -4,10 +4,11 @@
 use capstan_api::Application;
 use capstan_api::application::ApplicationSpec;
 use capstan_api::applicationset::ApplicationSetTemplateMeta;
+use capstan_api::names::is_dns1123_subdomain;
 use serde_json::Value;
 
 use crate::error::GenerateError;
-use crate::params::{Params, is_dns1123_subdomain};
+use crate::params::Params;
 
 /// Why a string could not be substituted.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -50,6 +50,9 @@ enum Command {
     Local(commands::local::LocalCommand),
     /// Install Capstan's CRDs, namespace and RBAC into a cluster.
     Install(commands::install::InstallArgs),
+    /// Install Capstan into a cluster that manages itself from Git: commit its installation and the
+    /// hub's Applications to a repository, install, and create the Applications `capstan` and `root`.
+    Bootstrap(commands::bootstrap::BootstrapArgs),
     /// Run the Application and ApplicationSet controllers (with --listen, also the HTTP server).
     Controller(commands::controller::ControllerArgs),
     /// Serve the HTTP API, web UI, Git webhooks and metrics.
@@ -125,6 +128,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Local(cmd) => commands::local::run(cmd).await,
             Command::Install(args) => commands::install::run(args).await,
+            Command::Bootstrap(args) => commands::bootstrap::run(args).await,
             Command::Controller(args) => commands::controller::run(args, caught(signals)?).await,
             Command::Server(args) => commands::server::run(args, caught(signals)?).await,
             Command::Account(args) => commands::account::run(args).await,
@@ -208,6 +212,7 @@ mod tests {
             "server",
             "controller",
             "install",
+            "bootstrap",
         ];
         let mut checked = 0;
         for (path, help) in &leaves {

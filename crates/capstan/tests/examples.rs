@@ -46,6 +46,8 @@ const TOP: [&str; 9] = [
 /// The Applications of `examples/ordering/apps.yaml` (with its AppProject `ordering`): the API
 /// depends on the database.
 const ORDERED: [&str; 2] = ["ordering-database", "ordering-api"];
+/// The Application of `examples/tenancy/apps.yaml`, syncing as its project's ServiceAccount.
+const TENANT: [&str; 1] = ["team-a-web"];
 /// The children `root` creates from `examples/app-of-apps/`.
 const CHILDREN: [&str; 2] = ["platform", "frontend"];
 /// What the ApplicationSets of `examples/appsets/` generate in the playground: `platform`'s guestbook
@@ -59,27 +61,6 @@ const GENERATED: [&str; 4] = [
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
-}
-
-/// `scripts/push-image.sh REF`, the playground's way of pushing an image; the digest it prints.
-fn push_image_script(reference: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/push-image.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(reference)
-        .output()
-        .expect("run scripts/push-image.sh");
-    assert!(
-        out.status.success(),
-        "scripts/push-image.sh {reference}: {}",
-        text(&out)
-    );
-    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(
-        digest.starts_with("sha256:"),
-        "the script prints the digest: {digest:?}"
-    );
-    digest
 }
 
 /// The controller's log, for failure messages.
@@ -291,6 +272,17 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         "kubectl apply examples/ordering/apps.yaml: {}",
         text(&out)
     );
+    // Then examples/tenancy/apps.yaml (a team's namespace, ServiceAccount and Role, its AppProject
+    // naming the account, its Application).
+    let tenancy = std::fs::read_to_string(examples().join("tenancy/apps.yaml"))?;
+    let file = work.path().join("tenancy.yaml");
+    std::fs::write(&file, tenancy.replace("REPO_URL", &repo))?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply examples/tenancy/apps.yaml: {}",
+        text(&out)
+    );
     // Then examples/appsets/*.yaml, joined into one kubectl apply as the playground does.
     let sets: String = files
         .iter()
@@ -306,7 +298,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     // its repository Secret (plain HTTP), and examples/images/*.yaml with REGISTRY and REPO_URL replaced.
     let registry = Registry::start(RegistryOptions::default()).await?;
     let registry_host = registry.host();
-    push_image_script(&format!("{registry_host}/services/checkout:1.4.2"));
+    common::push_image(&format!("{registry_host}/services/checkout:1.4.2"));
     let file = work.path().join("repo-playground-registry.yaml");
     std::fs::write(
         &file,
@@ -357,6 +349,7 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             .chain(&CHILDREN)
             .chain(&GENERATED)
             .chain(&ORDERED)
+            .chain(&TENANT)
             .all(|name| list.items.iter().any(|a| a.name_any() == *name && synced_healthy(a)));
         if done {
             break;
@@ -400,9 +393,10 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
             "payments-secrets",
             "payments-staging",
             "platform",
-            "root"
+            "root",
+            "team-a-web"
         ],
-        "the nine entry points, the ordering example's two, root's two children and the ApplicationSets' four, nothing else"
+        "the nine entry points, the ordering example's two, the tenancy example's one, root's two children and the ApplicationSets' four, nothing else"
     );
     // ordering-api depends on ordering-database: its first sync started once the database's had
     // finished (both to the millisecond, as the controller records them).
@@ -760,7 +754,7 @@ async fn image_flow(
 
     // A new tag, and what the registry's notification does (the playground's registry posts to
     // /api/webhook/registry, which sets this annotation; tested in crates/imageupdate).
-    push_image_script(&format!("{registry_host}/services/checkout:1.5.0"));
+    common::push_image(&format!("{registry_host}/services/checkout:1.5.0"));
     let out = kubectl(
         kc,
         &[
@@ -809,6 +803,11 @@ async fn image_flow(
         production.contains("imageTag: \"1.4.1\""),
         "production untouched:\n{production}"
     );
+
+    // A promotion checks that staging is Synced and Healthy when it is asked for. Once, on v1.20,
+    // staging was Healthy for the wait above and Progressing for the promotion's check a moment
+    // later (cause not found yet): ask once it is Healthy again.
+    deployed(&apps, client, "checkout-staging", "1.5.0", log).await?;
 
     // The dry run first: the change and the diff, nothing committed.
     let out = common::capstan(

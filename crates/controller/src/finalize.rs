@@ -14,8 +14,34 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::runtime::events::EventType;
 use serde_json::json;
 
+use crate::clusters::Destination;
 use crate::context::Ctx;
-use crate::error::{PipelineErrorKind, ReconcileError};
+use crate::error::{PipelineError, PipelineErrorKind, ReconcileError};
+
+/// The client that deletes `app`'s objects on `dest`: acting as the ServiceAccount its project's
+/// syncs act as there (`destinationServiceAccounts`), so a deletion can do no more than a sync. A
+/// project that no longer exists restricts nothing; one that cannot be read, or names no account for
+/// the destination, stops the deletion (the message says why).
+async fn deletion_client(app: &Application, ctx: &Ctx, dest: &Destination) -> Result<kube::Client, String> {
+    let project = match ctx.pipeline.project(app).await {
+        Ok(project) => project,
+        Err(PipelineError::UnknownProject { .. }) => return Ok(dest.client.clone()),
+        Err(err) => return Err(format!("cannot delete the Application's objects: {err}")),
+    };
+    let account = capstan_project::sync_account(
+        &project.name,
+        &project.spec,
+        &dest.server,
+        &app.spec.destination.namespace,
+        &app.namespace().unwrap_or_default(),
+    )
+    .map_err(|v| format!("cannot delete the Application's objects: {v}"))?;
+    match account {
+        Some(account) => capstan_kube::impersonating(&dest.client, &account.username())
+            .map_err(|err| format!("cannot delete the Application's objects: {err}")),
+        None => Ok(dest.client.clone()),
+    }
+}
 
 /// Whether `app` carries the resources finalizer.
 pub fn has_finalizer(app: &Application) -> bool {
@@ -86,6 +112,18 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
             });
         }
     };
+    // Objects are listed as Capstan and deleted as the account the project's syncs act as.
+    let deleter = match deletion_client(app, ctx, &dest).await {
+        Ok(client) => client,
+        Err(message) => {
+            ctx.event(app, EventType::Warning, "DeletionFailed", message.clone())
+                .await;
+            return Err(ReconcileError::Deletion {
+                app: app.name_any(),
+                message,
+            });
+        }
+    };
     for (api_version, kind) in kinds {
         let info = match dest.discovery.resolve(&api_version, &kind).await {
             Ok(Some(info)) => info,
@@ -110,8 +148,8 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
             }
             let ns = obj.namespace();
             let scoped: Api<DynamicObject> = match &ns {
-                Some(ns) if info.namespaced => Api::namespaced_with(dest.client.clone(), ns, &info.resource),
-                _ => Api::all_with(dest.client.clone(), &info.resource),
+                Some(ns) if info.namespaced => Api::namespaced_with(deleter.clone(), ns, &info.resource),
+                _ => Api::all_with(deleter.clone(), &info.resource),
             };
             let name = obj.name_any();
             let dp = DeleteParams {
@@ -123,7 +161,14 @@ pub async fn finalize(app: &Application, ctx: &Ctx) -> Result<(), ReconcileError
                 ..Default::default()
             };
             match scoped.delete(&name, &dp).await {
-                Ok(_) => pending.push((scoped, name)),
+                // Waited for with Capstan's own client: the deleting account may not read.
+                Ok(_) => pending.push((
+                    match &ns {
+                        Some(ns) if info.namespaced => Api::namespaced_with(dest.client.clone(), ns, &info.resource),
+                        _ => Api::all_with(dest.client.clone(), &info.resource),
+                    },
+                    name,
+                )),
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => failures.push(format!("deleting {kind} {name}: {}", describe_kube_error(&e))),
             }

@@ -38,6 +38,8 @@ pub fn apply(path: &str, text: &str, change: &Change) -> Result<Option<String>, 
                 r => r.into_error(path, &key),
             })
         }
+        // Not an edit of a file's text: the writer creates the file ([`crate::paths::create`]).
+        Change::CreateFile { .. } => Ok(None),
     }
 }
 

@@ -2,7 +2,8 @@
 //! through.
 //!
 //! A [`GitWriter`] takes a [`WriteRequest`] — a repository, a branch, a message and [`Edit`]s that
-//! are plain data ([`Change::SetKey`] on a [`KeyPath`], [`Change::KustomizeImage`]) — clones the
+//! are plain data ([`Change::SetKey`] on a [`KeyPath`], [`Change::KustomizeImage`], and
+//! [`Change::CreateFile`], which adds a file the branch does not have) — clones the
 //! branch, applies the edits surgically ([`edit`]: only the value's bytes change), commits with the
 //! configured author and pushes without force. When the push is rejected because someone pushed
 //! meanwhile, it fetches the new head, applies the same edits to the new content and pushes again,

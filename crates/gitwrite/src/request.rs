@@ -97,6 +97,12 @@ pub enum Change {
         /// The new tag.
         new_tag: String,
     },
+    /// Create the file with `content` if the branch does not have it; a file already there is left
+    /// as it is (its content is the repository's, never overwritten).
+    CreateFile {
+        /// The whole file.
+        content: String,
+    },
 }
 
 impl Change {
@@ -105,6 +111,7 @@ impl Change {
         match self {
             Change::SetKey { key, .. } => key.to_string(),
             Change::KustomizeImage { name, .. } => format!("images[name={name}].newTag"),
+            Change::CreateFile { .. } => "the whole file".into(),
         }
     }
 }
@@ -114,6 +121,7 @@ impl fmt::Display for Change {
         match self {
             Change::SetKey { key, value } => write!(f, "{key} = {value}"),
             Change::KustomizeImage { new_tag, .. } => write!(f, "{} = {new_tag}", self.target()),
+            Change::CreateFile { content } => write!(f, "created if missing ({} bytes)", content.len()),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use capstan_source::{Credentials, GitCommand, SourceError};
 use tracing::{debug, info, warn};
 
-use crate::request::{Edit, WriteOutcome, WriteRequest};
+use crate::request::{Change, Edit, WriteOutcome, WriteRequest};
 use crate::{WriteError, edit, paths};
 
 /// Called before each push with the attempt number (from 1): lets tests change the remote between
@@ -195,9 +195,18 @@ impl GitWriter {
                 &["checkout", "--quiet", "--force", "-B", "capstan-write", "FETCH_HEAD"],
             )
             .await?;
-            if !apply_edits(repo.dir, edits)? {
+            let (changed, created) = apply_edits(repo.dir, edits)?;
+            if !changed {
                 info!(url = %request.repo_url, branch = target, "nothing to commit: the files hold the values already");
                 return Ok(WriteOutcome::Unchanged);
+            }
+            if !created.is_empty() {
+                // New files are not tracked yet (`commit -a` takes only tracked ones). Their paths
+                // are literal (no pathspec magic such as `:(exclude)`), and added even where a
+                // .gitignore would skip them.
+                let mut add = vec!["--literal-pathspecs", "add", "--force", "--"];
+                add.extend(created.iter().map(String::as_str));
+                repo.git("committing to", &add).await?;
             }
             let name = format!("user.name={}", config.author_name);
             let email = format!("user.email={}", config.author_email);
@@ -287,14 +296,18 @@ impl Repo<'_> {
     }
 }
 
-/// Files larger than this are not edited (they are read whole, and a values file is far smaller).
-const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
-
 /// Apply `edits` to the checkout at `root`; whether any file changed.
-fn apply_edits(root: &Path, edits: &[Edit]) -> Result<bool, WriteError> {
+fn apply_edits(root: &Path, edits: &[Edit]) -> Result<(bool, Vec<String>), WriteError> {
     // Several edits to one file compose: each sees the result of the previous ones.
     let mut files: Vec<(PathBuf, String, bool)> = Vec::new();
+    let mut created = Vec::new();
     for e in edits {
+        if let Change::CreateFile { content } = &e.change {
+            if paths::create(root, &e.path, content)? {
+                created.push(e.path.clone());
+            }
+            continue;
+        }
         let file = paths::resolve(root, &e.path)?;
         let index = match files.iter().position(|(f, _, _)| *f == file) {
             Some(i) => i,
@@ -302,11 +315,11 @@ fn apply_edits(root: &Path, edits: &[Edit]) -> Result<bool, WriteError> {
                 let size = std::fs::metadata(&file)
                     .map_err(WriteError::io(format!("reading {}", e.path)))?
                     .len();
-                if size > MAX_FILE_BYTES {
+                if size > paths::MAX_FILE_BYTES {
                     return Err(WriteError::CannotEdit {
                         path: e.path.clone(),
                         key: e.change.target(),
-                        reason: format!("the file is larger than {} MiB", MAX_FILE_BYTES / 1024 / 1024),
+                        reason: format!("the file is larger than {} MiB", paths::MAX_FILE_BYTES / 1024 / 1024),
                     });
                 }
                 let bytes = std::fs::read(&file).map_err(WriteError::io(format!("reading {}", e.path)))?;
@@ -325,12 +338,12 @@ fn apply_edits(root: &Path, edits: &[Edit]) -> Result<bool, WriteError> {
             *changed = true;
         }
     }
-    let mut any = false;
+    let mut any = !created.is_empty();
     for (file, text, changed) in files.iter().filter(|(_, _, changed)| *changed) {
         std::fs::write(file, text).map_err(WriteError::io(format!("writing {}", file.display())))?;
         any |= changed;
     }
-    Ok(any)
+    Ok((any, created))
 }
 
 /// git's message if `err` is a push the server refused (not up to date, or a hook's refusal), which

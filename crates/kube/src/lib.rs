@@ -5,6 +5,8 @@
 //!   ([`Discovery`], [`KindInfo`]), and the list of APIs a cluster serves.
 //! - [`own_writes`]: the versions of objects Capstan itself wrote ([`OwnWrites`]), so a watch can
 //!   tell the echo of its own write from someone else's change.
+//! - [`impersonate`]: a client acting as another user, e.g. the ServiceAccount a project's syncs
+//!   act as ([`impersonating`]).
 //! - [`annotations`]: the per-object annotations that steer sync and compare (sync wave, hooks,
 //!   sync and compare options) with their Argo CD aliases.
 //! - [`patch`]: the RFC 7386 merge patch between two versions of a status ([`merge_patch`]).
@@ -18,6 +20,7 @@
 pub mod annotations;
 pub mod discovery;
 pub mod error;
+pub mod impersonate;
 pub mod key;
 pub mod own_writes;
 pub mod patch;
@@ -26,6 +29,7 @@ pub mod shutdown;
 
 pub use discovery::{Discovery, KindInfo};
 pub use error::{KubeError, describe_kube_error};
+pub use impersonate::impersonating;
 pub use key::ObjectKey;
 pub use own_writes::OwnWrites;
 pub use patch::merge_patch;

@@ -30,7 +30,7 @@ pub const COMPONENTS: [&str; 5] = [
 ];
 /// Optional processes that other tools (`scripts/playground.sh`) start in the playground's directory
 /// with a pid file in the same format; `down` stops them too, `status` shows them when present.
-pub const EXTRAS: [&str; 4] = ["git-daemon", "helm-repository", "openbao", "registry"];
+pub const EXTRAS: [&str; 5] = ["git-daemon", "helm-repository", "openbao", "registry", "capstan-server"];
 
 /// Options for [`Playground::up`].
 #[derive(Debug, Clone)]

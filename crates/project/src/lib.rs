@@ -23,6 +23,9 @@
 //!   `namespaceResourceWhitelist` when that is non-empty and not in `namespaceResourceBlacklist`.
 //!   Group `""` is the core group; group and kind are globs.
 //!
+//! - **destinationServiceAccounts**: the ServiceAccount a sync acts as on a destination
+//!   ([`sync_account`]); with entries and none matching, no sync runs.
+//!
 //! - **writes** (ImageUpdaters and PromotionPipelines, beyond Argo CD): the repository must be in
 //!   `sourceRepos` and one `sourceRepoPaths` entry must match it, the file and the branch pushed to
 //!   ([`check_write`]).
@@ -40,7 +43,10 @@
 //! entry naming the group `capstan.dev` literally. Only the implicit `default` project (no
 //! AppProject named default exists, and the operator has not made it deny-all) is exempt.
 
+pub mod sync_account;
 pub mod windows;
+
+pub use sync_account::{SyncAccount, sync_account};
 
 use capstan_api::project::{AppProjectSpec, GroupKind, ProjectDestination, RepoPaths};
 use capstan_api::repo_url::{RepoUrl, normalize_pattern};

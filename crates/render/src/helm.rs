@@ -64,15 +64,7 @@ pub fn check_release_name(name: &str) -> Result<(), RenderError> {
     if name.len() > MAX_RELEASE_NAME {
         return Err(invalid("it is longer than 53 characters"));
     }
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-    };
-    if !name.split('.').all(label_ok) {
+    if !capstan_api::names::is_dns1123_subdomain(name) {
         return Err(invalid(
             "it must consist of lower case letters, digits, '-' and '.', and start and end with a letter or digit",
         ));

@@ -120,7 +120,7 @@ fn check_arguments(chart: &Value, i: usize) -> Result<(), String> {
         crate::helm::check_release_name(release).map_err(|e| format!("helmCharts[{i}].releaseName: {e}"))?;
     }
     let namespace = text("namespace");
-    if !namespace.is_empty() && !is_dns_label(namespace) {
+    if !namespace.is_empty() && !capstan_api::names::is_dns1123_label(namespace) {
         return Err(format!(
             "helmCharts[{i}].namespace {:?} is not a namespace name (a DNS-1123 label)",
             truncate(namespace)
@@ -157,17 +157,6 @@ fn check_arguments(chart: &Value, i: usize) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// A DNS-1123 label: at most 63 lower-case letters, digits and `-`, starting and ending with an
-/// alphanumeric.
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 /// `v1.30`, `1.30.2`, `v1.30.0-rc.1+k3s1`.

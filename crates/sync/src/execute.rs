@@ -460,7 +460,7 @@ impl Run<'_> {
                 return Err(err.into());
             }
             let this = &*self;
-            let checks: Vec<(usize, Option<Value>)> = stream::iter(0..pending.len())
+            let checks: Vec<(usize, Result<Option<Value>, kube::Error>)> = stream::iter(0..pending.len())
                 .map(|i| {
                     let state = &this.resources[pending[i].index];
                     async move { (i, read(this.client, state).await) }
@@ -472,7 +472,29 @@ impl Run<'_> {
             let mut waiting_on = None;
             let mut checks = checks;
             checks.sort_by_key(|(i, _)| *i);
-            for (i, live) in checks {
+            for (i, read) in checks {
+                let live = match read {
+                    Ok(live) => live,
+                    // Refused (the sync's account may not read it): waiting cannot help.
+                    Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => {
+                        return Err(SyncError::Task {
+                            verb: "reading the health of",
+                            key: pending[i].key.clone(),
+                            source: Box::new(SyncError::Api(kube::Error::Api(s))),
+                        });
+                    }
+                    Err(err) => {
+                        if waiting_on.is_none() {
+                            waiting_on = Some(format!(
+                                "{} (cannot be read: {})",
+                                pending[i].key,
+                                capstan_kube::describe_kube_error(&err)
+                            ));
+                        }
+                        still.push(pending[i]);
+                        continue;
+                    }
+                };
                 let health = live.as_ref().map(|obj| {
                     let h = health_of(self.opts, &self.resources[pending[i].index], obj);
                     (h.code, h.message)

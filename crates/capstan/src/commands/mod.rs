@@ -4,6 +4,7 @@ pub mod account;
 pub mod app;
 pub mod appset;
 pub mod appset_generate;
+pub mod bootstrap;
 pub mod cluster;
 pub mod controller;
 pub mod crds;

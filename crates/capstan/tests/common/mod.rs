@@ -192,3 +192,24 @@ pub fn controller_listening(
     });
     Ok((controller, base.unwrap_or_default(), metrics, log))
 }
+
+/// `scripts/push-image.sh REF`, the playground's way of pushing an image; the digest it prints.
+pub fn push_image(reference: &str) -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/push-image.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(reference)
+        .output()
+        .expect("run scripts/push-image.sh");
+    assert!(
+        out.status.success(),
+        "scripts/push-image.sh {reference}: {}",
+        text(&out)
+    );
+    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        digest.starts_with("sha256:"),
+        "the script prints the digest: {digest:?}"
+    );
+    digest
+}

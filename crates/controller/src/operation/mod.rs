@@ -158,8 +158,9 @@ pub async fn run(
     let (tx, rx) = tokio::sync::watch::channel(Progress::default());
     let so_far = tx.subscribe();
     let reporter = progress::report(apps, &app_name, recorded.clone(), rx, &write_cost);
-    // The cluster the comparison was made against, never one looked up again.
-    let client = work_state.destination.client.clone();
+    // The cluster the comparison was made against, never one looked up again, as the account the
+    // project names for it.
+    let client = plan.client;
     let execution = async {
         let outcome = capstan_sync::execute(&client, &work_state.comparison, &sync_opts, Some(&tx), recorded).await;
         drop(tx);

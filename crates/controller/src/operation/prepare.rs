@@ -35,6 +35,9 @@ pub enum PrepareError {
     /// `CreateNamespace=true` where the project does not permit it.
     #[error("the sync would break the project's rules: {0}")]
     CreateNamespace(String),
+    /// No client acting as the project's ServiceAccount for the destination could be made.
+    #[error(transparent)]
+    Impersonation(#[from] capstan_kube::impersonate::ImpersonationError),
 }
 
 /// What an operation does, once prepared.
@@ -51,6 +54,9 @@ pub struct Plan {
     pub selected: Vec<ObjectKey>,
     /// The sync options of the spec and of the request.
     pub options: SyncOptions,
+    /// The client it writes with: the destination's, acting as the project's ServiceAccount for it
+    /// if the project names one (`destinationServiceAccounts`).
+    pub client: kube::Client,
 }
 
 /// An operation prepared: the state it acts on (compared at the revision it syncs; the state it was
@@ -91,6 +97,7 @@ async fn plan(
         dry_run: false,
         selected: Vec::new(),
         options: SyncOptions::default(),
+        client: state.destination.client.clone(),
     };
     let mut requested_options: &[String] = &[];
     if let Some(rollback) = &op.rollback {
@@ -128,6 +135,8 @@ async fn plan(
         &state.prune_violations,
         state.create_namespace_violation.as_deref(),
     )?;
+    // The state the sync acts on (a rollback's or a requested revision's) says whom it acts as.
+    plan.client = state.sync_client()?;
     Ok(plan)
 }
 

@@ -17,6 +17,7 @@ use capstan_compare::normalize::Tracking;
 use capstan_health::HealthCode;
 use capstan_health_rules::HealthRules;
 use capstan_kube::{KindInfo, ObjectKey};
+use capstan_project::SyncAccount;
 use capstan_render::{ChartDependency, RefSource, RenderRequest, Renderer};
 use capstan_source::{ChartCache, RepoCache};
 use kube::{Client, ResourceExt};
@@ -90,6 +91,20 @@ pub struct AppState {
     pub create_namespace_violation: Option<String>,
     /// The destination the comparison was made against; a sync of this state goes there.
     pub destination: Arc<Destination>,
+    /// The ServiceAccount a sync of this state acts as there (the project's
+    /// `destinationServiceAccounts`); `None`: Capstan's own account.
+    pub sync_account: Option<SyncAccount>,
+}
+
+impl AppState {
+    /// The client a sync of this state writes with: the destination's, acting as
+    /// [`AppState::sync_account`] when the project names one.
+    pub fn sync_client(&self) -> Result<Client, capstan_kube::impersonate::ImpersonationError> {
+        match &self.sync_account {
+            Some(account) => capstan_kube::impersonating(&self.destination.client, &account.username()),
+            None => Ok(self.destination.client.clone()),
+        }
+    }
 }
 
 impl Pipeline {
@@ -391,9 +406,26 @@ async fn conclude(
 ) -> Result<AppState, PipelineError> {
     let comparison =
         capstan_compare::compare(&dest.client, desired, live, tracking, &app.spec.ignore_differences).await?;
-    let (resources, health, health_rule_errors) = summarize(&comparison, health_rules);
-    let (project_violations, prune_violations, create_namespace_violation) =
+    let itself = ObjectKey {
+        group: capstan_api::GROUP.into(),
+        kind: "Application".into(),
+        namespace: app.namespace().unwrap_or_default(),
+        name: app.name_any(),
+    };
+    let uid = app.metadata.uid.clone().unwrap_or_default();
+    let (resources, health, health_rule_errors) = summarize(&comparison, health_rules, (&itself, &uid));
+    let (mut project_violations, prune_violations, create_namespace_violation) =
         project_violations(project, rules, &dest, app, &comparison);
+    let app_namespace = app.namespace().unwrap_or_default();
+    let destination_namespace = &app.spec.destination.namespace;
+    let sync_account =
+        match capstan_project::sync_account(project, rules, &dest.server, destination_namespace, &app_namespace) {
+            Ok(account) => account,
+            Err(violation) => {
+                project_violations.push(violation.to_string());
+                None
+            }
+        };
     Ok(AppState {
         revision,
         comparison,
@@ -404,6 +436,7 @@ async fn conclude(
         prune_violations,
         create_namespace_violation,
         destination: dest,
+        sync_account,
     })
 }
 
@@ -459,7 +492,14 @@ fn display_path(path: &str) -> String {
 
 /// `status.resources`, the aggregated health of a comparison, and the custom health rules that cannot
 /// be used for its objects (see [`AppState::health_rule_errors`]).
-pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceStatus>, HealthStatus, Vec<String>) {
+pub fn summarize(
+    comparison: &Comparison,
+    rules: &HealthRules,
+    itself: (&ObjectKey, &str),
+) -> (Vec<ResourceStatus>, HealthStatus, Vec<String>) {
+    let (itself, uid) = itself;
+    let is_itself =
+        |live: &Value| !uid.is_empty() && live.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid);
     let mut codes = Vec::new();
     let mut rule_errors: Vec<String> = Vec::new();
     let mut worst_message = String::new();
@@ -470,6 +510,13 @@ pub fn summarize(comparison: &Comparison, rules: &HealthRules) -> (Vec<ResourceS
         .filter(|r| !r.hook)
         .map(|r| {
             let health = match (&r.live, &r.error) {
+                // An Application that manages itself (a bootstrapped hub's `capstan`): its own
+                // object (same key and uid, so on this cluster) is counted Healthy, as its health
+                // cannot be made of itself.
+                (Some(live), None) if r.key == *itself && is_itself(live) => capstan_health::Health {
+                    code: HealthCode::Healthy,
+                    message: "this Application itself".into(),
+                },
                 (_, Some(error)) => capstan_health::Health {
                     code: HealthCode::Degraded,
                     message: format!("refused by the API server: {error}"),

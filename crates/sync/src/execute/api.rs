@@ -136,24 +136,30 @@ pub(super) async fn prune(client: &kube::Client, state: &ResourceState, dry_run:
 pub(super) async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), SyncError> {
     use k8s_namespace::*;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &namespace_resource());
-    match api.get_opt(name).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => {
-            let ns: DynamicObject = serde_json::from_value(serde_json::json!({
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
-            }))?;
-            match api.create(&PostParams::default(), &ns).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(source) => Err(SyncError::Namespace {
-                    action: "creating",
-                    name: name.to_string(),
-                    source,
-                }),
-            }
+    let found = match api.get_opt(name).await {
+        Ok(found) => found.is_some(),
+        // An account that may not read namespaces (a project's destination ServiceAccount) may
+        // still create one: creating answers 409 when it exists.
+        Err(kube::Error::Api(s)) if s.code == 403 => false,
+        Err(source) => {
+            return Err(SyncError::Namespace {
+                action: "reading",
+                name: name.to_string(),
+                source,
+            });
         }
+    };
+    if found {
+        return Ok(());
+    }
+    let ns: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+    }))?;
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(source) => Err(SyncError::Namespace {
-            action: "reading",
+            action: "creating",
             name: name.to_string(),
             source,
         }),
@@ -169,10 +175,10 @@ mod k8s_namespace {
     }
 }
 
-/// The object of `state` as it is now, or None when it does not exist (or cannot be read).
-pub(super) async fn read(client: &kube::Client, state: &ResourceState) -> Option<Value> {
+/// The object of `state` as it is now (`None`: it does not exist), or why it cannot be read.
+pub(super) async fn read(client: &kube::Client, state: &ResourceState) -> Result<Option<Value>, kube::Error> {
     let api = api_for(client, state, &state.key.namespace);
-    observed(api.get_opt(&state.key.name).await.ok()??)
+    Ok(api.get_opt(&state.key.name).await?.and_then(observed))
 }
 
 /// The `resourceVersion` of an object the API server returned.

@@ -48,7 +48,7 @@ pub struct InstallArgs {
 pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
     let defaults = objects::Values::default();
     let values = objects::Values {
-        namespace: args.namespace.clone(),
+        namespace: args.namespace,
         image: args.image.unwrap_or(defaults.image),
         server_replicas: args.server_replicas,
     };
@@ -58,25 +58,33 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let client = args.kube.client().await?;
-    let pp = PatchParams::apply(MANAGER).force();
+    install(&client, &values.namespace, &objects, MANAGER).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Apply `objects` (the install source for `namespace`) as field manager `manager`, wait for their
+/// CRDs and create the server's Secret: what `capstan install` and `capstan bootstrap` do to a
+/// cluster.
+pub async fn install(client: &Client, namespace: &str, objects: &[Value], manager: &str) -> anyhow::Result<()> {
+    let pp = PatchParams::apply(manager).force();
     let mut crds = Vec::new();
-    for object in &objects {
+    for object in objects {
         let gvk = gvk_of(object)?;
         if gvk.kind == "CustomResourceDefinition" {
             crds.push(name_of(object));
         }
-        apply(&client, &gvk, object, &pp).await?;
+        apply(client, &gvk, object, &pp).await?;
     }
     let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for name in &crds {
         wait_established(&crd_api, name, Duration::from_secs(60)).await?;
     }
-    server_secret(&client, &args.namespace).await?;
-    outln!("Capstan installed (namespace {}, {} CRDs)", args.namespace, crds.len());
-    Ok(ExitCode::SUCCESS)
+    server_secret(client, namespace).await?;
+    outln!("Capstan installed (namespace {namespace}, {} CRDs)", crds.len());
+    Ok(())
 }
 
-fn gvk_of(object: &Value) -> anyhow::Result<GroupVersionKind> {
+pub(crate) fn gvk_of(object: &Value) -> anyhow::Result<GroupVersionKind> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -92,7 +100,12 @@ fn name_of(object: &Value) -> String {
 
 /// Apply `object` of kind `gvk`. A PodDisruptionBudget is skipped, with a note, where `policy/v1`
 /// is not served (Kubernetes before 1.21); any other kind not served is an error.
-async fn apply(client: &Client, gvk: &GroupVersionKind, object: &Value, pp: &PatchParams) -> anyhow::Result<()> {
+pub(crate) async fn apply(
+    client: &Client,
+    gvk: &GroupVersionKind,
+    object: &Value,
+    pp: &PatchParams,
+) -> anyhow::Result<()> {
     let name = name_of(object);
     let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
     let what = format!("{} {name}", gvk.kind);

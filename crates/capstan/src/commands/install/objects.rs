@@ -93,12 +93,16 @@ pub fn all(values: &Values) -> Vec<Value> {
     objects
 }
 
-/// The objects as one YAML stream (`---` before each document).
+/// The objects as one YAML stream (`---` before each document). A long one-line string (an image
+/// pinned to its digest, say) stays on its line: folded (`>-`), it would be hard to find and edit
+/// in Git, where a bootstrapped hub keeps these objects.
 pub fn to_yaml(objects: &[Value]) -> Result<String, serde_saphyr::SerializeError> {
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
     let mut out = String::new();
     for object in objects {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(object)?);
+        out.push_str(&serde_saphyr::to_string_with_options(object, options.clone())?);
     }
     Ok(out)
 }
