@@ -86,6 +86,14 @@ pub async fn run(
         Some(ownership) => capstan_replicas::fence::fenced(&client, ownership.clone()),
         None => client,
     };
+    // Nothing starts (no probe, no reconcile) before this replica's first pass over the Leases.
+    if let Some(ownership) = &config.ownership
+        && capstan_kube::shutdown::before(shutdown.clone(), ownership.settled())
+            .await
+            .is_none()
+    {
+        return Ok(());
+    }
     let apps: Api<Application> = Api::namespaced(client.clone(), &config.namespace);
     let Some(listed) =
         capstan_kube::shutdown::before(shutdown.clone(), apps.list(&kube::api::ListParams::default().limit(1))).await
@@ -133,13 +141,7 @@ pub async fn run(
     if let Some(ownership) = &config.ownership {
         // The first list reconciles what this replica owns by then; what it gains later is
         // reconciled as it gains it.
-        if capstan_kube::shutdown::before(shutdown.clone(), ownership.settled())
-            .await
-            .is_none()
-        {
-            return Ok(());
-        }
-        reconcile_gained(ownership, reader.clone(), trigger_tx_for_gains);
+        reconcile_gained(ownership, reader.clone(), config.ready.clone(), trigger_tx_for_gains);
     }
     let ready = config.ready.clone();
     match capstan_kube::shutdown::before(
@@ -209,6 +211,7 @@ pub async fn run(
 fn reconcile_gained(
     ownership: &capstan_replicas::Ownership,
     apps: reflector::Store<Application>,
+    listed: readiness::Readiness,
     tx: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Application>>,
 ) {
     use kube::ResourceExt;
@@ -218,11 +221,11 @@ fn reconcile_gained(
     // Shards gained before the first list are reconciled by it.
     while gained.try_recv().is_ok() {}
     tokio::spawn(async move {
-        // Gains while the first list runs are reconciled once it has filled the cache.
-        if apps.wait_until_ready().await.is_err() {
-            return;
-        }
         while let Some(shards) = gained.recv().await {
+            // Gains while the first list runs are reconciled once it has filled the cache.
+            while !listed.is_ready() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             let mut triggered = 0;
             for app in apps.state() {
                 let shard = capstan_replicas::hashing::shard_of(&app.namespace().unwrap_or_default(), &app.name_any());

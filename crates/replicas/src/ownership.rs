@@ -222,3 +222,20 @@ mod tests {
         assert!(o.shards().is_empty());
     }
 }
+
+#[cfg(test)]
+mod gained_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn gains_reach_the_receiver() {
+        let o = Ownership::new(ReplicaId::new("r").expect("an id"));
+        let mut rx = o.gained().expect("the receiver");
+        assert!(o.gained().is_none(), "taken once");
+        o.clone().activate(&[3, 4]);
+        let got = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await.expect("in time");
+        assert_eq!(got, Some(vec![3, 4]));
+    }
+}
