@@ -59,7 +59,11 @@ async fn app_list_reads_every_page() -> anyhow::Result<()> {
         .flatten()
         .filter_map(|a| a["metadata"]["name"].as_str())
         .collect();
-    assert_eq!(names, (0..APPS).map(name).collect::<Vec<_>>(), "every Application once, in order");
+    assert_eq!(
+        names,
+        (0..APPS).map(name).collect::<Vec<_>>(),
+        "every Application once, in order"
+    );
 
     let out = capstan_in(&kc, &ns, &["app", "list"]);
     assert!(out.status.success(), "{}", text(&out));
