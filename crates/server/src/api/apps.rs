@@ -1,6 +1,7 @@
 //! Application endpoints: the summary lists show (the list itself is answered in `list.rs`), get,
-//! diff, manifests, live objects, events, history, and the operations (sync, refresh, rollback, terminate), which are requests written onto the
-//! Application for the controller to execute — exactly what the CLI does.
+//! diff, manifests, live objects, events, history, and the operations (sync, refresh, rollback,
+//! terminate), which are requests written onto the Application for the controller to execute —
+//! exactly what the CLI does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
