@@ -121,6 +121,8 @@ const state = {
   apps: new Map(),
   /** Counts changes of `apps`: the list's sorted order and filter choices are kept until it moves. */
   appsVersion: 0,
+  /** Counts Applications added to or removed from `apps` (a changed one keeps its place by name). */
+  appsShape: 0,
   /** @type {Filters} */
   filters: { search: '', project: '', cluster: '', namespace: '', sync: '', health: '', label: '', sort: '' },
   /** @type {Tab} the tab of the Application page, kept from one Application to the next */
@@ -358,7 +360,7 @@ function liveConnect() {
     live.retries = 0;
     setLiveState('live');
     // A new connection starts each topic again with its whole state.
-    if (live.topics.has('applications')) { state.apps.clear(); state.appsVersion += 1; }
+    if (live.topics.has('applications')) { state.apps.clear(); state.appsVersion += 1; state.appsShape += 1; }
     liveSend();
   });
   ws.addEventListener('message', (e) => {
@@ -528,6 +530,7 @@ byId('logout').addEventListener('click', async () => {
   state.csrf = null;
   state.apps.clear();
   state.appsVersion += 1;
+  state.appsShape += 1;
   liveStop();
   navigate('/login');
 });
@@ -567,6 +570,7 @@ function openListStream() {
       /** @type {ApplicationSummary} */
       const s = data;
       if (!s.name) return;
+      if (!state.apps.has(s.name)) state.appsShape += 1;
       state.apps.set(s.name, s);
       state.appsVersion += 1;
       const page = state.page;
@@ -574,7 +578,7 @@ function openListStream() {
       scheduleListRender();
       if (page && page.page === 'app' && page.name === s.name) page.summary = s;
     } else if (event === 'deleted') {
-      if (state.apps.delete(data.name)) state.appsVersion += 1;
+      if (state.apps.delete(data.name)) { state.appsVersion += 1; state.appsShape += 1; }
       scheduleListRender();
     }
   });
@@ -697,7 +701,7 @@ function select(name, label, values) {
 }
 
 /** Rows of the list in the DOM at first, and how many more each time its end scrolls into view. */
-const ROWS_STEP = 200;
+const ROWS_STEP = 100;
 /** Applications of the first page asked of the server, shown while the live stream delivers the rest. */
 const FIRST_PAGE = 50;
 
@@ -716,7 +720,7 @@ function openList() {
   }
   api('GET', `/api/applications?${query}`).then((/** @type {ApplicationList} */ r) => {
     for (const s of r.items || []) {
-      if (s.name && !state.apps.has(s.name)) { state.apps.set(s.name, s); state.appsVersion += 1; }
+      if (s.name && !state.apps.has(s.name)) { state.apps.set(s.name, s); state.appsVersion += 1; state.appsShape += 1; }
     }
   }).catch(() => {}).finally(() => {
     if (!current(page)) return;
@@ -819,7 +823,7 @@ function rowView(a) {
 /**
  * Every Application in the list's order and the values its filters offer, computed again only when
  * the Applications or the order changed (typing in a filter reuses them).
- * @type {{ version: number, sort: string, all: ApplicationSummary[], values: Record<'project' | 'cluster' | 'destNamespace', string[]> } | null}
+ * @type {{ version: number, shape: number, sort: string, all: ApplicationSummary[], values: Record<'project' | 'cluster' | 'destNamespace', string[]> } | null}
  */
 let listCache = null;
 
@@ -829,12 +833,21 @@ function sortedApps() {
   const desc = sort.startsWith('-') ? -1 : 1;
   const column = sort.replace(/^-/, '');
   const key = SORT_KEYS[column] || SORT_KEYS.name;
-  const all = [...state.apps.values()];
-  if (column === 'name' || !SORT_KEYS[column]) all.sort((a, b) => desc * byCode(a.name || '', b.name || ''));
-  else all.sort((a, b) => desc * (byName(key(a), key(b)) || byCode(a.name || '', b.name || '')));
+  const byNameOnly = column === 'name' || !SORT_KEYS[column];
+  /** @type {ApplicationSummary[]} */
+  let all;
+  if (byNameOnly && listCache && listCache.shape === state.appsShape && listCache.sort === sort) {
+    // The same Applications, some changed: in name order each keeps its place (a burst of changes
+    // costs no sort).
+    all = listCache.all.map((a) => state.apps.get(a.name || '') || a);
+  } else {
+    all = [...state.apps.values()];
+    if (byNameOnly) all.sort((a, b) => desc * byCode(a.name || '', b.name || ''));
+    else all.sort((a, b) => desc * (byName(key(a), key(b)) || byCode(a.name || '', b.name || '')));
+  }
   /** @param {'project' | 'cluster' | 'destNamespace'} f */
   const uniq = (f) => [...new Set(all.map((a) => a[f] || '').filter(Boolean))].sort();
-  listCache = { version: state.appsVersion, sort, all, values: { project: uniq('project'), cluster: uniq('cluster'), destNamespace: uniq('destNamespace') } };
+  listCache = { version: state.appsVersion, shape: state.appsShape, sort, all, values: { project: uniq('project'), cluster: uniq('cluster'), destNamespace: uniq('destNamespace') } };
   return listCache;
 }
 
