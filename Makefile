@@ -17,7 +17,7 @@ TEST_THREADS := $(or $(NEXTEST_TEST_THREADS),$(shell echo $$(( $$(nproc) + 2 )))
 KUBE_LEGACY := $(shell sed -n 's/^KUBE_LEGACY_VERSION=v//p' scripts/versions.env)
 LEGACY_SMOKE := binary(control_plane) | binary(applications) | binary(modern_apis) | binary(examples)
 
-.PHONY: playground playground-down setup setup-test build test test-current test-legacy-smoke lint lint-ui ui-types unit crds manifests
+.PHONY: playground playground-down setup setup-test build test test-current test-legacy-smoke lint lint-ui ui-types unit crds manifests image
 
 ## Set up if needed, build, start the local control plane, install Capstan into it, serve examples/
 ## over git://, apply the example Applications and run the controller in the foreground.
@@ -37,11 +37,20 @@ setup-test:
 build:
 	$(CARGO) build --release --locked
 
+## Build Capstan's OCI image and push it, without a container engine (scripts/image.sh: a static
+## capstan, git with ssh, helm and kustomize on a minimal Debian root file system made by
+## mmdebstrap, assembled and pushed by crane; reproducible). docs/install.md, "The image".
+image:
+	@[ -n "$(IMAGE)" ] || { echo "usage: make image IMAGE=REGISTRY/REPOSITORY:TAG" >&2; exit 2; }
+	bash scripts/setup.sh --with-image-tools
+	bash scripts/image.sh '$(IMAGE)'
+
 ## Set up if needed and run every check and test (unit and integration): the whole suite on the
 ## current Kubernetes release, then the smoke subset on the older one.
 test: setup-test lint test-current test-legacy-smoke
 
 test-current:
+	CAPSTAN_IMAGE_PROFILE=dev bash scripts/image.sh --build-only
 	$(CARGO) nextest run --workspace --locked --profile $${NEXTEST_PROFILE:-default} --test-threads $(TEST_THREADS)
 
 test-legacy-smoke:

@@ -7,6 +7,9 @@
 #   bash scripts/setup.sh --with-test-tools   also what only the tests and checks use (`make setup-test`
 #                                             adds it): cargo-nextest, cargo-machete, sops, sshd,
 #                                             chromium, the OIDC provider, the web UI's type tools
+#   bash scripts/setup.sh --with-image-tools  what `make image` needs (--with-test-tools includes it: the
+#                                             image tests build it): crane, mmdebstrap, musl-tools and
+#                                             the x86_64-unknown-linux-musl Rust target
 #   bash scripts/setup.sh --with-legacy-kube  also Kubernetes v1.20.2 (the older route; `make test`
 #                                             runs a smoke subset of the suite on it); implies
 #                                             --with-test-tools
@@ -24,6 +27,10 @@
 #                                       is built from Debian bookworm's `kubernetes` source package,
 #                                       with Debian's etcd 3.4 and kubectl.
 #   bin/kwok                            sigs.k8s.io/kwok from the Go module proxy: simulated nodes
+#   bin/crane                           github.com/google/go-containerregistry/cmd/crane from the Go
+#                                       module proxy: assembles and pushes the image (scripts/image.sh)
+#   image/rootfs/KEY/rootfs.tar.gz      the image's Debian layer, made by scripts/image.sh (mmdebstrap)
+#                                       on first use, keyed by its recipe and the mirror's state
 #   bin/sops                            github.com/getsops/sops/v3 from the Go module proxy: the real
 #                                       encrypter the SOPS decryption tests (crates/sops) run
 #   bin/kubectl, bin/etcd               links to the current release's
@@ -63,11 +70,13 @@ mkdir -p "$BIN"
 
 WITH_LEGACY=0
 WITH_TEST_TOOLS=0
+WITH_IMAGE_TOOLS=0
 for arg in "$@"; do
   case "$arg" in
-    --with-test-tools) WITH_TEST_TOOLS=1 ;;
-    --with-legacy-kube) WITH_LEGACY=1; WITH_TEST_TOOLS=1 ;;
-    *) printf 'setup: error: unknown argument %s (known: --with-test-tools, --with-legacy-kube)\n' "$arg" >&2; exit 2 ;;
+    --with-test-tools) WITH_TEST_TOOLS=1; WITH_IMAGE_TOOLS=1 ;;
+    --with-image-tools) WITH_IMAGE_TOOLS=1 ;;
+    --with-legacy-kube) WITH_LEGACY=1; WITH_TEST_TOOLS=1; WITH_IMAGE_TOOLS=1 ;;
+    *) printf 'setup: error: unknown argument %s (known: --with-test-tools, --with-image-tools, --with-legacy-kube)\n' "$arg" >&2; exit 2 ;;
   esac
 done
 # Selecting the older release for a run also means it must be there.
@@ -323,6 +332,39 @@ step_kwok() {
   log "kwok: $("$BIN/kwok" --version 2>&1 | head -n1)"
 }
 
+# --- crane: assembles and pushes Capstan's image (make image, scripts/image.sh) --------------------------
+step_crane() {
+  if [ -x "$BIN/crane" ] && [ "$("$BIN/crane" version 2>/dev/null)" = "${CRANE_VERSION#v}" ]; then
+    log "crane: cached ($CRANE_VERSION)"
+    return
+  fi
+  log "crane $CRANE_VERSION: building from the Go module proxy"
+  mkdir -p "$CACHE/go/work"
+  local d; d=$(mktemp -d "$CACHE/go/work/crane.XXXXXX")
+  GO_MOD_EXTRA="" GO_LDFLAGS="-X github.com/google/go-containerregistry/cmd/crane/cmd.Version=${CRANE_VERSION#v}" \
+    go_build "$d" github.com/google/go-containerregistry "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
+  install -m 0755 "$d/crane" "$BIN/crane"
+  rm -rf "$d"
+  log "crane: $("$BIN/crane" version)"
+}
+
+# --- what scripts/image.sh needs besides crane: mmdebstrap (the root file system), the musl target --------
+# mmdebstrap (Debian) makes the image's minimal Debian root file system; musl-tools gives the C
+# compiler that the crates with C parts (ring) need for the x86_64-unknown-linux-musl target, which
+# rustup adds when the toolchain lacks it (capstan is linked statically; docs/install.md).
+step_image_tools() {
+  apt_install mmdebstrap musl-tools
+  local target=x86_64-unknown-linux-musl
+  if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$target"; then
+    log "rustup target add $target"
+    rustup target add "$target" >/dev/null 2>&1 ||
+      log "warning: rustup cannot add $target; make image then links capstan against glibc (docs/install.md)"
+  fi
+  # The image's Debian layer, made once per recipe and mirror state (a minute, and the network).
+  CAPSTAN_CACHE="$CACHE" bash "$ROOT/scripts/image.sh" --rootfs-only
+  log "image tools: mmdebstrap $(mmdebstrap --version | awk '{print $2}'), musl-gcc, target $target"
+}
+
 # --- sops: the real encrypter of the SOPS decryption tests (crates/sops) ------------------------------
 step_sops() {
   if [ -x "$BIN/sops" ] && "$BIN/sops" --version --disable-version-check 2>/dev/null | grep -q "${SOPS_VERSION#v}"; then
@@ -522,6 +564,10 @@ main() {
   step_kwok
   step_registry
   step_openbao
+  if [ "$WITH_IMAGE_TOOLS" = 1 ]; then
+    step_crane
+    step_image_tools
+  fi
   if [ "$WITH_TEST_TOOLS" = 1 ]; then
     # The OIDC provider and the web UI's type tools come from npm.
     command -v npm >/dev/null || apt_install npm

@@ -54,7 +54,7 @@ enum Command {
     /// hub's Applications to a repository, install, and create the Applications `capstan` and `root`.
     Bootstrap(commands::bootstrap::BootstrapArgs),
     /// Run the Application and ApplicationSet controllers (with --listen, also the HTTP server).
-    Controller(commands::controller::ControllerArgs),
+    Controller(commands::controller::ControllerCommand),
     /// Serve the HTTP API, web UI, Git webhooks and metrics.
     Server(commands::server::ServerArgs),
     /// Local accounts and API tokens of the HTTP server.
@@ -86,7 +86,11 @@ fn main() -> ExitCode {
     // SIGTERM and Ctrl-C wait from here until the command's handlers are installed (see `shutdown`).
     let held = shutdown::Held::hold();
     let cli = Cli::parse();
-    let runs_until_stopped = matches!(cli.command, Command::Controller(_) | Command::Server(_));
+    let runs_until_stopped = match &cli.command {
+        Command::Controller(cmd) => cmd.runs(),
+        Command::Server(_) => true,
+        _ => false,
+    };
     let held = if runs_until_stopped {
         Some(held)
     } else {
@@ -129,7 +133,10 @@ fn main() -> ExitCode {
             Command::Local(cmd) => commands::local::run(cmd).await,
             Command::Install(args) => commands::install::run(args).await,
             Command::Bootstrap(args) => commands::bootstrap::run(args).await,
-            Command::Controller(args) => commands::controller::run(args, caught(signals)?).await,
+            Command::Controller(cmd) => match cmd.into_run() {
+                Ok(args) => commands::controller::run(args, caught(signals)?).await,
+                Err(status) => commands::controller_status::run(status).await,
+            },
             Command::Server(args) => commands::server::run(args, caught(signals)?).await,
             Command::Account(args) => commands::account::run(args).await,
             Command::App(args) => commands::app::run(args).await,

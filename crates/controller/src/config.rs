@@ -26,6 +26,9 @@ pub struct Config {
     pub clock: crate::clock::Clock,
     /// Set once the Application watch has listed.
     pub ready: crate::readiness::Readiness,
+    /// What this replica owns when several share the Applications (`capstan controller` always
+    /// coordinates through Leases); `None` reconciles every Application (one process alone).
+    pub ownership: Option<capstan_replicas::Ownership>,
 }
 
 impl Default for Config {
@@ -41,6 +44,7 @@ impl Default for Config {
             deny_implicit_default_project: false,
             clock: Default::default(),
             ready: Default::default(),
+            ownership: None,
         }
     }
 }

@@ -80,6 +80,12 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ControllerError> {
     let shutdown = shutdown.shared();
+    // With replicas, every write of this controller stops the moment this replica's ownership
+    // lapses (capstan_replicas::fence).
+    let client = match &config.ownership {
+        Some(ownership) => capstan_replicas::fence::fenced(&client, ownership.clone()),
+        None => client,
+    };
     let apps: Api<Application> = Api::namespaced(client.clone(), &config.namespace);
     let Some(listed) =
         capstan_kube::shutdown::before(shutdown.clone(), apps.list(&kube::api::ListParams::default().limit(1))).await
@@ -107,6 +113,7 @@ pub async fn run(
     pipeline.projects.spawn();
     let trigger_tx_for_health = trigger_tx.clone();
     let dependency_tx = trigger_tx.clone();
+    let trigger_tx_for_gains = trigger_tx.clone();
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
     let ctx = Arc::new(context::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 
@@ -123,6 +130,17 @@ pub async fn run(
         }),
     }));
     ctx.use_apps(reader.clone());
+    if let Some(ownership) = &config.ownership {
+        // The first list reconciles what this replica owns by then; what it gains later is
+        // reconciled as it gains it.
+        if capstan_kube::shutdown::before(shutdown.clone(), ownership.settled())
+            .await
+            .is_none()
+        {
+            return Ok(());
+        }
+        reconcile_gained(ownership, reader.clone(), trigger_tx_for_gains);
+    }
     let ready = config.ready.clone();
     match capstan_kube::shutdown::before(
         shutdown.clone(),
@@ -185,6 +203,40 @@ pub async fn run(
     capstan_kube::shutdown::drive(controller, &reader, shutdown).await;
     tracing::info!("Application controller stopped");
     Ok(())
+}
+
+/// Reconcile the Applications of every shard this replica gains (they were left alone before).
+fn reconcile_gained(
+    ownership: &capstan_replicas::Ownership,
+    apps: reflector::Store<Application>,
+    tx: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<Application>>,
+) {
+    use kube::ResourceExt;
+    let Some(mut gained) = ownership.gained() else {
+        return;
+    };
+    // Shards gained before the first list are reconciled by it.
+    while gained.try_recv().is_ok() {}
+    tokio::spawn(async move {
+        // Gains while the first list runs are reconciled once it has filled the cache.
+        if apps.wait_until_ready().await.is_err() {
+            return;
+        }
+        while let Some(shards) = gained.recv().await {
+            let mut triggered = 0;
+            for app in apps.state() {
+                let shard = capstan_replicas::hashing::shard_of(&app.namespace().unwrap_or_default(), &app.name_any());
+                if !shards.contains(&shard) {
+                    continue;
+                }
+                if tx.unbounded_send(reflector::ObjectRef::from_obj(&*app)).is_err() {
+                    return;
+                }
+                triggered += 1;
+            }
+            tracing::info!(shards = shards.len(), applications = triggered, "reconciling the Applications of the shards gained");
+        }
+    });
 }
 
 /// `app` changed or was deleted: reconcile the Applications that depend on it (one waiting for it

@@ -18,4 +18,4 @@ pub mod process;
 
 pub use binaries::KubeVersion;
 pub use error::{Error, Result};
-pub use plane::{ComponentStatus, Playground, UpOptions};
+pub use plane::{AUDIT_LOG, ComponentStatus, Playground, UpOptions};

@@ -44,7 +44,28 @@ pub struct UpOptions {
     /// A throwaway control plane (tests): etcd does not fsync (where its release can be told so),
     /// trading durability across a machine crash for speed.
     pub throwaway: bool,
+    /// Write the API server's audit log of every write to `audit.log` in the state directory
+    /// ([`AUDIT_LOG`]), with the request bodies of Leases (tests of replicas read who held what).
+    pub audit: bool,
 }
+
+/// The audit log's file name in a playground's directory (see [`UpOptions::audit`]).
+pub const AUDIT_LOG: &str = "audit.log";
+
+/// The audit policy of [`UpOptions::audit`]: writes only (no reads, no Events), Leases with their
+/// bodies.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    verbs: [get, list, watch]
+  - level: None
+    resources: [{group: \"\", resources: [events]}, {group: events.k8s.io, resources: [events]}]
+  - level: Request
+    resources: [{group: coordination.k8s.io, resources: [leases]}]
+  - level: Metadata
+";
 
 impl UpOptions {
     /// Defaults: 3 nodes, 120 s timeout.
@@ -54,6 +75,7 @@ impl UpOptions {
             nodes: 3,
             timeout: Duration::from_secs(120),
             throwaway: false,
+            audit: false,
         }
     }
 }
@@ -206,6 +228,7 @@ impl Playground {
                 deadline: Instant::now() + opts.timeout,
                 timeout: opts.timeout,
                 throwaway: opts.throwaway,
+                audit: opts.audit,
             };
             match started.start_core().await {
                 Ok(()) => {
@@ -386,6 +409,7 @@ struct Started<'a> {
     deadline: Instant,
     timeout: Duration,
     throwaway: bool,
+    audit: bool,
 }
 
 impl Started<'_> {
@@ -435,6 +459,14 @@ impl Started<'_> {
             .arg(format!("--cert-dir={}", dir.join("pki").display()));
         if legacy {
             api.arg("--insecure-port=0");
+        }
+        if self.audit {
+            let policy = dir.join("audit-policy.yaml");
+            std::fs::write(&policy, AUDIT_POLICY).map_err(Error::io(format!("writing {}", policy.display())))?;
+            api.arg(format!("--audit-policy-file={}", policy.display()))
+                .arg(format!("--audit-log-path={}", dir.join(AUDIT_LOG).display()))
+                .arg("--audit-log-format=json")
+                .arg("--audit-log-mode=blocking");
         }
         let api_proc = spawn_component(dir, "kube-apiserver", api)?;
         self.wait_tcp("kube-apiserver", &api_proc, ports.apiserver).await?;

@@ -60,6 +60,29 @@ impl TestCluster {
         })
     }
 
+    /// [`TestCluster::start`] with the API server's audit log of every write
+    /// ([`TestCluster::audit_log`]): who wrote what, for tests that must prove which process wrote.
+    pub async fn start_audited() -> anyhow::Result<TestCluster> {
+        reap_orphans();
+        let dir = tempfile::Builder::new().prefix(PREFIX).tempdir()?;
+        if let Some(me) = process::current() {
+            process::write_pid_file(&dir.path().join(OWNER), &me)?;
+        }
+        let mut opts = throwaway(dir.path());
+        opts.audit = true;
+        let playground = Playground::up(opts).await?;
+        Ok(TestCluster {
+            playground,
+            kind: Kind::Private(dir),
+        })
+    }
+
+    /// The API server's audit log (JSON lines) of a plane started with
+    /// [`TestCluster::start_audited`].
+    pub fn audit_log(&self) -> PathBuf {
+        self.playground.dir.join(capstan_playground::AUDIT_LOG)
+    }
+
     /// The control plane shared by the tests of this test run (of the release `CAPSTAN_KUBE_VERSION`
     /// selects), started if no test has started it yet.
     ///

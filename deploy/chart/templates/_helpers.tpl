@@ -27,6 +27,10 @@ Argument: a dict with name, root (the chart's context), args, port, resources. *
       value: /var/cache/capstan
     - name: HOME
       value: /var/cache/capstan
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
   ports:
     - name: http
       containerPort: {{ .port }}

@@ -71,6 +71,9 @@ pub struct BootstrapArgs {
     /// Replicas of the server.
     #[arg(long, default_value_t = 2)]
     server_replicas: u32,
+    /// Replicas of the controller (they share the Applications through Leases).
+    #[arg(long, default_value_t = 1)]
+    controller_replicas: u32,
     /// User name for the Git repository (with --password-file); stored as a repository Secret so
     /// the controller reads the repository with it too. Without it, a repository Secret already in
     /// the namespace is used, or none.
@@ -108,6 +111,7 @@ pub async fn run(args: BootstrapArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace.clone(),
         image: image.clone(),
         server_replicas: args.server_replicas,
+        controller_replicas: args.controller_replicas,
     };
     let install_objects = objects::all(&values);
     // Capstan's namespace is protected from every Application (none may create, adopt or delete

@@ -11,6 +11,38 @@ use anyhow::Context;
 
 use crate::kube_client::KubeArgs;
 
+/// `capstan controller`: run, or `capstan controller status`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ControllerCommand {
+    #[command(subcommand)]
+    action: Option<ControllerAction>,
+    #[command(flatten)]
+    run: ControllerArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ControllerAction {
+    /// Which replica owns how many Applications, which leads, and when each last renewed its
+    /// Lease (read from the Leases in Capstan's namespace).
+    Status(super::controller_status::StatusArgs),
+}
+
+impl ControllerCommand {
+    /// Whether this runs the controller until stopped (not `status`).
+    pub fn runs(&self) -> bool {
+        self.action.is_none()
+    }
+
+    /// The controller's arguments, or those of `status`.
+    pub fn into_run(self) -> Result<ControllerArgs, super::controller_status::StatusArgs> {
+        match self.action {
+            None => Ok(self.run),
+            Some(ControllerAction::Status(status)) => Err(status),
+        }
+    }
+}
+
 /// Arguments of `capstan controller`.
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
@@ -49,6 +81,15 @@ pub struct ControllerArgs {
     /// this address, for a Pod's probes (e.g. 0.0.0.0:8081).
     #[arg(long)]
     health_listen: Option<std::net::SocketAddr>,
+    /// This replica's identity among the controllers sharing the Applications (its member Lease is
+    /// `capstan-replica-ID`; a DNS-1123 label). Default: the Pod's name (POD_NAME), else the host
+    /// name and the process id.
+    #[arg(long, env = "CAPSTAN_REPLICA_ID")]
+    replica_id: Option<String>,
+    /// How long a replica's Lease lasts without renewal before the others take over its
+    /// Applications: seconds, or 15s, 1m. Every replica should use the same.
+    #[arg(long, default_value = "15", value_parser = super::seconds)]
+    lease_duration: u64,
     /// Author name of the commits image updates make.
     #[arg(long, default_value = "Capstan")]
     git_author_name: String,
@@ -85,10 +126,32 @@ async fn serve(
     stop_tx: Arc<tokio::sync::watch::Sender<bool>>,
     stop_rx: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<ExitCode> {
-    let Some(client) = capstan_kube::shutdown::before(stopped(stop_rx.clone()), args.kube.client()).await else {
+    let replica = match &args.replica_id {
+        Some(id) => capstan_replicas::ReplicaId::new(id)?,
+        None => capstan_replicas::ReplicaId::infer(),
+    };
+    anyhow::ensure!(
+        args.lease_duration >= 3,
+        "--lease-duration is {} s: it must be at least 3 s (renewed every third of it)",
+        args.lease_duration
+    );
+    let Some(client) = capstan_kube::shutdown::before(stopped(stop_rx.clone()), args.kube.client_waiting()).await
+    else {
         return Ok(ExitCode::SUCCESS);
     };
     let client = client?;
+    // Replicas share the Applications through Leases (capstan_replicas); one process alone holds
+    // every shard. Its clients refuse writes once its Lease lapses.
+    let coordinator = capstan_replicas::Coordinator::spawn(
+        client.clone(),
+        capstan_replicas::Settings {
+            id: replica.clone(),
+            namespace: args.namespace.clone(),
+            lease_duration: Duration::from_secs(args.lease_duration),
+        },
+    );
+    let ownership = coordinator.ownership();
+    let fenced = capstan_replicas::fence::fenced(&client, ownership.clone());
     let cache_dir = args
         .cache_dir
         .unwrap_or_else(|| super::default_cache().join("controller"));
@@ -107,6 +170,7 @@ async fn serve(
         deny_implicit_default_project: args.deny_implicit_default_project,
         clock: Default::default(),
         ready: Default::default(),
+        ownership: Some(ownership.clone()),
     };
     let ready = config.ready.clone();
     let appsets = capstan_appset::controller::AppSetConfig {
@@ -129,7 +193,7 @@ async fn serve(
         ..Default::default()
     };
     eprintln!(
-        "capstan controller serving namespace {} (Ctrl-C to stop)",
+        "capstan controller serving namespace {} as replica {replica} (Ctrl-C to stop)",
         config.namespace
     );
     let applications = async {
@@ -137,14 +201,25 @@ async fn serve(
         let _ = stop_tx.send(true);
         result.context("Application controller")
     };
+    // The ApplicationSet and image update controllers run on the leader only.
     let applicationsets = async {
-        let result = capstan_appset::controller::run(client.clone(), appsets, stopped(stop_rx.clone())).await;
-        let _ = stop_tx.send(true);
+        let result = while_leading(&ownership, stop_rx.clone(), |until| {
+            capstan_appset::controller::run(fenced.clone(), appsets.clone(), until)
+        })
+        .await;
+        if result.is_err() {
+            let _ = stop_tx.send(true);
+        }
         result.context("ApplicationSet controller")
     };
     let image_updates = async {
-        let result = capstan_imageupdate::run(client.clone(), images, stopped(stop_rx.clone())).await;
-        let _ = stop_tx.send(true);
+        let result = while_leading(&ownership, stop_rx.clone(), |until| {
+            capstan_imageupdate::run(fenced.clone(), images.clone(), until)
+        })
+        .await;
+        if result.is_err() {
+            let _ = stop_tx.send(true);
+        }
         result.context("image update controller")
     };
     let server = async {
@@ -184,10 +259,45 @@ async fn serve(
     };
     let (applications, applicationsets, image_updates, server, health) =
         tokio::join!(applications, applicationsets, image_updates, server, health);
+    // Give the shards and the leadership back at once (instead of after the lease duration).
+    coordinator.leave().await;
     applications?;
     applicationsets?;
     image_updates?;
     server?;
     health?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Run `work` while this replica leads — again each time it becomes leader — until `stop_rx` says
+/// stop. `work` gets the future that resolves when it must stop (the stop, or leadership lost).
+async fn while_leading<F, Fut, E>(
+    ownership: &capstan_replicas::Ownership,
+    stop_rx: tokio::sync::watch::Receiver<bool>,
+    mut work: F,
+) -> Result<(), E>
+where
+    F: FnMut(futures::future::BoxFuture<'static, ()>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+{
+    use futures::FutureExt;
+    let mut leader = ownership.leader();
+    loop {
+        tokio::select! {
+            led = leader.wait_for(|l| *l) => if led.is_err() { return Ok(()) },
+            () = stopped(stop_rx.clone()) => return Ok(()),
+        }
+        let mut lost = ownership.leader();
+        let stop = stopped(stop_rx.clone());
+        let until = async move {
+            tokio::select! {
+                () = stop => {}
+                _ = lost.wait_for(|l| !*l) => tracing::warn!("no longer leading: stopping the ApplicationSet and image update controllers"),
+            }
+        };
+        work(until.boxed()).await?;
+        if *stop_rx.borrow() {
+            return Ok(());
+        }
+    }
 }

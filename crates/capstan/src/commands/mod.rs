@@ -7,6 +7,7 @@ pub mod appset_generate;
 pub mod bootstrap;
 pub mod cluster;
 pub mod controller;
+pub mod controller_status;
 pub mod crds;
 pub mod install;
 pub mod local;

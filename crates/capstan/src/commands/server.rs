@@ -92,7 +92,14 @@ pub async fn run(args: ServerArgs, signals: crate::shutdown::Signals) -> anyhow:
     let grace = args.shutdown.grace();
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let work = async move {
-        let client = args.kube.client().await?;
+        let waiting = args.kube.client_waiting();
+        let stopping = async {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        };
+        let Some(client) = capstan_kube::shutdown::before(stopping, waiting).await else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let client = client?;
         let cache_root = args.cache_dir.unwrap_or_else(crate::commands::default_cache);
         let config = config(
             &args.namespace,

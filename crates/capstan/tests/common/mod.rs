@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
+pub mod apps;
 pub mod http;
+pub mod pod;
 pub mod services;
 
 use std::process::{Child, Command, Output};

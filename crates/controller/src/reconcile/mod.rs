@@ -53,6 +53,15 @@ pub fn error_policy(_app: Arc<Application>, err: &ReconcileError, _ctx: Arc<Ctx>
 
 /// Reconcile one Application.
 pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    // Another replica's Application (or none's while shards move): left alone here; its owner
+    // reconciles it, and this replica does when it gains the shard.
+    let _permit = match &ctx.config.ownership {
+        Some(ownership) => match ownership.enter(&app.namespace().unwrap_or_default(), &app.name_any()) {
+            Some(permit) => Some(permit),
+            None => return Ok(Action::await_change()),
+        },
+        None => None,
+    };
     let started = Instant::now();
     let result = reconcile_inner(app, ctx).await;
     capstan_metrics::global()

@@ -42,6 +42,9 @@ pub struct InstallArgs {
     /// Replicas of the server.
     #[arg(long, default_value_t = 2)]
     server_replicas: u32,
+    /// Replicas of the controller (they share the Applications through Leases).
+    #[arg(long, default_value_t = 1)]
+    controller_replicas: u32,
 }
 
 /// Install into the selected cluster, or print what would be installed.
@@ -51,6 +54,7 @@ pub async fn run(args: InstallArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace,
         image: args.image.unwrap_or(defaults.image),
         server_replicas: args.server_replicas,
+        controller_replicas: args.controller_replicas,
     };
     let objects = objects::all(&values);
     if args.print {

@@ -35,6 +35,8 @@ pub struct Values {
     pub image: String,
     /// Replicas of the server.
     pub server_replicas: u32,
+    /// Replicas of the controller (they share the Applications through Leases).
+    pub controller_replicas: u32,
 }
 
 impl Default for Values {
@@ -43,6 +45,7 @@ impl Default for Values {
             namespace: NAMESPACE.to_string(),
             image: format!("capstan:{}", env!("CARGO_PKG_VERSION")),
             server_replicas: 2,
+            controller_replicas: 1,
         }
     }
 }
@@ -217,6 +220,8 @@ fn container(name: &str, values: &Values, args: Value, port: u16, resources: Val
         "env": [
             {"name": "CAPSTAN_CACHE", "value": "/var/cache/capstan"},
             {"name": "HOME", "value": "/var/cache/capstan"},
+            // The controller's replica identity (its Lease); the server does not use it.
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         ],
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "livenessProbe": {
@@ -283,8 +288,8 @@ fn controller_deployment(values: &Values) -> Value {
         "limits": {"memory": "1Gi"},
     });
     let container = container(CONTROLLER, values, args, CONTROLLER_HEALTH_PORT, resources);
-    // One replica until leader election lets several share the work.
-    deployment(&values.namespace, CONTROLLER, 1, container)
+    // Several replicas share the Applications through Leases (docs/replicas.md).
+    deployment(&values.namespace, CONTROLLER, values.controller_replicas, container)
 }
 
 fn server_deployment(values: &Values) -> Value {

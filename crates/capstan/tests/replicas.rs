@@ -1,0 +1,455 @@
+//! Several `capstan controller` processes sharing one namespace's Applications through Leases
+//! (crates/replicas), on a real control plane whose API server writes an audit log: every write
+//! names the replica that made it (`User-Agent`), and the shard Leases' bodies say who held which
+//! shard when. Replaying that log proves that each Application was written only by the replica
+//! holding its shard at that moment (and ApplicationSets only by the leader) — including around a
+//! replica frozen past its lease (SIGSTOP, then SIGCONT) and one leaving (SIGTERM).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use capstan_api::Application;
+use capstan_api::status::{HealthCode, SyncCode};
+use capstan_testkit::{GitServer, TestCluster};
+use common::{capstan, text, until};
+use futures::{StreamExt, stream};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+/// A controller replica, killed when dropped.
+struct Replica {
+    child: Child,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        // A frozen process must be thawed to die on SIGKILL's delivery… SIGKILL works on stopped
+        // processes too, but SIGCONT first keeps the wait short.
+        signal(&self.child, nix::sys::signal::Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal);
+}
+
+fn start_replica(kc: &str, ns: &str, id: &str, lease: u64, dir: &Path) -> Replica {
+    let log = std::fs::File::create(dir.join(format!("{id}.log"))).expect("a log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["controller", "--kubeconfig", kc, "-n", ns, "--replica-id", id])
+        .args([
+            "--lease-duration",
+            &lease.to_string(),
+            "--poll-interval",
+            "5",
+            "--cache-dir",
+        ])
+        .arg(dir.join(format!("{id}-cache")))
+        .env("CAPSTAN_LOG", "info,kube_client::client::builder=off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("capstan starts");
+    Replica { child }
+}
+
+fn log_of(dir: &Path, id: &str) -> String {
+    let text = std::fs::read_to_string(dir.join(format!("{id}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// `capstan controller status -o json`.
+fn status(kc: &str, ns: &str) -> Value {
+    let out = capstan(kc, &["controller", "status", "-n", ns, "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// Shards held per live replica.
+fn shares(status: &Value) -> BTreeMap<String, (usize, u64, bool)> {
+    status["replicas"]
+        .as_array()
+        .expect("replicas")
+        .iter()
+        .filter(|r| r["live"] == true)
+        .map(|r| {
+            (
+                r["replica"].as_str().unwrap_or_default().to_string(),
+                (
+                    r["shards"].as_array().map_or(0, Vec::len),
+                    r["applications"].as_u64().unwrap_or(0),
+                    r["leader"] == true,
+                ),
+            )
+        })
+        .collect()
+}
+
+/// One directory per Application, each a ConfigMap named after it with `value`.
+fn files(n: usize, value: &str) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("apps/app-{i:04}/cm.yaml"),
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-{i:04}}}\ndata: {{value: '{value}'}}\n"
+                ),
+            )
+        })
+        .collect()
+}
+
+fn commit(git: &GitServer, n: usize, value: &str) -> String {
+    let files = files(n, value);
+    let refs: Vec<(&str, Option<&str>)> = files.iter().map(|(p, c)| (p.as_str(), Some(c.as_str()))).collect();
+    git.commit("fleet", "main", &refs, value).expect("a commit")
+}
+
+fn application(ns: &str, name: &str, repo: &str, dest: &str) -> Application {
+    serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "source": {"repoURL": repo, "targetRevision": "main", "path": format!("apps/{name}")},
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": dest},
+            "syncPolicy": {"automated": {"prune": true}},
+        },
+    }))
+    .expect("an Application")
+}
+
+async fn create_apps(apps: &Api<Application>, ns: &str, n: usize, repo: &str, dest: &str) {
+    let results: Vec<Result<Application, kube::Error>> = stream::iter(0..n)
+        .map(|i| async move {
+            apps.create(
+                &PostParams::default(),
+                &application(ns, &format!("app-{i:04}"), repo, dest),
+            )
+            .await
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    for r in results {
+        r.expect("Application created");
+    }
+}
+
+/// Wait until every Application is Synced and Healthy at `revision`.
+async fn all_synced(apps: &Api<Application>, n: usize, revision: &str, timeout: Duration, dir: &Path, ids: &[&str]) {
+    let started = std::time::Instant::now();
+    loop {
+        let list = apps.list(&ListParams::default()).await.expect("a list");
+        let done = list
+            .items
+            .iter()
+            .filter(|a| {
+                a.status.as_ref().is_some_and(|s| {
+                    s.sync
+                        .as_ref()
+                        .is_some_and(|x| x.status == SyncCode::Synced && x.revision == revision)
+                        && s.health.as_ref().is_some_and(|h| h.status == HealthCode::Healthy)
+                })
+            })
+            .count();
+        if done == n {
+            return;
+        }
+        if started.elapsed() > timeout {
+            let logs: Vec<String> = ids.iter().map(|id| format!("--- {id}\n{}", log_of(dir, id))).collect();
+            panic!(
+                "{done}/{n} Applications Synced and Healthy at {revision} after {timeout:?}\n{}",
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What the audit log says, replayed in order.
+#[derive(Debug, Default)]
+struct Replay {
+    /// Writes per Application, by replica.
+    writers: BTreeMap<String, BTreeSet<String>>,
+    /// Writes made by a replica that did not hold the shard (or the leadership) at that moment.
+    violations: Vec<String>,
+    /// Shard Lease writes by replica.
+    lease_writes: BTreeMap<String, usize>,
+    /// ApplicationSet writes by replica.
+    appset_writers: BTreeSet<String>,
+}
+
+fn replica_of(agent: &str) -> Option<String> {
+    let start = agent.find("(replica ")? + "(replica ".len();
+    Some(agent[start..].trim_end_matches(')').to_string())
+}
+
+/// Replay the audit log: track each shard's and the leader's holder from the Leases' bodies, and
+/// check every write of a replica to an Application of `ns` (or its ConfigMap in `dest`) against
+/// the holder of its shard then.
+fn replay(log: &Path, ns: &str, dest: &str) -> Replay {
+    let text = std::fs::read_to_string(log).expect("the audit log");
+    let mut holders: BTreeMap<u16, Option<String>> = BTreeMap::new();
+    let mut leader: Option<String> = None;
+    let mut out = Replay::default();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        if !(200..300).contains(&code) {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or_default();
+        let object = &event["objectRef"];
+        let resource = object["resource"].as_str().unwrap_or_default();
+        let namespace = object["namespace"].as_str().unwrap_or_default();
+        let name = object["name"].as_str().unwrap_or_default().to_string();
+        let writer = replica_of(event["userAgent"].as_str().unwrap_or_default());
+        if resource == "leases" && namespace == ns {
+            let holder = if verb == "delete" {
+                None
+            } else {
+                event["requestObject"]["spec"]["holderIdentity"]
+                    .as_str()
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_string)
+            };
+            if let Some(shard) = name.strip_prefix("capstan-shard-").and_then(|s| s.parse::<u16>().ok()) {
+                holders.insert(shard, holder);
+                if let Some(w) = &writer {
+                    *out.lease_writes.entry(w.clone()).or_default() += 1;
+                }
+            } else if name == "capstan-leader" {
+                leader = holder;
+            }
+            continue;
+        }
+        let Some(writer) = writer else { continue };
+        let uri = event["requestURI"].as_str().unwrap_or_default();
+        if resource == "applicationsets" && namespace == ns {
+            out.appset_writers.insert(writer.clone());
+            if leader.as_deref() != Some(writer.as_str()) {
+                out.violations.push(format!(
+                    "{writer} wrote ApplicationSet {name} while {leader:?} led: {line}"
+                ));
+            }
+            continue;
+        }
+        let app = match resource {
+            "applications" if namespace == ns => name,
+            "configmaps" if namespace == dest => name,
+            _ => continue,
+        };
+        if resource == "applications" && uri.contains("fieldManager=capstan-applicationset") {
+            if leader.as_deref() != Some(writer.as_str()) {
+                out.violations.push(format!(
+                    "{writer} wrote Application {app} for an ApplicationSet while {leader:?} led"
+                ));
+            }
+            continue;
+        }
+        let shard = capstan_replicas::hashing::shard_of(ns, &app);
+        let holder = holders.get(&shard).cloned().flatten();
+        if holder.as_deref() != Some(writer.as_str()) {
+            out.violations.push(format!(
+                "{writer} wrote {resource} {app} (shard {shard}) while {holder:?} held it: {line}"
+            ));
+        }
+        out.writers.entry(app).or_default().insert(writer);
+    }
+    out
+}
+
+fn git_repo(git: &GitServer) -> String {
+    git.create_repo("fleet").expect("a repository");
+    git.git_url("fleet")
+}
+
+fn setup_namespaces(kc: &str, ns: &str, dest: &str) {
+    let out = capstan(kc, &["install", "-n", ns]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = common::kubectl(kc, &["create", "namespace", dest]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// The "three replicas share 2,000 Applications": every Application is synced, each by
+/// exactly one replica — the holder of its shard — and every replica takes a share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_2000_applications_each_written_by_the_holder_of_its_shard() -> anyhow::Result<()> {
+    const N: usize = 2000;
+    let (cluster, git) = tokio::try_join!(TestCluster::start_audited(), GitServer::start())?;
+    let kc = cluster.kubeconfig().to_string_lossy().into_owned();
+    let ns = "capstan";
+    let dest = "fleet";
+    setup_namespaces(&kc, ns, dest);
+    let repo = git_repo(&git);
+    let revision = commit(&git, N, "one");
+    let dir = tempfile::tempdir()?;
+    let ids = ["r0", "r1", "r2"];
+    let _replicas: Vec<Replica> = ids.iter().map(|id| start_replica(&kc, ns, id, 6, dir.path())).collect();
+
+    // All three join and every shard is held before the Applications arrive.
+    until(
+        "three live replicas holding every shard",
+        Duration::from_secs(60),
+        || {
+            let s = shares(&status(&kc, ns));
+            s.len() == 3 && s.values().map(|(shards, _, _)| shards).sum::<usize>() == 32 && s.values().all(|v| v.0 > 0)
+        },
+    );
+    let client = cluster.client().await?;
+    let apps: Api<Application> = Api::namespaced(client.clone(), ns);
+    create_apps(&apps, ns, N, &repo, dest).await;
+    all_synced(&apps, N, &revision, Duration::from_secs(900), dir.path(), &ids).await;
+
+    let s = status(&kc, ns);
+    let per = shares(&s);
+    assert_eq!(per.len(), 3, "{s}");
+    assert_eq!(
+        per.values().map(|v| v.1).sum::<u64>(),
+        N as u64,
+        "every Application is owned: {s}"
+    );
+    assert_eq!(per.values().filter(|v| v.2).count(), 1, "one leader: {s}");
+    assert!(per.values().all(|v| v.1 > 0), "every replica has a share: {s}");
+
+    let replay = replay(&cluster.audit_log(), ns, dest);
+    assert!(
+        replay.violations.is_empty(),
+        "{:#?}",
+        &replay.violations[..replay.violations.len().min(10)]
+    );
+    assert_eq!(replay.writers.len(), N, "every Application was written");
+    let shared: Vec<_> = replay.writers.iter().filter(|(_, w)| w.len() != 1).collect();
+    assert!(shared.is_empty(), "written by more than one replica: {shared:?}");
+    let by: BTreeSet<&String> = replay.writers.values().flatten().collect();
+    assert_eq!(by.len(), 3, "all three replicas wrote: {by:?}");
+    Ok(())
+}
+
+/// A replica frozen longer than its lease (SIGSTOP: a partition as the others see it) loses its
+/// shards to the other, which syncs its Applications; when it thaws (SIGCONT) its work in flight
+/// writes nothing — the audit log shows no write from it to a shard it did not hold — and it takes
+/// a share back through the Leases. The leader leaving (SIGTERM) hands over its shards and the
+/// leadership without waiting for the lease to expire, and ApplicationSets stay the leader's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leaving_one_hands_over() -> anyhow::Result<()>
+{
+    const N: usize = 60;
+    let (cluster, git) = tokio::try_join!(TestCluster::start_audited(), GitServer::start())?;
+    let kc = cluster.kubeconfig().to_string_lossy().into_owned();
+    let ns = "capstan";
+    let dest = "fleet";
+    setup_namespaces(&kc, ns, dest);
+    let repo = git_repo(&git);
+    let first = commit(&git, N, "one");
+    let dir = tempfile::tempdir()?;
+    let ids = ["r0", "r1"];
+    let mut r0 = start_replica(&kc, ns, "r0", 6, dir.path());
+    until("r0 holds every shard", Duration::from_secs(60), || {
+        shares(&status(&kc, ns)).get("r0").is_some_and(|v| v.0 == 32 && v.2)
+    });
+    // r0 leads (it came first); r1 joins and takes a share.
+    let r1 = start_replica(&kc, ns, "r1", 6, dir.path());
+    until("r1 takes a share", Duration::from_secs(60), || {
+        let s = shares(&status(&kc, ns));
+        s.get("r1").is_some_and(|v| v.0 > 0) && s.values().map(|v| v.0).sum::<usize>() == 32
+    });
+    let client = cluster.client().await?;
+    let apps: Api<Application> = Api::namespaced(client.clone(), ns);
+    create_apps(&apps, ns, N, &repo, dest).await;
+    // An ApplicationSet (list generator) whose Applications the leader makes.
+    let appset = json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",
+        "metadata": {"name": "listed", "namespace": ns},
+        "spec": {
+            "generators": [{"list": {"elements": [{"name": "app-9000"}, {"name": "app-9001"}]}}],
+            "template": {
+                "metadata": {"name": "{{name}}"},
+                "spec": {
+                    "source": {"repoURL": repo, "targetRevision": "main", "path": "apps/app-0000"},
+                    "destination": {"server": "https://kubernetes.default.svc", "namespace": format!("{dest}-set")},
+                    "syncPolicy": {"syncOptions": ["CreateNamespace=true"]},
+                },
+            },
+        },
+    });
+    let sets: Api<capstan_api::ApplicationSet> = Api::namespaced(client.clone(), ns);
+    sets.create(&PostParams::default(), &serde_json::from_value(appset)?)
+        .await?;
+    all_synced(&apps, N, &first, Duration::from_secs(300), dir.path(), &ids).await;
+    let started = std::time::Instant::now();
+    while apps.get_opt("app-9001").await?.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the leader made the ApplicationSet's Applications"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Freeze r1 right after a commit, while it has work: r0 takes its shards once r1's lease has
+    // expired and syncs everything.
+    let second = commit(&git, N, "two");
+    signal(&r1.child, nix::sys::signal::Signal::SIGSTOP);
+    until("r0 takes r1's shards", Duration::from_secs(90), || {
+        status(&kc, ns)["replicas"].as_array().is_some_and(|rs| {
+            rs.iter()
+                .any(|r| r["replica"] == "r0" && r["shards"].as_array().is_some_and(|s| s.len() == 32))
+        })
+    });
+    all_synced(&apps, N, &second, Duration::from_secs(300), dir.path(), &ids).await;
+
+    // Thawed, r1 stops on its own (its lease lapsed), then takes a share back through the Leases.
+    signal(&r1.child, nix::sys::signal::Signal::SIGCONT);
+    until("r1 takes a share again", Duration::from_secs(90), || {
+        let s = shares(&status(&kc, ns));
+        s.get("r1").is_some_and(|v| v.0 > 0) && s.values().map(|v| v.0).sum::<usize>() == 32
+    });
+    let third = commit(&git, N, "three");
+    all_synced(&apps, N, &third, Duration::from_secs(300), dir.path(), &ids).await;
+    let thawed = std::fs::read_to_string(dir.path().join("r1.log"))?;
+    assert!(
+        thawed.contains("was not renewed in time"),
+        "r1 noticed: {}",
+        log_of(dir.path(), "r1")
+    );
+
+    // r0 (the leader) leaves: r1 takes every shard and the leadership, and syncs what follows.
+    signal(&r0.child, nix::sys::signal::Signal::SIGTERM);
+    let exited = until("r0 exits", Duration::from_secs(60), || {
+        matches!(r0.child.try_wait(), Ok(Some(_)))
+    });
+    eprintln!("r0 left in {exited:?}");
+    until("r1 holds every shard and leads", Duration::from_secs(30), || {
+        shares(&status(&kc, ns)).get("r1").is_some_and(|v| v.0 == 32 && v.2)
+    });
+    let fourth = commit(&git, N, "four");
+    all_synced(&apps, N, &fourth, Duration::from_secs(300), dir.path(), &ids).await;
+
+    let replay = replay(&cluster.audit_log(), ns, dest);
+    assert!(
+        replay.violations.is_empty(),
+        "{:#?}",
+        &replay.violations[..replay.violations.len().min(10)]
+    );
+    let by: BTreeSet<&String> = replay.writers.values().flatten().collect();
+    assert_eq!(by.len(), 2, "both replicas wrote: {by:?}");
+    assert!(
+        !replay.appset_writers.is_empty(),
+        "the leader made the ApplicationSet's Applications"
+    );
+    drop(r1);
+    Ok(())
+}

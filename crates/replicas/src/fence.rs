@@ -1,0 +1,74 @@
+//! A client that refuses to send a write once this replica's ownership has lapsed: every request
+//! other than GET, HEAD and OPTIONS is checked at the moment it would leave, so a replica that was
+//! frozen or cut off (its member Lease expired; others may have taken over) writes nothing more,
+//! even from a reconcile that was already running. Reads, watches included, go through. Every
+//! request names the replica in its `User-Agent` (`capstan-controller/VERSION (replica ID)`), so
+//! the API server's audit log says which replica wrote what.
+//!
+//! A tower service around [`kube::Client::send`], like `capstan_kube::impersonating`, sharing the
+//! client's connections.
+
+use http::Method;
+use http::header::{HeaderValue, USER_AGENT};
+
+use crate::identity::ReplicaId;
+use crate::ownership::Ownership;
+
+/// The write a fenced client refused.
+#[derive(Debug, thiserror::Error)]
+#[error("replica {replica} no longer holds its Lease: {method} {path} refused (another replica may own this work now)")]
+pub struct Fenced {
+    /// This replica.
+    pub replica: String,
+    /// The request's method.
+    pub method: Method,
+    /// The request's path.
+    pub path: String,
+}
+
+/// `client`, refusing writes while `ownership` is not valid.
+pub fn fenced(client: &kube::Client, ownership: Ownership) -> kube::Client {
+    let id = ownership.id().clone();
+    wrap(client, &id, Some(ownership))
+}
+
+/// `client` naming replica `id` in its `User-Agent`, without a fence (the coordinator's own).
+pub fn named(client: &kube::Client, id: &ReplicaId) -> kube::Client {
+    wrap(client, id, None)
+}
+
+fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube::Client {
+    let inner = client.clone();
+    let agent = HeaderValue::from_str(&format!(
+        "capstan-controller/{} (replica {id})",
+        env!("CARGO_PKG_VERSION")
+    ))
+    .ok();
+    let replica = id.to_string();
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        let fence = fence.clone();
+        let replica = replica.clone();
+        if let Some(agent) = &agent {
+            request.headers_mut().entry(USER_AGENT).or_insert_with(|| agent.clone());
+        }
+        async move {
+            let method = request.method();
+            let safe = method == Method::GET || method == Method::HEAD || method == Method::OPTIONS;
+            if !safe && fence.is_some_and(|f| !f.valid()) {
+                let refused = Fenced {
+                    replica,
+                    method: method.clone(),
+                    path: request.uri().path().to_string(),
+                };
+                tracing::warn!(%refused, "write refused");
+                return Err(Box::new(refused) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            inner
+                .send(request)
+                .await
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        }
+    });
+    kube::Client::new(service, client.default_namespace().to_string())
+}
