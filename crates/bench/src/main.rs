@@ -59,9 +59,9 @@ struct Args {
     /// Services in the image update benchmark.
     #[arg(long, default_value_t = 100)]
     image_services: usize,
-    /// Applications in the web UI list benchmark.
-    #[arg(long, default_value_t = 1000)]
-    ui_apps: usize,
+    /// Applications in the web UI list benchmark: one run per comma-separated number.
+    #[arg(long, default_value = "1000,10000")]
+    ui_apps: String,
     /// Runs of each tool, confined and not, in the sandbox benchmark.
     #[arg(long, default_value_t = 40)]
     sandbox_runs: usize,
@@ -94,7 +94,13 @@ async fn main() -> anyhow::Result<()> {
     if only.contains(&"ui") {
         // On its own control plane, without a controller: nothing but the benchmark changes the
         // Applications while the page is measured.
-        ui::ui_list(&capstan()?, args.ui_apps).await?;
+        for n in args.ui_apps.split(',') {
+            let n: usize = n
+                .trim()
+                .parse()
+                .with_context(|| format!("--ui-apps {n:?} is not a number"))?;
+            ui::ui_list(&capstan()?, n).await?;
+        }
     }
     Ok(())
 }

@@ -1,6 +1,10 @@
 //! Benchmark 8: the web UI's Applications list with N Applications, in headless Chromium (through
 //! chromedriver), against `capstan server` on its own local control plane (no controller runs: the
-//! Applications need not sync, and nothing else changes them while the page is measured).
+//! Applications need not sync, and nothing else changes them while the page is measured); and the
+//! list API's first page (its size and time) at that N.
+//!
+//! The list keeps the first rows in the DOM (more as it is scrolled), so "all N" means the page
+//! holds every Application: its count says `(N of N)`.
 //!
 //! All times are taken inside the page (`performance.now()`), so WebDriver's own round trips do not
 //! count: long tasks come from a `PerformanceObserver` (`longtask`, tasks over 50 ms), frame gaps
@@ -53,7 +57,8 @@ fn name(i: usize) -> String {
 }
 
 /// Installs the page's instruments (long tasks, frame gaps), fills in the login form, notes the
-/// time and submits it; a timer then notes when the first and when all N rows are in the DOM.
+/// time and submits it; a timer then notes when the first row is in the DOM and when the list
+/// counts all N Applications.
 const LOGIN: &str = r#"
 const [n, user, password] = arguments;
 const b = window.__bench = { long: [], maxGap: 0, last: 0 };
@@ -70,7 +75,8 @@ b.maxGap = 0;
 const poll = setInterval(() => {
   const c = document.querySelectorAll('[data-testid="app-row"]').length;
   if (c > 0 && b.load.first === null) b.load.first = performance.now() - b.load.t0;
-  if (c === n) { b.load.all = performance.now() - b.load.t0; clearInterval(poll); }
+  const count = document.getElementById('count');
+  if (count && count.textContent === `(${n} of ${n})`) { b.load.all = performance.now() - b.load.t0; b.load.rows = c; clearInterval(poll); }
 }, 20);
 form.requestSubmit();
 "#;
@@ -91,26 +97,30 @@ const frames = () => new Promise((r) => requestAnimationFrame(() => requestAnima
       input.value = v;
       input.dispatchEvent(new Event('input', { bubbles: true }));
       await frames();
-      out.push({ term: v, ms: performance.now() - t, rows: document.querySelectorAll('[data-testid="app-row"]').length });
+      out.push({ term: v, ms: performance.now() - t, rows: document.querySelectorAll('[data-testid="app-row"]').length, count: document.getElementById('count').textContent });
     }
   }
   done(out);
 })();
 "#;
 
-/// Before the burst: resets the frame-gap maximum, notes the time, and checks every 50 ms how many
-/// rows show the new destination namespace (column 7, ending in "-b").
+/// Before the burst: resets the frame-gap maximum, notes the time, and checks every 50 ms whether
+/// every row in the DOM shows the new destination namespace (column 7, ending in "-b") and the
+/// namespace filter offers only new ones (it lists the namespaces of all N Applications).
 const BURST: &str = r#"
-const n = arguments[0];
 const b = window.__bench;
 b.burst = { t0: performance.now(), done: null, changed: 0 };
 b.maxGap = 0;
 b.last = 0;
 const poll = setInterval(() => {
-  let c = 0;
-  for (const r of document.querySelectorAll('[data-testid="app-row"]')) if (r.children[6].textContent.endsWith('-b')) c += 1;
-  b.burst.changed = c;
-  if (c === n) { b.burst.done = performance.now() - b.burst.t0; clearInterval(poll); }
+  const rows = [...document.querySelectorAll('[data-testid="app-row"]')];
+  const changed = rows.filter((r) => r.children[6].textContent.endsWith('-b')).length;
+  const options = [...document.querySelectorAll('select[data-filter="namespace"] option')].slice(1);
+  b.burst.changed = changed;
+  if (rows.length > 0 && changed === rows.length && options.length > 0 && options.every((o) => o.textContent.endsWith('-b'))) {
+    b.burst.done = performance.now() - b.burst.t0;
+    clearInterval(poll);
+  }
 }, 50);
 "#;
 
@@ -190,7 +200,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let port = base.rsplit(':').next().unwrap_or_default().to_string();
     let base = format!("http://localhost:{port}");
-    wait_listed(&base, n)?;
+    let first_page = wait_listed(&base, n)?;
 
     let browser = Browser::start()?;
     browser.goto(&format!("{base}/login"))?;
@@ -203,6 +213,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     )
     .with_context(|| format!("not all {n} rows appeared; browser log: {}", browser.console()))?;
     let load_t0 = load["t0"].as_f64().unwrap_or(0.0);
+    let load_rows = load["rows"].as_u64().unwrap_or(0);
     // The load phase's long tasks, only up to the moment all rows were there.
     let load_long_until = browser.execute(
         "const [a, b] = arguments; const t = window.__bench.long.filter(([s]) => s >= a && s <= b); return [t.length, t.reduce((m, [, d]) => Math.max(m, d), 0)];",
@@ -225,14 +236,24 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     let filter_gap = browser.execute("return window.__bench.maxGap", vec![])?;
     let samples = samples.as_array().cloned().unwrap_or_default();
     let (mut narrow, mut widen) = (Vec::new(), Vec::new());
-    let mut narrow_rows = 0;
+    let mut narrow_count = String::new();
     for s in &samples {
         let ms = s["ms"].as_f64().unwrap_or(f64::NAN);
         if s["term"] == json!("") {
-            anyhow::ensure!(s["rows"] == json!(n), "clearing the search showed {} rows", s["rows"]);
+            anyhow::ensure!(
+                s["count"] == json!(format!("({n} of {n})")),
+                "clearing the search counted {}",
+                s["count"]
+            );
             widen.push(ms);
         } else {
-            narrow_rows = s["rows"].as_u64().unwrap_or(0);
+            let want = format!("({} of {n})", (0..n).filter(|i| name(*i).contains("-t3")).count());
+            anyhow::ensure!(
+                s["count"] == json!(want),
+                "the search counted {}, not {want}",
+                s["count"]
+            );
+            narrow_count = format!("{} ({} in the DOM)", s["count"].as_str().unwrap_or_default(), s["rows"]);
             narrow.push(ms);
         }
     }
@@ -240,7 +261,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     // The burst: every Application's destination namespace changes at once.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = Metrics::of(&browser)?;
-    browser.execute(BURST, vec![json!(n)])?;
+    browser.execute(BURST, vec![])?;
     let burst_t0 = browser.execute("return window.__bench.burst.t0", vec![])?;
     let patched = Instant::now();
     for_each_app(n, 32, |i| {
@@ -275,10 +296,10 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let i = |v: &Value| v.as_u64().unwrap_or(0);
     println!(
-        "8. UI list with {n} Applications (headless Chromium; created in {:.1} s): login → all {n} rows in the DOM {:.0} ms (first row {:.0} ms; {} long tasks, longest {:.0} ms; longest frame gap {:.0} ms); search narrowing to {narrow_rows} rows {} ms, back to all {} ms (median (min–max) of 5 each, to the second frame after the input event; {} long tasks, longest {:.0} ms, longest frame gap {:.0} ms; main thread {filter_cost}); burst of {n} changes (patches sent in {:.1} s): every row updated {:.0} ms after the first patch, {} long tasks totalling {:.0} ms (longest {:.0} ms), longest frame gap {:.0} ms, main thread {burst_cost}; JS heap {heap_mib:.1} MiB after the burst ({heap_gc_mib:.1} MiB after GC), {} DOM elements",
+        "8. UI list with {n} Applications (headless Chromium; created in {:.1} s; {first_page}): login → first row {:.0} ms, all {n} in the list {:.0} ms ({load_rows} rows in the DOM; {} long tasks, longest {:.0} ms; longest frame gap {:.0} ms); search narrowing to {narrow_count} {} ms, back to all {} ms (median (min–max) of 5 each, to the second frame after the input event; {} long tasks, longest {:.0} ms, longest frame gap {:.0} ms; main thread {filter_cost}); burst of {n} changes (patches sent in {:.1} s): every row and the namespace filter updated {:.0} ms after the first patch, {} long tasks totalling {:.0} ms (longest {:.0} ms), longest frame gap {:.0} ms, main thread {burst_cost}; JS heap {heap_mib:.1} MiB after the burst ({heap_gc_mib:.1} MiB after GC), {} DOM elements",
         created.as_secs_f64(),
-        f(&load["all"]),
         f(&load["first"]),
+        f(&load["all"]),
         i(&load_long_until[0]),
         f(&load_long_until[1]),
         f(&load_gap),
@@ -353,8 +374,9 @@ fn poll(browser: &Browser, script: &str, seconds: u64) -> anyhow::Result<Value> 
     }
 }
 
-/// Wait until the server lists all `n` Applications (its watch has caught up), through the API.
-fn wait_listed(base: &str, n: usize) -> anyhow::Result<()> {
+/// Wait until the server lists all `n` Applications (its watch has caught up), through the API;
+/// then time its first pages of 50 and 100 (the best of 5 each), as "API first page …".
+fn wait_listed(base: &str, n: usize) -> anyhow::Result<String> {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     // 503 until the server has read its Secret.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -385,11 +407,36 @@ fn wait_listed(base: &str, n: usize) -> anyhow::Result<()> {
         let body: Value = serde_json::from_str(&r.body_mut().read_to_string()?).unwrap_or(Value::Null);
         let have = body["items"].as_array().map_or(0, Vec::len);
         if have == n {
-            return Ok(());
+            break;
         }
         if Instant::now() > deadline {
             bail!("the server lists {have} of {n} Applications after 60 s");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    let mut pages = Vec::new();
+    for limit in [50, 100] {
+        let mut best: Option<(Duration, usize)> = None;
+        for _ in 0..5 {
+            let started = Instant::now();
+            let mut r = agent
+                .get(format!("{base}/api/applications?limit={limit}"))
+                .header("Cookie", &cookie)
+                .call()?;
+            let body = r.body_mut().read_to_string()?;
+            let took = started.elapsed();
+            anyhow::ensure!(r.status() == 200, "first page of {limit}: {} {body}", r.status());
+            if best.is_none_or(|(t, _)| took < t) {
+                best = Some((took, body.len()));
+            }
+        }
+        if let Some((took, bytes)) = best {
+            pages.push(format!(
+                "{limit}: {:.1} KB in {:.1} ms",
+                bytes as f64 / 1000.0,
+                took.as_secs_f64() * 1000.0
+            ));
+        }
+    }
+    Ok(format!("API first page of {}", pages.join(", of ")))
 }

@@ -43,7 +43,7 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{app_promotions, apps, fleet, model, promotions, revision, tree};
+    use api::{app_promotions, apps, fleet, list, model, promotions, revision, tree};
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -112,7 +112,10 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
         )
         .api_route(
             "/api/applications",
-            get_with(apps::list, |op| op.summary("Applications the caller may read").tag("applications")),
+            get_with(list::list, |op| {
+                op.summary("Applications the caller may read: summaries in name order, filtered, in pages of `limit` (at most 1000) with `continue`")
+                    .tag("applications")
+            }),
         )
         .api_route(
             "/api/applications/{name}",

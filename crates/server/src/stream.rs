@@ -1,5 +1,6 @@
 //! Live updates over server-sent events, fed by the Application watch (no polling): the list stream
-//! sends a summary of every Application the caller may read, then each change; the single-Application
+//! sends a summary of every Application the caller may read, then each summary that changed (a change
+//! that leaves the summary as it was sends nothing, see [`list`]); the single-Application
 //! stream sends the whole object on each change.
 //!
 //! Access is checked again on every event, not only when the stream opens: an Application that

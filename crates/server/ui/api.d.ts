@@ -451,16 +451,23 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Applications the caller may read */
+        /** Applications the caller may read: summaries in name order, filtered, in pages of `limit` (at most 1000) with `continue` */
         get: {
             parameters: {
                 query?: {
                     /** @description Only this destination cluster (name, or `in-cluster`). */
                     cluster?: string;
+                    /** @description The `metadata.continue` of the previous page, sent with the same filters. */
+                    continue?: string;
                     /** @description Only this health status. */
                     health?: string;
-                    /** @description `KEY` or `KEY=VALUE` label selector (one label). */
+                    /**
+                     * @description Label selector as `kubectl -l` takes it (`team=a,!legacy`, `tier in (web,api)`); may be
+                     *     repeated, every expression must match.
+                     */
                     label?: string;
+                    /** @description At most this many items (1 to 1000); without it, every matching Application. */
+                    limit?: number;
                     /** @description Only this destination namespace. */
                     namespace?: string;
                     /** @description Only this project. */
@@ -476,7 +483,7 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description A list answer. */
+                /** @description `GET /api/applications`: a page of Application summaries. */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -487,6 +494,15 @@ export interface paths {
                 };
                 /** @description Not authenticated */
                 401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1883,13 +1899,17 @@ export interface components {
             /** @description The items. */
             items: components["schemas"]["AppSetSummary"][];
         };
-        /** @description An Application as lists and live updates show it. */
+        /**
+         * @description An Application as lists and live updates show it: what a row of the list needs. Its resources
+         *     and history are only in the single-Application answer; it carries the first five conditions and
+         *     cuts every message to 512 bytes.
+         */
         AppSummary: {
             /** @description Whether automated sync is on. */
             automated: boolean;
             /** @description Destination cluster name (`in-cluster` for the local one). */
             cluster: string;
-            /** @description Conditions (errors and warnings). */
+            /** @description Conditions (errors and warnings), the first five. */
             conditions: components["schemas"]["ConditionSummary"][];
             /** @description Destination namespace. */
             destNamespace: string;
@@ -1926,10 +1946,12 @@ export interface components {
             /** @description Branch, tag or commit followed. */
             targetRevision: string;
         };
-        /** @description A list answer. */
+        /** @description `GET /api/applications`: a page of Application summaries. */
         AppSummaryList: {
-            /** @description The items. */
+            /** @description The Applications of this page, in name order. */
             items: components["schemas"]["AppSummary"][];
+            /** @description Where the next page starts. */
+            metadata: components["schemas"]["ListMeta"];
         };
         /** @description Auto-generated derived type for ApplicationSpec via `CustomResource` */
         Application: {
@@ -2478,14 +2500,38 @@ export interface components {
             /** @description A partial template merged over the ApplicationSet's for this generator's Applications. */
             template?: Record<string, unknown>;
         };
-        /** @description Query filters of the list. */
+        /** @description A list's metadata, as Kubernetes' `ListMeta`. */
+        ListMeta: {
+            /** @description Send as `continue` (with the same filters) for the next page; empty on the last page. */
+            continue: string;
+            /**
+             * Format: uint
+             * @description How many matching Applications come after this page (absent on the last page).
+             */
+            remainingItemCount?: number | null;
+        };
+        /**
+         * @description The query of `GET /api/applications`, as the OpenAPI document describes it (the handler reads
+         *     the query itself, see [`ListRequest`], to allow a repeated `label` and to answer every mistake
+         *     with a JSON 400 naming the parameter).
+         */
         ListQuery: {
             /** @description Only this destination cluster (name, or `in-cluster`). */
             cluster?: string | null;
+            /** @description The `metadata.continue` of the previous page, sent with the same filters. */
+            continue?: string | null;
             /** @description Only this health status. */
             health?: string | null;
-            /** @description `KEY` or `KEY=VALUE` label selector (one label). */
+            /**
+             * @description Label selector as `kubectl -l` takes it (`team=a,!legacy`, `tier in (web,api)`); may be
+             *     repeated, every expression must match.
+             */
             label?: string | null;
+            /**
+             * Format: uint32
+             * @description At most this many items (1 to 1000); without it, every matching Application.
+             */
+            limit?: number | null;
             /** @description Only this destination namespace. */
             namespace?: string | null;
             /** @description Only this project. */

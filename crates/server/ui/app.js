@@ -84,7 +84,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * The page shown and what it has loaded. Loaders keep the page object they started for and drop
  * their answer when the page has changed since.
  * @typedef {{ page: 'login', error: string, sso: Settings['sso'] }} LoginPage
- * @typedef {{ page: 'list', loaded: boolean }} ListPage
+ * @typedef {{ page: 'list', loaded: boolean, rows: number }} ListPage
  * @typedef {{
  *   page: 'app', name: string, app: Application | null, error: string, summary: ApplicationSummary | undefined,
  *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
@@ -119,6 +119,10 @@ const state = {
   /** @type {string | null} */ returnTo: null,
   /** @type {Map<string, ApplicationSummary>} name -> summary (the stream stores a new object per change) */
   apps: new Map(),
+  /** Counts changes of `apps`: the list's sorted order and filter choices are kept until it moves. */
+  appsVersion: 0,
+  /** Counts Applications added to or removed from `apps` (a changed one keeps its place by name). */
+  appsShape: 0,
   /** @type {Filters} */
   filters: { search: '', project: '', cluster: '', namespace: '', sync: '', health: '', label: '', sort: '' },
   /** @type {Tab} the tab of the Application page, kept from one Application to the next */
@@ -143,6 +147,7 @@ function titleOf(page) {
 /** Render the current page; a dialog just opened gets the focus. */
 function update() {
   render(state.page ? view(state.page) : nothing, $main);
+  if (state.page && state.page.page === 'list') watchMoreRows();
   const title = titleOf(state.page);
   if (document.title !== title) document.title = title;
   const dialog = $main.querySelector('[role="dialog"]');
@@ -355,7 +360,7 @@ function liveConnect() {
     live.retries = 0;
     setLiveState('live');
     // A new connection starts each topic again with its whole state.
-    if (live.topics.has('applications')) state.apps.clear();
+    if (live.topics.has('applications')) { state.apps.clear(); state.appsVersion += 1; state.appsShape += 1; }
     liveSend();
   });
   ws.addEventListener('message', (e) => {
@@ -524,6 +529,8 @@ byId('logout').addEventListener('click', async () => {
   state.user = null;
   state.csrf = null;
   state.apps.clear();
+  state.appsVersion += 1;
+  state.appsShape += 1;
   liveStop();
   navigate('/login');
 });
@@ -563,20 +570,61 @@ function openListStream() {
       /** @type {ApplicationSummary} */
       const s = data;
       if (!s.name) return;
+      if (!state.apps.has(s.name)) state.appsShape += 1;
       state.apps.set(s.name, s);
+      state.appsVersion += 1;
       const page = state.page;
       if (page && page.page === 'list') page.loaded = true;
       scheduleListRender();
       if (page && page.page === 'app' && page.name === s.name) page.summary = s;
     } else if (event === 'deleted') {
-      state.apps.delete(data.name);
+      if (state.apps.delete(data.name)) { state.appsVersion += 1; state.appsShape += 1; }
       scheduleListRender();
     }
   });
 }
 
-/** @param {'project' | 'cluster' | 'destNamespace'} f */
-const uniq = (f) => [...new Set([...state.apps.values()].map((a) => a[f] || '').filter(Boolean))].sort();
+/** @typedef {(labels: Record<string, string>) => boolean} LabelTest */
+
+/**
+ * A label selector as the server reads it (`team=a,!legacy`, `tier in (web,api)`, `k!=v`): one test
+ * per expression, every one must hold.
+ * @param {string} text
+ * @returns {LabelTest[]}
+ */
+function parseSelector(text) {
+  const parts = [];
+  let depth = 0;
+  let start = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '(') depth += 1;
+    else if (c === ')') depth -= 1;
+    else if (c === ',' && depth === 0) { parts.push(text.slice(start, i)); start = i + 1; }
+  }
+  parts.push(text.slice(start));
+  /** @type {(l: Record<string, string>, k: string) => boolean} */
+  const has = (l, k) => Object.prototype.hasOwnProperty.call(l, k);
+  /** @type {LabelTest[]} */
+  const tests = [];
+  for (const raw of parts) {
+    const e = raw.trim();
+    let m;
+    if (!e) continue;
+    if (e.startsWith('!')) { const k = e.slice(1).trim(); tests.push((l) => !has(l, k)); }
+    else if ((m = e.match(/^([^!=\s]+)\s*!=\s*(.*)$/))) { const [, k, v] = m; tests.push((l) => !has(l, k) || l[k] !== v.trim()); }
+    else if ((m = e.match(/^([^!=\s]+)\s*==?\s*(.*)$/))) { const [, k, v] = m; tests.push((l) => has(l, k) && l[k] === v.trim()); }
+    else if ((m = e.match(/^(\S+)\s+(in|notin)\s*\((.*)\)$/))) {
+      const [, k, op, values] = m;
+      const set = new Set(values.split(',').map((v) => v.trim()));
+      tests.push(op === 'in' ? (l) => has(l, k) && set.has(l[k]) : (l) => !has(l, k) || !set.has(l[k]));
+    } else tests.push((l) => has(l, e));
+  }
+  return tests;
+}
+
+/** @type {{ text: string, tests: LabelTest[] }} the label filter, parsed once per text */
+let labelFilter = { text: '', tests: [] };
 
 /** @param {ApplicationSummary} a */
 function matches(a) {
@@ -588,9 +636,9 @@ function matches(a) {
     if (f[k] && a[field] !== f[k]) return false;
   }
   if (f.label) {
-    const [k, v] = f.label.split('=');
-    const have = (a.labels || {})[k.trim()];
-    if (have === undefined || (v !== undefined && v.trim() !== '' && have !== v.trim())) return false;
+    if (labelFilter.text !== f.label) labelFilter = { text: f.label, tests: parseSelector(f.label) };
+    const labels = a.labels || {};
+    for (const test of labelFilter.tests) if (!test(labels)) return false;
   }
   return true;
 }
@@ -652,14 +700,28 @@ function select(name, label, values) {
   return html`<label>${label}<select data-filter=${name} @input=${onFilter}><option value="" ?selected=${cur === ''}>all</option>${repeat(values, (v) => v, (v) => html`<option ?selected=${v === cur}>${v}</option>`)}</select></label>`;
 }
 
+/** Rows of the list in the DOM at first, and how many more each time its end scrolls into view. */
+const ROWS_STEP = 100;
+/** Applications of the first page asked of the server, shown while the live stream delivers the rest. */
+const FIRST_PAGE = 50;
+
 function openList() {
   filtersFromUrl();
   /** @type {ListPage} */
-  const page = { page: 'list', loaded: state.apps.size > 0 };
+  const page = { page: 'list', loaded: state.apps.size > 0, rows: ROWS_STEP };
   show(page);
-  // The stream fills the list; a plain GET covers a stream that has not delivered yet.
-  api('GET', '/api/applications').then((/** @type {ApplicationList} */ r) => {
-    for (const s of r.items || []) if (s.name && !state.apps.has(s.name)) state.apps.set(s.name, s);
+  if (state.apps.size > 0) return;
+  // The stream fills the list (every Application, then each change); the first page of the list,
+  // filtered by the server as the URL asks, shows the first rows before the stream has delivered.
+  const query = new URLSearchParams({ limit: String(FIRST_PAGE) });
+  const f = state.filters;
+  for (const [k, v] of [['search', f.search], ['project', f.project], ['cluster', f.cluster], ['namespace', f.namespace], ['sync', f.sync], ['health', f.health], ['label', f.label]]) {
+    if (v) query.set(k, v);
+  }
+  api('GET', `/api/applications?${query}`).then((/** @type {ApplicationList} */ r) => {
+    for (const s of r.items || []) {
+      if (s.name && !state.apps.has(s.name)) { state.apps.set(s.name, s); state.appsVersion += 1; state.appsShape += 1; }
+    }
   }).catch(() => {}).finally(() => {
     if (!current(page)) return;
     page.loaded = true;
@@ -667,7 +729,31 @@ function openList() {
   });
 }
 
+/** @type {IntersectionObserver | null} */
+let moreRowsObserver = null;
+/** Show more rows when the end of the list comes near the screen (after each render of the list). */
+function watchMoreRows() {
+  if (!moreRowsObserver) {
+    moreRowsObserver = new IntersectionObserver((entries) => {
+      const page = state.page;
+      if (!page || page.page !== 'list' || !entries.some((e) => e.isIntersecting)) return;
+      page.rows += ROWS_STEP;
+      update();
+    }, { rootMargin: '800px' });
+  }
+  moreRowsObserver.disconnect();
+  const more = document.getElementById('more-rows');
+  if (more) moreRowsObserver.observe(more);
+}
+
 const byName = new Intl.Collator().compare; // what String.prototype.localeCompare uses, but faster
+/**
+ * Names in the server's order (byte order; names are lower-case ASCII), so that the first page it
+ * sends is the top of the list.
+ * @param {string} a
+ * @param {string} b
+ */
+const byCode = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
 const COLUMNS = ['Name', 'Project', 'Sync', 'Health', 'Revision', 'Cluster', 'Namespace', 'Operation', 'Message'];
 /**
  * What each column sorts on (its key is the column's name in lower case). The list is sorted by
@@ -734,24 +820,57 @@ function rowView(a) {
     </tr>`;
 }
 
+/**
+ * Every Application in the list's order and the values its filters offer, computed again only when
+ * the Applications or the order changed (typing in a filter reuses them).
+ * @type {{ version: number, shape: number, sort: string, all: ApplicationSummary[], values: Record<'project' | 'cluster' | 'destNamespace', string[]> } | null}
+ */
+let listCache = null;
+
+function sortedApps() {
+  const sort = state.filters.sort || 'name';
+  if (listCache && listCache.version === state.appsVersion && listCache.sort === sort) return listCache;
+  const desc = sort.startsWith('-') ? -1 : 1;
+  const column = sort.replace(/^-/, '');
+  const key = SORT_KEYS[column] || SORT_KEYS.name;
+  const byNameOnly = column === 'name' || !SORT_KEYS[column];
+  /** @type {ApplicationSummary[]} */
+  let all;
+  if (byNameOnly && listCache && listCache.shape === state.appsShape && listCache.sort === sort) {
+    // The same Applications, some changed: in name order each keeps its place (a burst of changes
+    // costs no sort).
+    all = listCache.all.map((a) => state.apps.get(a.name || '') || a);
+  } else {
+    all = [...state.apps.values()];
+    if (byNameOnly) all.sort((a, b) => desc * byCode(a.name || '', b.name || ''));
+    else all.sort((a, b) => desc * (byName(key(a), key(b)) || byCode(a.name || '', b.name || '')));
+  }
+  /** @param {'project' | 'cluster' | 'destNamespace'} f */
+  const uniq = (f) => [...new Set(all.map((a) => a[f] || '').filter(Boolean))].sort();
+  listCache = { version: state.appsVersion, shape: state.appsShape, sort, all, values: { project: uniq('project'), cluster: uniq('cluster'), destNamespace: uniq('destNamespace') } };
+  return listCache;
+}
+
 /** @param {ListPage} page */
 function listView(page) {
-  const sort = state.filters.sort || 'name';
-  const desc = sort.startsWith('-') ? -1 : 1;
-  const key = SORT_KEYS[sort.replace(/^-/, '')] || SORT_KEYS.name;
-  const all = [...state.apps.values()].sort((a, b) => desc * (byName(key(a), key(b)) || byName(a.name || '', b.name || '')));
+  const { all, values } = sortedApps();
   const shown = all.filter(matches);
   const f = state.filters;
+  const filtered = Object.entries(f).some(([k, v]) => k !== 'sort' && v);
   let empty = '';
-  if (!shown.length) empty = all.length ? 'No Application matches the filters.' : page.loaded ? 'No Applications yet.' : 'Loading…';
+  if (!shown.length) empty = all.length || (page.loaded && filtered) ? 'No Application matches the filters.' : page.loaded ? 'No Applications yet.' : 'Loading…';
+  // Only the first rows are in the DOM (more as the list is scrolled): the filters and counts cover
+  // every Application, the table what can be seen.
+  const rows = shown.length > page.rows ? shown.slice(0, page.rows) : shown;
+  const rest = shown.length - rows.length;
   return html`
     <h1>Applications <span class="muted" id="count">(${shown.length} of ${all.length})</span></h1>
     ${countsView(shown)}
     <div class="filters" id="filters">
       <label>Search<input type="search" data-filter="search" data-testid="app-search" .value=${f.search} placeholder="name" @input=${onFilter}></label>
-      ${select('project', 'Project', uniq('project'))}
-      ${select('cluster', 'Cluster', uniq('cluster'))}
-      ${select('namespace', 'Namespace', uniq('destNamespace'))}
+      ${select('project', 'Project', values.project)}
+      ${select('cluster', 'Cluster', values.cluster)}
+      ${select('namespace', 'Namespace', values.destNamespace)}
       ${select('sync', 'Sync', ['Synced', 'OutOfSync', 'Unknown'])}
       ${select('health', 'Health', ['Healthy', 'Progressing', 'Degraded', 'Suspended', 'Missing', 'Unknown'])}
       <label>Label<input data-filter="label" .value=${f.label} placeholder="key=value" @input=${onFilter}></label>
@@ -760,7 +879,9 @@ function listView(page) {
       <thead role="rowgroup"><tr role="row">${COLUMNS.map(columnHeader)}</tr></thead>
       <tbody id="rows" role="rowgroup">${empty
         ? html`<tr role="row"><td colspan="9" class="empty" role="cell">${empty}</td></tr>`
-        : repeat(shown, (a) => a.name, rowView)}</tbody>
+        : repeat(rows, (a) => a.name, rowView)}${rest > 0
+        ? html`<tr role="row" id="more-rows" data-testid="more-rows"><td colspan="9" class="empty" role="cell"><button type="button" @click=${() => { page.rows += ROWS_STEP; update(); }}>Show ${Math.min(ROWS_STEP, rest)} more (${rest} not shown)</button></td></tr>`
+        : nothing}</tbody>
     </table>`;
 }
 

@@ -403,20 +403,46 @@ fn api_namespace(api: &Api<Application>) -> String {
     api.namespace().unwrap_or(capstan_api::NAMESPACE).to_string()
 }
 
-async fn list(api: &Api<Application>, output: Output, filter: &ListFilter) -> anyhow::Result<ExitCode> {
-    let mut params = kube::api::ListParams::default();
+/// Applications asked of the API server per request by `app list`: a fleet of 10,000 is read in
+/// pages (`limit` and `continue`), so no single answer holds them all.
+const LIST_PAGE: u32 = 500;
+
+/// Every Application `filter` keeps, read page by page; `keep` turns each into what is printed, so
+/// that a table holds its rows and not the Applications (with their resources and history).
+async fn list_pages<T>(
+    api: &Api<Application>,
+    filter: &ListFilter,
+    mut keep: impl FnMut(Application) -> T,
+) -> anyhow::Result<Vec<T>> {
+    let mut params = kube::api::ListParams::default().limit(LIST_PAGE);
     if let Some(selector) = &filter.selector {
         params = params.labels(selector);
     }
-    let mut apps = api
-        .list(&params)
-        .await
-        .map_err(|e| anyhow!("{}", describe(&e)))
-        .context("listing Applications")?;
-    apps.items.retain(|a| filter.matches(a));
+    let mut kept = Vec::new();
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|e| anyhow!("{}", describe(&e)))
+            .context("listing Applications")?;
+        kept.extend(page.items.into_iter().filter(|a| filter.matches(a)).map(&mut keep));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(next) => params = params.continue_token(&next),
+            None => return Ok(kept),
+        }
+    }
+}
+
+async fn list(api: &Api<Application>, output: Output, filter: &ListFilter) -> anyhow::Result<ExitCode> {
     match output {
-        Output::Json => outln!("{}", serde_json::to_string_pretty(&all_printable(&apps.items))?),
-        Output::Yaml => out!("{}", serde_saphyr::to_string(&all_printable(&apps.items))?),
+        Output::Json => {
+            let apps = list_pages(api, filter, |a| a).await?;
+            outln!("{}", serde_json::to_string_pretty(&all_printable(&apps))?)
+        }
+        Output::Yaml => {
+            let apps = list_pages(api, filter, |a| a).await?;
+            out!("{}", serde_saphyr::to_string(&all_printable(&apps))?)
+        }
         Output::Table | Output::Wide => {
             let mut header = vec!["NAME", "CLUSTER", "NAMESPACE", "PROJECT", "SYNC", "HEALTH", "REVISION"];
             if output == Output::Wide {
@@ -424,58 +450,61 @@ async fn list(api: &Api<Application>, output: Output, filter: &ListFilter) -> an
             }
             header.push("MESSAGE");
             let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
-            for app in &apps.items {
-                let status = app.status.clone().unwrap_or_default();
-                let d = &app.spec.destination;
-                let mut row = vec![
-                    app.name_any(),
-                    // By name where there is one: `in-cluster` for the cluster Capstan runs in.
-                    if !d.name.is_empty() {
-                        d.name.clone()
-                    } else if d.server.trim_end_matches('/') == capstan_api::cluster::IN_CLUSTER_SERVER {
-                        capstan_api::cluster::IN_CLUSTER_NAME.into()
-                    } else {
-                        d.server.clone()
-                    },
-                    d.namespace.clone(),
-                    if app.spec.project.is_empty() {
-                        "default".into()
-                    } else {
-                        app.spec.project.clone()
-                    },
-                    status.sync.as_ref().map(|s| s.status).unwrap_or_default().to_string(),
-                    status.health.as_ref().map(|h| h.status).unwrap_or_default().to_string(),
-                    status
-                        .sync
-                        .as_ref()
-                        .map(|s| short(&s.revision).to_string())
-                        .unwrap_or_default(),
-                ];
-                if output == Output::Wide {
-                    // A multi-source Application's sources, joined.
-                    let sources = app.spec.sources();
-                    let joined = |f: fn(&capstan_api::application::ApplicationSource) -> &str| {
-                        sources.iter().map(f).collect::<Vec<_>>().join(",")
-                    };
-                    row.extend([
-                        joined(|s| &s.repo_url),
-                        joined(|s| if s.is_chart() { &s.chart } else { &s.path }),
-                        joined(|s| &s.target_revision),
-                    ]);
-                }
-                // Whole with -o wide, cut to a line's worth otherwise.
-                let message = app.status_message();
-                row.push(if output == Output::Wide {
-                    message
-                } else {
-                    trimmed(&message, MESSAGE_WIDTH)
-                });
-                rows.push(row);
-            }
+            rows.extend(list_pages(api, filter, |app| list_row(&app, output)).await?);
             print_table(&rows);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One row of `app list`'s table.
+fn list_row(app: &Application, output: Output) -> Vec<String> {
+    let status = app.status.clone().unwrap_or_default();
+    let d = &app.spec.destination;
+    let mut row = vec![
+        app.name_any(),
+        // By name where there is one: `in-cluster` for the cluster Capstan runs in.
+        if !d.name.is_empty() {
+            d.name.clone()
+        } else if d.server.trim_end_matches('/') == capstan_api::cluster::IN_CLUSTER_SERVER {
+            capstan_api::cluster::IN_CLUSTER_NAME.into()
+        } else {
+            d.server.clone()
+        },
+        d.namespace.clone(),
+        if app.spec.project.is_empty() {
+            "default".into()
+        } else {
+            app.spec.project.clone()
+        },
+        status.sync.as_ref().map(|s| s.status).unwrap_or_default().to_string(),
+        status.health.as_ref().map(|h| h.status).unwrap_or_default().to_string(),
+        status
+            .sync
+            .as_ref()
+            .map(|s| short(&s.revision).to_string())
+            .unwrap_or_default(),
+    ];
+    if output == Output::Wide {
+        // A multi-source Application's sources, joined.
+        let sources = app.spec.sources();
+        let joined = |f: fn(&capstan_api::application::ApplicationSource) -> &str| {
+            sources.iter().map(f).collect::<Vec<_>>().join(",")
+        };
+        row.extend([
+            joined(|s| &s.repo_url),
+            joined(|s| if s.is_chart() { &s.chart } else { &s.path }),
+            joined(|s| &s.target_revision),
+        ]);
+    }
+    // Whole with -o wide, cut to a line's worth otherwise.
+    let message = app.status_message();
+    row.push(if output == Output::Wide {
+        message
+    } else {
+        trimmed(&message, MESSAGE_WIDTH)
+    });
+    row
 }
 
 /// How much of the message `app list` shows without `-o wide`.

@@ -1,6 +1,7 @@
-//! Application endpoints: list (with filters), get, diff, manifests, live objects, events, history,
-//! and the operations (sync, refresh, rollback, terminate), which are requests written onto the
-//! Application for the controller to execute — exactly what the CLI does.
+//! Application endpoints: the summary lists show (the list itself is answered in `list.rs`), get,
+//! diff, manifests, live objects, events, history, and the operations (sync, refresh, rollback,
+//! terminate), which are requests written onto the Application for the controller to execute —
+//! exactly what the CLI does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::model::{
     Accept, AppSummary, ConditionSummary, Diff, DiffStatus, EventItem, Items, Manifests, ObjectDiff, OperationSummary,
-    Permissions, RefreshKind, Refreshing, Requested, Terminating,
+    Permissions, RefreshKind, Refreshing, Requested, SUMMARY_CONDITIONS, SUMMARY_MESSAGE, Terminating,
 };
 
 use super::access::{authorized, cluster_of, project_of};
@@ -31,12 +32,24 @@ use crate::error::ApiError;
 use crate::redact;
 use crate::state::State;
 
+/// `message` cut to [`SUMMARY_MESSAGE`] bytes (on a character boundary, ending in `…`).
+fn bounded(message: &str) -> String {
+    if message.len() <= SUMMARY_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = SUMMARY_MESSAGE - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
 /// The summary of `app` shown in lists and live updates.
 pub fn summary(app: &Application, role: Role) -> AppSummary {
     let status = app.status.clone().unwrap_or_default();
     let operation = status.operation_state.as_ref().map(|o| OperationSummary {
         phase: o.phase,
-        message: o.message.clone(),
+        message: bounded(&o.message),
         started_at: o.started_at.clone(),
         finished_at: o.finished_at.clone(),
     });
@@ -59,16 +72,17 @@ pub fn summary(app: &Application, role: Role) -> AppSummary {
         sync: status.sync.as_ref().map(|s| s.status).unwrap_or_default(),
         revision: status.sync.as_ref().map(|s| s.revision.clone()).unwrap_or_default(),
         health: status.health.as_ref().map(|h| h.status).unwrap_or_default(),
-        health_message: status.health.as_ref().map(|h| h.message.clone()).unwrap_or_default(),
+        health_message: status.health.as_ref().map(|h| bounded(&h.message)).unwrap_or_default(),
         operation,
         automated: app.spec.sync_policy.as_ref().is_some_and(|p| p.automated.is_some()),
         reconciled_at: status.reconciled_at.clone(),
         conditions: status
             .conditions
             .iter()
+            .take(SUMMARY_CONDITIONS)
             .map(|c| ConditionSummary {
                 type_: c.type_.clone(),
-                message: c.message.clone(),
+                message: bounded(&c.message),
             })
             .collect(),
         permissions: Permissions {
@@ -76,69 +90,6 @@ pub fn summary(app: &Application, role: Role) -> AppSummary {
             admin: role >= Role::Admin,
         },
     }
-}
-
-/// Query filters of the list.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-pub struct ListQuery {
-    /// Only this project.
-    project: Option<String>,
-    /// Only this destination cluster (name, or `in-cluster`).
-    cluster: Option<String>,
-    /// Only this destination namespace.
-    namespace: Option<String>,
-    /// Only this sync status.
-    sync: Option<String>,
-    /// Only this health status.
-    health: Option<String>,
-    /// `KEY` or `KEY=VALUE` label selector (one label).
-    label: Option<String>,
-    /// Names containing this text.
-    search: Option<String>,
-}
-
-impl ListQuery {
-    fn matches(&self, s: &AppSummary) -> bool {
-        let eq =
-            |want: &Option<String>, have: &str| want.as_deref().filter(|w| !w.is_empty()).is_none_or(|w| have == w);
-        let label = self.label.as_deref().filter(|l| !l.is_empty()).is_none_or(|l| {
-            let (k, v) = l.split_once('=').unwrap_or((l, ""));
-            s.labels.get(k).is_some_and(|have| v.is_empty() || have == v)
-        });
-        let search = self
-            .search
-            .as_deref()
-            .filter(|q| !q.is_empty())
-            .is_none_or(|q| s.name.contains(&q.to_lowercase()));
-        eq(&self.project, &s.project)
-            && eq(&self.cluster, &s.cluster)
-            && eq(&self.namespace, &s.dest_namespace)
-            && eq(&self.sync, s.sync.as_str())
-            && eq(&self.health, s.health.as_str())
-            && label
-            && search
-    }
-}
-
-/// `GET /api/applications`.
-pub async fn list(
-    auth: Auth,
-    AxState(state): AxState<Arc<State>>,
-    Query(q): Query<ListQuery>,
-) -> Json<Items<AppSummary>> {
-    let policy = state.policy();
-    let mut items: Vec<AppSummary> = state
-        .apps
-        .state()
-        .iter()
-        .filter_map(|app| {
-            let role = policy.role(&auth.principal, project_of(app));
-            (role >= Role::ReadOnly).then(|| summary(app, role))
-        })
-        .filter(|s| q.matches(s))
-        .collect();
-    items.sort_by(|a, b| a.name.cmp(&b.name));
-    Json(Items { items })
 }
 
 /// `GET /api/applications/{name}`.
@@ -578,4 +529,21 @@ pub async fn terminate(
     }
     annotate(&state, &name, json!({TERMINATE_ANNOTATION: auth.principal.name})).await?;
     Ok(Accept(Terminating { terminating: true }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_messages_are_bounded() {
+        assert_eq!(bounded("short"), "short");
+        let exact = "x".repeat(SUMMARY_MESSAGE);
+        assert_eq!(bounded(&exact), exact);
+        for long in ["y".repeat(10_000), "é".repeat(SUMMARY_MESSAGE)] {
+            let cut = bounded(&long);
+            assert!(cut.len() <= SUMMARY_MESSAGE && cut.ends_with('…'), "{}", cut.len());
+            assert!(long.starts_with(cut.trim_end_matches('…')));
+        }
+    }
 }

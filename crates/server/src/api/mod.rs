@@ -1,4 +1,4 @@
-//! The JSON API: Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
+//! The JSON API: the Application list ([`list`]: filters, pages), Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
 //! clusters ([`fleet`]), promotions between environments ([`promotions`]) and an Application's
 //! promotions ([`app_promotions`]), deployed commits ([`revision`]), and the bodies they answer ([`model`]); [`access`] decides who
 //! sees which Application.
@@ -7,6 +7,7 @@ pub mod access;
 pub mod app_promotions;
 pub mod apps;
 pub mod fleet;
+pub mod list;
 pub mod model;
 pub mod promotions;
 pub mod revision;

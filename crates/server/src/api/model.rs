@@ -22,7 +22,30 @@ pub struct Items<T> {
     pub items: Vec<T>,
 }
 
-/// An Application as lists and live updates show it.
+/// `GET /api/applications`: a page of Application summaries.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AppSummaryList {
+    /// Where the next page starts.
+    pub metadata: ListMeta,
+    /// The Applications of this page, in name order.
+    pub items: Vec<AppSummary>,
+}
+
+/// A list's metadata, as Kubernetes' `ListMeta`.
+#[derive(Debug, Default, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListMeta {
+    /// Send as `continue` (with the same filters) for the next page; empty on the last page.
+    #[serde(rename = "continue")]
+    pub continue_: String,
+    /// How many matching Applications come after this page (absent on the last page).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_item_count: Option<usize>,
+}
+
+/// An Application as lists and live updates show it: what a row of the list needs. Its resources
+/// and history are only in the single-Application answer; it carries the first five conditions and
+/// cuts every message to 512 bytes.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AppSummary {
@@ -61,11 +84,16 @@ pub struct AppSummary {
     pub automated: bool,
     /// When the Application was last compared with Git (RFC 3339).
     pub reconciled_at: Option<String>,
-    /// Conditions (errors and warnings).
+    /// Conditions (errors and warnings), the first five.
     pub conditions: Vec<ConditionSummary>,
     /// What the caller may do with it.
     pub permissions: Permissions,
 }
+
+/// The most conditions a summary carries.
+pub const SUMMARY_CONDITIONS: usize = 5;
+/// The longest message (bytes) a summary carries; longer ones end in `…`.
+pub const SUMMARY_MESSAGE: usize = 512;
 
 /// The current or last operation of an Application.
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq)]

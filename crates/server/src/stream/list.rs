@@ -1,7 +1,13 @@
 //! What a client of the Application list has been told, and what each change means for it: shared by
 //! the list's server-sent-events stream and the `applications` topic of the tab's WebSocket.
+//!
+//! Only changed summaries are sent: the view keeps a fingerprint of each summary it sent, and a change
+//! to an Application that leaves its summary as it was (its resources, history, managed fields or
+//! resource version moved, nothing a list shows) sends nothing. Catching up after falling behind the
+//! change feed sends only what differs from what the client has.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use kube::ResourceExt;
 
@@ -20,30 +26,39 @@ pub enum ListUpdate {
     Deleted(String),
 }
 
-/// The names a list client has been sent.
+/// The names a list client has been sent, each with its summary's fingerprint.
 #[derive(Debug, Default)]
 pub struct ListView {
-    sent: HashSet<String>,
+    sent: HashMap<String, u64>,
 }
 
-fn summary_of(app: &capstan_api::Application, role: Role) -> serde_json::Value {
-    serde_json::to_value(summary(app, role)).unwrap_or_default()
+/// The summary of `app` as `role` sees it, and its fingerprint.
+fn summary_of(app: &capstan_api::Application, role: Role) -> (serde_json::Value, u64) {
+    let value = serde_json::to_value(summary(app, role)).unwrap_or_default();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    (value, hasher.finish())
 }
 
 impl ListView {
-    /// Everything readable in the cache now, and `Deleted` for what the client has that is gone.
+    /// Everything readable in the cache now that the client does not have as it is, and `Deleted`
+    /// for what the client has that is gone.
     pub fn snapshot(&mut self, state: &State, auth: &Auth) -> Vec<ListUpdate> {
         let policy = state.policy();
         let mut updates = Vec::new();
-        let mut now = HashSet::new();
+        let mut now = HashMap::new();
         for app in state.apps.state() {
             let role = policy.role(&auth.principal, project_of(&app));
             if role >= Role::ReadOnly {
-                now.insert(app.name_any());
-                updates.push(ListUpdate::Summary(summary_of(&app, role)));
+                let (value, print) = summary_of(&app, role);
+                let name = app.name_any();
+                if self.sent.get(&name) != Some(&print) {
+                    updates.push(ListUpdate::Summary(value));
+                }
+                now.insert(name, print);
             }
         }
-        for gone in self.sent.difference(&now) {
+        for gone in self.sent.keys().filter(|n| !now.contains_key(*n)) {
             updates.push(ListUpdate::Deleted(gone.clone()));
         }
         self.sent = now;
@@ -57,16 +72,19 @@ impl ListView {
                 let name = app.name_any();
                 let role = state.policy().role(&auth.principal, project_of(app));
                 if role >= Role::ReadOnly {
-                    self.sent.insert(name);
-                    vec![ListUpdate::Summary(summary_of(app, role))]
-                } else if self.sent.remove(&name) {
+                    let (value, print) = summary_of(app, role);
+                    if self.sent.insert(name, print) == Some(print) {
+                        return Vec::new(); // nothing the list shows changed
+                    }
+                    vec![ListUpdate::Summary(value)]
+                } else if self.sent.remove(&name).is_some() {
                     // No longer readable: gone, as far as this client is concerned.
                     vec![ListUpdate::Deleted(name)]
                 } else {
                     Vec::new()
                 }
             }
-            AppEvent::Deleted(name) if self.sent.remove(name) => vec![ListUpdate::Deleted(name.clone())],
+            AppEvent::Deleted(name) if self.sent.remove(name).is_some() => vec![ListUpdate::Deleted(name.clone())],
             AppEvent::Deleted(_) => Vec::new(),
         }
     }
