@@ -107,8 +107,32 @@ fn files(n: usize, value: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The slow Application's directory: a PreSync hook Job that runs for 15 s, and a ConfigMap.
+fn slow_files(name: &str, value: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            format!("apps/{name}/hook.yaml"),
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}-pre\n  annotations: {{capstan.dev/hook: PreSync}}\n\
+                 spec:\n  backoffLimit: 0\n  template:\n    metadata: {{annotations: {{capstan.dev/simulate: \"delay=15\", run: '{value}'}}}}\n    spec: {{restartPolicy: Never, containers: [{{name: check, image: busybox}}]}}\n"
+            ),
+        ),
+        (
+            format!("apps/{name}/cm.yaml"),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata: {{value: '{value}'}}\n"),
+        ),
+    ]
+}
+
 fn commit(git: &GitServer, n: usize, value: &str) -> String {
-    let files = files(n, value);
+    commit_with(git, n, value, None)
+}
+
+fn commit_with(git: &GitServer, n: usize, value: &str, slow: Option<&str>) -> String {
+    let mut files = files(n, value);
+    if let Some(slow) = slow {
+        files.extend(slow_files(slow, value));
+    }
     let refs: Vec<(&str, Option<&str>)> = files.iter().map(|(p, c)| (p.as_str(), Some(c.as_str()))).collect();
     git.commit("fleet", "main", &refs, value).expect("a commit")
 }
@@ -250,6 +274,7 @@ fn replay(log: &Path, ns: &str, dest: &str) -> Replay {
         let app = match resource {
             "applications" if namespace == ns => name,
             "configmaps" if namespace == dest => name,
+            "jobs" if namespace == dest => name.trim_end_matches("-pre").to_string(),
             _ => continue,
         };
         if resource == "applications" && uri.contains("fieldManager=capstan-applicationset") {
@@ -339,10 +364,11 @@ async fn three_replicas_share_2000_applications_each_written_by_the_holder_of_it
     Ok(())
 }
 
-/// A replica frozen longer than its lease (SIGSTOP: a partition as the others see it) loses its
-/// shards to the other, which syncs its Applications; when it thaws (SIGCONT) its work in flight
-/// writes nothing — the audit log shows no write from it to a shard it did not hold — and it takes
-/// a share back through the Leases. The leader leaving (SIGTERM) hands over its shards and the
+/// A replica frozen longer than its lease (SIGSTOP: a partition as the others see it) in the middle
+/// of a sync (its PreSync hook Job running) loses its shards to the other, which syncs its
+/// Applications, that one included; when it thaws (SIGCONT), the sync it was running writes nothing
+/// more — the audit log shows no write from it to a shard it did not hold — and it takes a share
+/// back through the Leases. The leader leaving (SIGTERM) hands over its shards and the
 /// leadership without waiting for the lease to expire, and ApplicationSets stay the leader's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leaving_one_hands_over() -> anyhow::Result<()>
@@ -354,7 +380,7 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
     let dest = "fleet";
     setup_namespaces(&kc, ns, dest);
     let repo = git_repo(&git);
-    let first = commit(&git, N, "one");
+    commit(&git, N, "zero");
     let dir = tempfile::tempdir()?;
     let ids = ["r0", "r1"];
     let mut r0 = start_replica(&kc, ns, "r0", 6, dir.path());
@@ -367,9 +393,26 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
         let s = shares(&status(&kc, ns));
         s.get("r1").is_some_and(|v| v.0 > 0) && s.values().map(|v| v.0).sum::<usize>() == 32
     });
+    // An Application in one of r1's shards whose sync runs a 15 s hook: r1 is frozen in the middle
+    // of it.
+    let r1_shards: Vec<u64> = status(&kc, ns)["replicas"]
+        .as_array()
+        .and_then(|rs| rs.iter().find(|r| r["replica"] == "r1"))
+        .and_then(|r| r["shards"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    let slow = (0..)
+        .map(|k| format!("slow-{k}"))
+        .find(|name| r1_shards.contains(&u64::from(capstan_replicas::hashing::shard_of(ns, name))))
+        .expect("a name in r1's shards");
+    let first = commit_with(&git, N, "one", Some(&slow));
     let client = cluster.client().await?;
     let apps: Api<Application> = Api::namespaced(client.clone(), ns);
     create_apps(&apps, ns, N, &repo, dest).await;
+    apps.create(&PostParams::default(), &application(ns, &slow, &repo, dest))
+        .await?;
     // An ApplicationSet (list generator) whose Applications the leader makes.
     let appset = json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ApplicationSet",
@@ -389,7 +432,7 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
     let sets: Api<capstan_api::ApplicationSet> = Api::namespaced(client.clone(), ns);
     sets.create(&PostParams::default(), &serde_json::from_value(appset)?)
         .await?;
-    all_synced(&apps, N, &first, Duration::from_secs(300), dir.path(), &ids).await;
+    all_synced(&apps, N + 1, &first, Duration::from_secs(300), dir.path(), &ids).await;
     let started = std::time::Instant::now();
     while apps.get_opt("app-9001").await?.is_none() {
         assert!(
@@ -399,9 +442,31 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    // Freeze r1 right after a commit, while it has work: r0 takes its shards once r1's lease has
-    // expired and syncs everything.
-    let second = commit(&git, N, "two");
+    // Freeze r1 in the middle of the slow Application's sync (its new hook Job running): r0 takes
+    // its shards once r1's lease has expired and syncs everything, that Application included.
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), dest);
+    let hook = format!("{slow}-pre");
+    let first_hook = jobs.get(&hook).await?.metadata.uid;
+    let second = commit_with(&git, N, "two", Some(&slow));
+    let started = std::time::Instant::now();
+    loop {
+        let job = jobs.get_opt(&hook).await?;
+        let app = apps.get(&slow).await?;
+        let running = app
+            .status
+            .as_ref()
+            .and_then(|s| s.operation_state.as_ref())
+            .is_some_and(|o| o.phase == capstan_api::operation::OperationPhase::Running);
+        if running && job.is_some_and(|j| j.metadata.uid != first_hook) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "r1 started the slow sync: {}",
+            log_of(dir.path(), "r1")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     signal(&r1.child, nix::sys::signal::Signal::SIGSTOP);
     until("r0 takes r1's shards", Duration::from_secs(90), || {
         status(&kc, ns)["replicas"].as_array().is_some_and(|rs| {
@@ -409,7 +474,7 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
                 .any(|r| r["replica"] == "r0" && r["shards"].as_array().is_some_and(|s| s.len() == 32))
         })
     });
-    all_synced(&apps, N, &second, Duration::from_secs(300), dir.path(), &ids).await;
+    all_synced(&apps, N + 1, &second, Duration::from_secs(300), dir.path(), &ids).await;
 
     // Thawed, r1 stops on its own (its lease lapsed), then takes a share back through the Leases.
     signal(&r1.child, nix::sys::signal::Signal::SIGCONT);
@@ -417,14 +482,8 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
         let s = shares(&status(&kc, ns));
         s.get("r1").is_some_and(|v| v.0 > 0) && s.values().map(|v| v.0).sum::<usize>() == 32
     });
-    let third = commit(&git, N, "three");
-    all_synced(&apps, N, &third, Duration::from_secs(300), dir.path(), &ids).await;
-    let thawed = std::fs::read_to_string(dir.path().join("r1.log"))?;
-    assert!(
-        thawed.contains("was not renewed in time"),
-        "r1 noticed: {}",
-        log_of(dir.path(), "r1")
-    );
+    let third = commit_with(&git, N, "three", Some(&slow));
+    all_synced(&apps, N + 1, &third, Duration::from_secs(300), dir.path(), &ids).await;
 
     // r0 (the leader) leaves: r1 takes every shard and the leadership, and syncs what follows.
     signal(&r0.child, nix::sys::signal::Signal::SIGTERM);
@@ -435,8 +494,8 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
     until("r1 holds every shard and leads", Duration::from_secs(30), || {
         shares(&status(&kc, ns)).get("r1").is_some_and(|v| v.0 == 32 && v.2)
     });
-    let fourth = commit(&git, N, "four");
-    all_synced(&apps, N, &fourth, Duration::from_secs(300), dir.path(), &ids).await;
+    let fourth = commit_with(&git, N, "four", Some(&slow));
+    all_synced(&apps, N + 1, &fourth, Duration::from_secs(300), dir.path(), &ids).await;
 
     let replay = replay(&cluster.audit_log(), ns, dest);
     assert!(
@@ -449,6 +508,12 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
     assert!(
         !replay.appset_writers.is_empty(),
         "the leader made the ApplicationSet's Applications"
+    );
+    let thawed = std::fs::read_to_string(dir.path().join("r1.log"))?;
+    assert!(
+        thawed.contains("was not renewed in time"),
+        "r1 noticed: {}",
+        log_of(dir.path(), "r1")
     );
     drop(r1);
     Ok(())

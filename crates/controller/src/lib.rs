@@ -224,6 +224,9 @@ fn reconcile_gained(
         while let Some(shards) = gained.recv().await {
             // Gains while the first list runs are reconciled once it has filled the cache.
             while !listed.is_ready() {
+                if tx.is_closed() {
+                    return;
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let mut triggered = 0;
@@ -237,7 +240,11 @@ fn reconcile_gained(
                 }
                 triggered += 1;
             }
-            tracing::info!(shards = shards.len(), applications = triggered, "reconciling the Applications of the shards gained");
+            tracing::info!(
+                shards = shards.len(),
+                applications = triggered,
+                "reconciling the Applications of the shards gained"
+            );
         }
     });
 }

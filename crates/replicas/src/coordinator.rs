@@ -123,22 +123,50 @@ struct State {
 }
 
 impl State {
+    /// Bound one call to the API server: a third of the lease duration, so a stalled connection
+    /// cannot hold up renewals (a late answer is treated as no answer).
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Option<Result<T, kube::Error>> {
+        match tokio::time::timeout(self.settings.renew_every(), call).await {
+            Ok(result) => Some(result),
+            Err(_) => {
+                tracing::warn!(
+                    what,
+                    "no answer from the API server within a third of the lease duration"
+                );
+                None
+            }
+        }
+    }
+
+    /// Stop working on everything: what was held may be another replica's by now, and is taken
+    /// again only through the Leases.
+    fn lapse(&mut self, why: &str) {
+        if !self.held.is_empty() || self.leading || self.ownership.valid() {
+            tracing::warn!(replica = %self.settings.id, why, "stopped working on every shard");
+        }
+        self.held.clear();
+        self.draining.clear();
+        self.leading = false;
+        self.ownership.lapse();
+    }
+
     async fn step(&mut self) {
         // Ownership that lapsed (no renewal in time: a partition, a frozen process) is gone for
-        // good: what was held may have been taken over meanwhile. It is acquired again, by writes.
-        if !self.held.is_empty() || self.leading {
-            if !self.ownership.valid() {
-                tracing::warn!(replica = %self.settings.id, "the member Lease was not renewed in time: stopped working on every shard");
-                self.held.clear();
-                self.draining.clear();
-                self.leading = false;
-                self.ownership.lapse();
-            }
+        // good: what was held may have been taken over meanwhile.
+        if (!self.held.is_empty() || self.leading) && !self.ownership.valid() {
+            self.lapse("the member Lease was not renewed in time");
         }
         if !self.renew().await {
             return;
         }
-        let leases = match leases::list(&self.api).await {
+        let Some(listed) = self.bounded("listing the Leases", leases::list(&self.api)).await else {
+            return;
+        };
+        let leases = match listed {
             Ok(leases) => leases,
             Err(e) => {
                 tracing::warn!(error = %capstan_kube::describe_kube_error(&e), "cannot list the replicas' Leases");
@@ -147,10 +175,14 @@ impl State {
         };
         let now = Instant::now();
         let present: BTreeSet<String> = leases.iter().map(ResourceExt::name_any).collect();
-        self.observations.retain(&present);
-        let mut live: BTreeSet<String> = BTreeSet::new();
+        self.observations
+            .forget_gone(&present, self.settings.lease_duration * 4, now);
+        // Members: replicas whose Lease is there and live (they get shards); a replica whose Lease
+        // was deleted still counts as live for what it holds until its lease duration has passed.
+        let mut members: BTreeSet<String> = BTreeSet::new();
         let mut shards: BTreeMap<u16, Lease> = BTreeMap::new();
         let mut leader: Option<Lease> = None;
+        let mut durations: BTreeMap<String, Duration> = BTreeMap::new();
         for lease in leases {
             let name = lease.name_any();
             let rv = lease.resource_version().unwrap_or_default();
@@ -161,8 +193,9 @@ impl State {
                 .and_then(|s| s.lease_duration_seconds)
                 .map_or(self.settings.lease_duration, |s| Duration::from_secs(s.max(1) as u64));
             if let Some(id) = name.strip_prefix(MEMBER_PREFIX) {
+                durations.insert(id.to_string(), duration);
                 if self.observations.live(&name, duration, now) {
-                    live.insert(id.to_string());
+                    members.insert(id.to_string());
                 }
             } else if let Some(shard) = leases::shard_of_name(&name) {
                 shards.insert(shard, lease);
@@ -170,9 +203,37 @@ impl State {
                 leader = Some(lease);
             }
         }
-        live.insert(self.settings.id.to_string());
-        let members: Vec<ReplicaId> = live.iter().filter_map(|id| ReplicaId::new(id).ok()).collect();
-        let is_live = |holder: &str| live.contains(holder);
+        members.insert(self.settings.id.to_string());
+        let me = self.settings.id.as_str().to_string();
+        let default_duration = self.settings.lease_duration;
+        let observations = &self.observations;
+        let holder_live = |holder: &str| {
+            holder == me
+                || observations.live(
+                    &format!("{MEMBER_PREFIX}{holder}"),
+                    durations.get(holder).copied().unwrap_or(default_duration),
+                    now,
+                )
+        };
+        let live_holders: BTreeSet<String> = shards
+            .values()
+            .chain(leader.iter())
+            .filter_map(leases::holder)
+            .filter(|h| holder_live(h))
+            .map(str::to_string)
+            .collect();
+        let members: Vec<ReplicaId> = members.iter().filter_map(|id| ReplicaId::new(id).ok()).collect();
+
+        // A held shard whose Lease is gone or names another holder: something outside the protocol
+        // changed it; nothing held can be trusted any more.
+        if self
+            .held
+            .iter()
+            .any(|s| shards.get(s).and_then(leases::holder) != Some(self.settings.id.as_str()))
+        {
+            self.lapse("a held shard's Lease was deleted or names another holder");
+            return;
+        }
 
         // Shards whose reconciles have finished are given back.
         while let Ok(shard) = self.drained_rx.try_recv() {
@@ -184,20 +245,8 @@ impl State {
         let mut gained = Vec::new();
         for shard in 0..SHARDS {
             let desired = owner_of(shard, &members).is_some_and(|m| *m == self.settings.id);
-            let lease = shards.get(&shard);
-            let holder = lease.and_then(leases::holder);
             if self.held.contains(&shard) {
-                if holder != Some(self.settings.id.as_str()) {
-                    // Written by someone else: no longer this replica's.
-                    tracing::warn!(
-                        shard,
-                        holder,
-                        "a held shard's Lease names another holder: stopped working on it"
-                    );
-                    self.held.remove(&shard);
-                    self.draining.remove(&shard);
-                    self.ownership.deactivate(shard);
-                } else if !desired && !self.draining.contains(&shard) {
+                if !desired && !self.draining.contains(&shard) {
                     self.drain(shard);
                 }
                 continue;
@@ -205,84 +254,141 @@ impl State {
             if !desired {
                 continue;
             }
-            let free = holder.is_none_or(|h| h == self.settings.id.as_str() || !is_live(h));
-            if !free {
+            let lease = shards.get(&shard);
+            let holder = lease.and_then(leases::holder);
+            // Free: nobody's, this replica's own (from before a restart: its member Lease was
+            // taken over only once it had expired), or a holder no longer live.
+            if holder.is_some_and(|h| h != self.settings.id.as_str() && live_holders.contains(h)) {
                 continue;
             }
-            let written = match lease {
-                None => {
-                    let new = leases::new_lease(
-                        &leases::shard_name(shard),
-                        "shard",
+            let write = async {
+                match lease {
+                    None => {
+                        let new = leases::new_lease(
+                            &leases::shard_name(shard),
+                            "shard",
+                            Some(&self.settings.id),
+                            self.settings.duration_secs(),
+                        );
+                        leases::create(&self.api, &new).await.map(|l| l.is_some())
+                    }
+                    Some(lease) => leases::write_holder(
+                        &self.api,
+                        lease.clone(),
                         Some(&self.settings.id),
                         self.settings.duration_secs(),
-                    );
-                    leases::create(&self.api, &new).await.map(|l| l.is_some())
+                    )
+                    .await
+                    .map(|_| true),
                 }
-                Some(lease) => leases::write_holder(
-                    &self.api,
-                    lease.clone(),
-                    Some(&self.settings.id),
-                    self.settings.duration_secs(),
-                )
-                .await
-                .map(|_| true),
             };
-            match written {
-                Ok(true) => {
+            match self.bounded("taking a shard", write).await {
+                Some(Ok(true)) => {
                     tracing::info!(shard, previous = holder, "took shard");
                     self.held.insert(shard);
                     gained.push(shard);
                 }
-                Ok(false) => {}
-                Err(e) if leases::is_conflict(&e) => {}
-                Err(e) => tracing::warn!(shard, error = %capstan_kube::describe_kube_error(&e), "cannot take shard"),
+                Some(Ok(false)) | None => {}
+                Some(Err(e)) if leases::is_conflict(&e) => {}
+                Some(Err(e)) => {
+                    tracing::warn!(shard, error = %capstan_kube::describe_kube_error(&e), "cannot take shard")
+                }
             }
         }
         // Only while the ownership is still valid (the writes above took time).
         if self.ownership.valid() {
             self.ownership.activate(&gained);
         } else if !gained.is_empty() {
-            tracing::warn!(shards = gained.len(), "ownership lapsed while taking shards: not working on them");
+            self.lapse("ownership lapsed while taking shards");
+            return;
         }
-        self.lead(leader, &is_live).await;
+        self.lead(leader, &live_holders).await;
     }
 
     /// Renew (or create) this replica's member Lease; whether ownership is valid afterwards.
+    ///
+    /// A renewal keeps ownership only if it was answered before the previous one's validity
+    /// ended (two thirds into the lease, a third before others may take over); a later answer
+    /// means others may already have, so everything is dropped first. A conflict means another
+    /// process writes this replica's Lease (two processes with one identity): everything is
+    /// dropped, and the Lease is written again only once it has stopped changing for a lease
+    /// duration — which is also how a replica restarted after a crash takes its identity back.
     async fn renew(&mut self) -> bool {
         let started = Instant::now();
+        let before = self.ownership.valid_until();
         let name = leases::member_name(&self.settings.id);
-        let result = match self.member.take() {
+        let duration = self.settings.duration_secs();
+        let result = match self.member.clone() {
             Some(lease) => {
-                leases::write_holder(&self.api, lease, Some(&self.settings.id), self.settings.duration_secs()).await
+                self.bounded(
+                    "renewing the member Lease",
+                    leases::write_holder(&self.api, lease, Some(&self.settings.id), duration),
+                )
+                .await
             }
-            None => match self.api.get_opt(&name).await {
-                Ok(Some(lease)) => {
-                    leases::write_holder(&self.api, lease, Some(&self.settings.id), self.settings.duration_secs()).await
+            None => match self.bounded("reading the member Lease", self.api.get_opt(&name)).await {
+                Some(Ok(Some(lease))) => {
+                    let rv = lease.resource_version().unwrap_or_default();
+                    self.observations.observe(&name, &rv, started);
+                    if self.observations.live(&name, self.settings.lease_duration, started) {
+                        tracing::warn!(
+                            replica = %self.settings.id,
+                            "this replica's Lease is renewed by another process (the same --replica-id twice?) or was until recently: waiting for it to expire"
+                        );
+                        return false;
+                    }
+                    self.bounded(
+                        "taking the member Lease",
+                        leases::write_holder(&self.api, lease, Some(&self.settings.id), duration),
+                    )
+                    .await
                 }
-                Ok(None) => {
-                    let new =
-                        leases::new_lease(&name, "member", Some(&self.settings.id), self.settings.duration_secs());
-                    match leases::create(&self.api, &new).await {
-                        Ok(Some(lease)) => Ok(lease),
-                        Ok(None) => return self.ownership.valid(),
-                        Err(e) => Err(e),
+                Some(Ok(None)) => {
+                    let new = leases::new_lease(&name, "member", Some(&self.settings.id), duration);
+                    match self
+                        .bounded("creating the member Lease", leases::create(&self.api, &new))
+                        .await
+                    {
+                        Some(Ok(Some(lease))) => Some(Ok(lease)),
+                        // Created meanwhile by another process with this identity.
+                        Some(Ok(None)) => return false,
+                        Some(Err(e)) => Some(Err(e)),
+                        None => None,
                     }
                 }
-                Err(e) => Err(e),
+                Some(Err(e)) => Some(Err(e)),
+                None => None,
             },
         };
         match result {
-            Ok(lease) => {
+            Some(Ok(lease)) => {
                 self.member = Some(lease);
-                self.ownership.set_valid_until(started + self.settings.valid_for());
-                true
+                if before.is_some_and(|until| Instant::now() >= until) {
+                    self.lapse("the member Lease was renewed too late");
+                }
+                match self.ownership.set_valid_until(started + self.settings.valid_for()) {
+                    Ok(()) => true,
+                    Err(busy) => {
+                        tracing::info!(busy, "waiting for the work begun before the lapse to finish");
+                        false
+                    }
+                }
             }
-            Err(e) => {
-                // Read again next time (a conflict: the Lease changed under this replica).
+            Some(Err(e)) if leases::is_conflict(&e) => {
+                self.member = None;
+                tracing::error!(
+                    replica = %self.settings.id,
+                    "another process wrote this replica's Lease: two controllers have the same --replica-id"
+                );
+                self.lapse("another process wrote this replica's Lease");
+                false
+            }
+            Some(Err(e)) => {
                 tracing::warn!(error = %capstan_kube::describe_kube_error(&e), "cannot renew the member Lease");
+                // Read again next time.
                 self.ownership.valid()
             }
+            None => self.ownership.valid(),
         }
     }
 
@@ -304,52 +410,58 @@ impl State {
         if !self.draining.contains(&shard) || self.ownership.is_active(shard) {
             return;
         }
-        match leases::write_holder(&self.api, lease, None, self.settings.duration_secs()).await {
-            Ok(_) => {
+        let write = leases::write_holder(&self.api, lease, None, self.settings.duration_secs());
+        match self.bounded("giving a shard away", write).await {
+            Some(Ok(_)) => {
                 tracing::info!(shard, "gave shard away");
                 self.held.remove(&shard);
                 self.draining.remove(&shard);
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 tracing::warn!(shard, error = %capstan_kube::describe_kube_error(&e), "cannot give shard away; trying again");
+                let _ = self.drained_tx.send(shard);
+            }
+            None => {
                 let _ = self.drained_tx.send(shard);
             }
         }
     }
 
     /// Keep leading, or take the leader's Lease when it is free or its holder is gone.
-    async fn lead(&mut self, lease: Option<Lease>, is_live: &impl Fn(&str) -> bool) {
+    async fn lead(&mut self, lease: Option<Lease>, live_holders: &BTreeSet<String>) {
         let holder = lease.as_ref().and_then(leases::holder).map(str::to_string);
         let holder = holder.as_deref();
         if self.leading {
             if holder != Some(self.settings.id.as_str()) {
-                tracing::warn!(holder, "the leader's Lease names another holder: no longer leading");
-                self.leading = false;
+                // Written by someone else: as with a held shard, nothing can be trusted.
+                self.lapse("the leader's Lease was deleted or names another holder");
+                return;
             }
-        } else if holder.is_none_or(|h| h == self.settings.id.as_str() || !is_live(h)) {
-            let written = match lease {
-                None => {
-                    let new =
-                        leases::new_lease(LEADER, "leader", Some(&self.settings.id), self.settings.duration_secs());
-                    leases::create(&self.api, &new).await.map(|l| l.is_some())
-                }
-                Some(lease) => {
-                    leases::write_holder(&self.api, lease, Some(&self.settings.id), self.settings.duration_secs())
+        } else if holder.is_none_or(|h| h == self.settings.id.as_str() || !live_holders.contains(h)) {
+            let duration = self.settings.duration_secs();
+            let write = async {
+                match lease {
+                    None => {
+                        let new = leases::new_lease(LEADER, "leader", Some(&self.settings.id), duration);
+                        leases::create(&self.api, &new).await.map(|l| l.is_some())
+                    }
+                    Some(lease) => leases::write_holder(&self.api, lease, Some(&self.settings.id), duration)
                         .await
-                        .map(|_| true)
+                        .map(|_| true),
                 }
             };
-            match written {
-                Ok(taken) => {
+            match self.bounded("taking the leader's Lease", write).await {
+                Some(Ok(taken)) => {
                     if taken {
                         tracing::info!(previous = holder, "leading");
                     }
                     self.leading = taken;
                 }
-                Err(e) if leases::is_conflict(&e) => {}
-                Err(e) => {
+                Some(Err(e)) if leases::is_conflict(&e) => {}
+                Some(Err(e)) => {
                     tracing::warn!(error = %capstan_kube::describe_kube_error(&e), "cannot take the leader's Lease")
                 }
+                None => {}
             }
         }
         self.ownership.set_leader(self.leading && self.ownership.valid());
@@ -372,20 +484,23 @@ impl State {
             names.push(LEADER.to_string());
         }
         for name in names {
-            match self.api.get_opt(&name).await {
-                Ok(Some(lease)) if leases::holder(&lease) == Some(self.settings.id.as_str()) => {
-                    if let Err(e) = leases::write_holder(&self.api, lease, None, self.settings.duration_secs()).await {
+            match self.bounded("reading a Lease", self.api.get_opt(&name)).await {
+                Some(Ok(Some(lease))) if leases::holder(&lease) == Some(self.settings.id.as_str()) => {
+                    let write = leases::write_holder(&self.api, lease, None, self.settings.duration_secs());
+                    if let Some(Err(e)) = self.bounded("giving a Lease back", write).await {
                         tracing::warn!(lease = name, error = %capstan_kube::describe_kube_error(&e), "cannot give the Lease back");
                     }
                 }
-                Ok(_) => {}
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::warn!(lease = name, error = %capstan_kube::describe_kube_error(&e), "cannot read the Lease")
                 }
+                _ => {}
             }
         }
         let rv = self.member.as_ref().and_then(ResourceExt::resource_version);
-        if let Err(e) = leases::delete(&self.api, &leases::member_name(&self.settings.id), rv).await {
+        let member = leases::member_name(&self.settings.id);
+        let delete = leases::delete(&self.api, &member, rv);
+        if let Some(Err(e)) = self.bounded("deleting the member Lease", delete).await {
             tracing::warn!(error = %capstan_kube::describe_kube_error(&e), "cannot delete the member Lease");
         }
         tracing::info!(replica = %self.settings.id, "left: shards and leadership given back");

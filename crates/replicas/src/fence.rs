@@ -8,6 +8,8 @@
 //! A tower service around [`kube::Client::send`], like `capstan_kube::impersonating`, sharing the
 //! client's connections.
 
+use std::time::Instant;
+
 use http::Method;
 use http::header::{HeaderValue, USER_AGENT};
 
@@ -53,21 +55,37 @@ fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube
             request.headers_mut().entry(USER_AGENT).or_insert_with(|| agent.clone());
         }
         async move {
-            let method = request.method();
+            let method = request.method().clone();
             let safe = method == Method::GET || method == Method::HEAD || method == Method::OPTIONS;
-            if !safe && fence.is_some_and(|f| !f.valid()) {
+            let refused = |path: String| {
                 let refused = Fenced {
-                    replica,
+                    replica: replica.clone(),
                     method: method.clone(),
-                    path: request.uri().path().to_string(),
+                    path,
                 };
                 tracing::warn!(%refused, "write refused");
-                return Err(Box::new(refused) as Box<dyn std::error::Error + Send + Sync>);
+                Box::new(refused) as Box<dyn std::error::Error + Send + Sync>
+            };
+            let deadline = match (&fence, safe) {
+                (Some(f), false) => match f.valid_until().filter(|until| Instant::now() < *until) {
+                    Some(until) => Some(until),
+                    None => return Err(refused(request.uri().path().to_string())),
+                },
+                _ => None,
+            };
+            let path = request.uri().path().to_string();
+            let sent = inner.send(request);
+            match deadline {
+                // A write still unanswered when ownership ends is abandoned (the API server may
+                // yet apply it: only a request already sent can land late).
+                Some(until) => match tokio::time::timeout_at(until.into(), sent).await {
+                    Ok(answer) => answer.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
+                    Err(_) => Err(refused(path)),
+                },
+                None => sent
+                    .await
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
             }
-            inner
-                .send(request)
-                .await
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
         }
     });
     kube::Client::new(service, client.default_namespace().to_string())

@@ -38,4 +38,4 @@ pub mod status;
 pub use coordinator::{Coordinator, Settings};
 pub use hashing::SHARDS;
 pub use identity::ReplicaId;
-pub use ownership::{Ownership, Permit};
+pub use ownership::{LeaderPermit, Ownership, Permit};

@@ -2,7 +2,9 @@
 //! replica last saw its Lease change (its `resourceVersion`), on this replica's monotonic clock.
 //! The renew times written in the Lease come from the other replica's clock and are only shown,
 //! never compared, so clocks that disagree by seconds do not matter. A Lease first seen counts as
-//! just renewed: a replica that starts gives every existing member a full lease duration.
+//! just renewed: a replica that starts gives every existing member a full lease duration. A Lease
+//! that disappears (deleted by hand) still counts until a lease duration after it last changed: its
+//! replica may still be working.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -30,9 +32,11 @@ impl Observations {
         }
     }
 
-    /// Forget Leases not in `present` (deleted).
-    pub fn retain(&mut self, present: &std::collections::BTreeSet<String>) {
-        self.seen.retain(|name, _| present.contains(name));
+    /// Forget Leases that last changed more than `horizon` before `now` and are not in `present`
+    /// (deleted long ago).
+    pub fn forget_gone(&mut self, present: &std::collections::BTreeSet<String>, horizon: Duration, now: Instant) {
+        self.seen
+            .retain(|name, (_, since)| present.contains(name) || now.saturating_duration_since(*since) < horizon);
     }
 
     /// Whether Lease `name`, of duration `duration`, was seen to change within `duration` before
@@ -62,7 +66,11 @@ mod tests {
         // A new version does.
         o.observe("a", "2", t0 + Duration::from_secs(16));
         assert!(o.live("a", d, t0 + Duration::from_secs(30)));
-        o.retain(&Default::default());
-        assert!(!o.live("a", d, t0 + Duration::from_secs(17)), "deleted");
+        // Deleted: still live until a lease duration after its last change, then forgotten.
+        let t1 = t0 + Duration::from_secs(17);
+        o.forget_gone(&Default::default(), d, t1);
+        assert!(o.live("a", d, t1), "deleted a second ago: its replica may still work");
+        o.forget_gone(&Default::default(), d, t0 + Duration::from_secs(40));
+        assert!(!o.live("a", d, t0 + Duration::from_secs(40)));
     }
 }

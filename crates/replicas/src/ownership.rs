@@ -19,6 +19,11 @@ struct Inner {
     in_flight: Vec<u32>,
     /// Until when this replica's member Lease is its own (`None`: not now).
     valid_until: Option<Instant>,
+    /// Ownership lapsed and the work begun before it has not all finished: ownership is not
+    /// valid again until it has (its writes are refused meanwhile, so it ends soon).
+    lapsed: bool,
+    /// Runs of the leader's controllers in flight ([`LeaderPermit`]).
+    leading_runs: u32,
 }
 
 /// This replica's ownership. Cheap to clone (an `Arc` inside).
@@ -38,6 +43,19 @@ pub struct Ownership {
 pub struct Permit {
     ownership: Ownership,
     shard: u16,
+}
+
+/// Held while the leader's controllers run ([`Ownership::leading_run`]).
+#[derive(Debug)]
+pub struct LeaderPermit {
+    ownership: Ownership,
+}
+
+impl Drop for LeaderPermit {
+    fn drop(&mut self) {
+        let mut inner = self.ownership.lock();
+        inner.leading_runs = inner.leading_runs.saturating_sub(1);
+    }
 }
 
 impl Drop for Permit {
@@ -60,6 +78,8 @@ impl Ownership {
                 active: vec![false; usize::from(SHARDS)],
                 in_flight: vec![0; usize::from(SHARDS)],
                 valid_until: None,
+                lapsed: false,
+                leading_runs: 0,
             })),
             finished: Arc::new(Notify::new()),
             leader: Arc::new(watch::channel(false).0),
@@ -129,18 +149,45 @@ impl Ownership {
         self.settled.send_replace(true);
     }
 
-    pub(crate) fn set_valid_until(&self, until: Instant) {
-        self.lock().valid_until = Some(until);
+    /// Until when ownership is valid now.
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        self.lock().valid_until
     }
 
-    /// Ownership lapsed (the member Lease could not be renewed in time): nothing is owned, no
-    /// write is allowed, and this replica does not lead.
+    /// Ownership is valid until `until`. After a lapse it stays invalid (and this returns the
+    /// number of reconciles and leader runs still going) until all the work begun before the lapse
+    /// has finished: a reconcile that was running when the process froze must not write again.
+    pub(crate) fn set_valid_until(&self, until: Instant) -> Result<(), u32> {
+        let mut inner = self.lock();
+        if inner.lapsed {
+            let busy = inner.in_flight.iter().sum::<u32>() + inner.leading_runs;
+            if busy > 0 {
+                return Err(busy);
+            }
+            inner.lapsed = false;
+        }
+        inner.valid_until = Some(until);
+        Ok(())
+    }
+
+    /// Ownership lapsed (the member Lease could not be renewed in time, or another process wrote
+    /// it): nothing is owned, no write is allowed, and this replica does not lead.
     pub(crate) fn lapse(&self) {
         let mut inner = self.lock();
         inner.valid_until = None;
+        inner.lapsed = true;
         inner.active.iter_mut().for_each(|a| *a = false);
         drop(inner);
         self.leader.send_replace(false);
+    }
+
+    /// Held while the leader's controllers run: after a lapse, ownership is valid again only once
+    /// they have stopped.
+    pub fn leading_run(&self) -> LeaderPermit {
+        self.lock().leading_runs += 1;
+        LeaderPermit {
+            ownership: self.clone(),
+        }
     }
 
     pub(crate) fn activate(&self, shards: &[u16]) {
@@ -185,7 +232,7 @@ impl Ownership {
     /// Own everything at once, without Leases, until `until` (unit tests of this crate).
     #[cfg(test)]
     fn own_all(&self, until: Instant) {
-        self.set_valid_until(until);
+        let _ = self.set_valid_until(until);
         self.activate(&(0..SHARDS).collect::<Vec<_>>());
     }
 }
@@ -221,21 +268,37 @@ mod tests {
         assert!(!o.valid());
         assert!(o.shards().is_empty());
     }
-}
 
-#[cfg(test)]
-mod gained_tests {
-    use std::time::Duration;
-
-    use super::*;
+    #[test]
+    fn after_a_lapse_ownership_waits_for_the_work_begun_before_it() {
+        let o = Ownership::new(ReplicaId::new("r").expect("an id"));
+        o.own_all(Instant::now() + Duration::from_secs(60));
+        let running = o.enter("ns", "a").expect("owned");
+        let leading = o.leading_run();
+        o.lapse();
+        assert!(!o.valid(), "nothing is written once lapsed");
+        assert_eq!(o.set_valid_until(Instant::now() + Duration::from_secs(60)), Err(2));
+        assert!(
+            !o.valid(),
+            "a renewal does not reopen the fence for the reconcile that was running"
+        );
+        drop(running);
+        assert_eq!(o.set_valid_until(Instant::now() + Duration::from_secs(60)), Err(1));
+        drop(leading);
+        assert_eq!(o.set_valid_until(Instant::now() + Duration::from_secs(60)), Ok(()));
+        assert!(o.valid());
+        assert!(o.shards().is_empty(), "shards are taken again through the Leases");
+    }
 
     #[tokio::test]
     async fn gains_reach_the_receiver() {
         let o = Ownership::new(ReplicaId::new("r").expect("an id"));
         let mut rx = o.gained().expect("the receiver");
         assert!(o.gained().is_none(), "taken once");
-        o.clone().activate(&[3, 4]);
-        let got = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await.expect("in time");
+        o.activate(&[3, 4]);
+        let got = tokio::time::timeout(Duration::from_secs(1), rx.recv())
+            .await
+            .expect("in time");
         assert_eq!(got, Some(vec![3, 4]));
     }
 }

@@ -295,7 +295,11 @@ where
                 _ = lost.wait_for(|l| !*l) => tracing::warn!("no longer leading: stopping the ApplicationSet and image update controllers"),
             }
         };
-        work(until.boxed()).await?;
+        // After a lapse, ownership is valid again only once this run has stopped.
+        let running = ownership.leading_run();
+        let result = work(until.boxed()).await;
+        drop(running);
+        result?;
         if *stop_rx.borrow() {
             return Ok(());
         }

@@ -58,7 +58,13 @@ pub async fn reconcile(app: Arc<Application>, ctx: Arc<Ctx>) -> Result<Action, R
     let _permit = match &ctx.config.ownership {
         Some(ownership) => match ownership.enter(&app.namespace().unwrap_or_default(), &app.name_any()) {
             Some(permit) => Some(permit),
-            None => return Ok(Action::await_change()),
+            None => {
+                // Nor does it poll its repository or watch its objects here.
+                let app_ref = ObjectRef::from_obj(&*app);
+                ctx.pollers.forget(&app_ref);
+                ctx.pipeline.clusters.forget(&app_ref);
+                return Ok(Action::await_change());
+            }
         },
         None => None,
     };
