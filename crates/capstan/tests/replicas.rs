@@ -297,16 +297,23 @@ fn replay(log: &Path, ns: &str, dest: &str) -> Replay {
     out
 }
 
-fn git_repo(git: &GitServer) -> String {
-    git.create_repo("fleet").expect("a repository");
-    git.git_url("fleet")
-}
+/// Capstan's namespace on the test's plane.
+const NAMESPACE: &str = "capstan";
+/// Where the Applications deploy.
+const DEST: &str = "fleet";
 
-fn setup_namespaces(kc: &str, ns: &str, dest: &str) {
-    let out = capstan(kc, &["install", "-n", ns]);
+/// An audited control plane with Capstan installed in [`NAMESPACE`] and [`DEST`] created, and a git
+/// server with the repository `fleet`: the plane, the server, the kubeconfig and the repository URL.
+async fn start() -> anyhow::Result<(TestCluster, GitServer, String, String)> {
+    let (cluster, git) = tokio::try_join!(TestCluster::start_audited(), GitServer::start())?;
+    let kc = cluster.kubeconfig().to_string_lossy().into_owned();
+    let out = capstan(&kc, &["install", "-n", NAMESPACE]);
     assert!(out.status.success(), "{}", text(&out));
-    let out = common::kubectl(kc, &["create", "namespace", dest]);
+    let out = common::kubectl(&kc, &["create", "namespace", DEST]);
     assert!(out.status.success(), "{}", text(&out));
+    git.create_repo("fleet")?;
+    let repo = git.git_url("fleet");
+    Ok((cluster, git, kc, repo))
 }
 
 /// The "three replicas share 2,000 Applications": every Application is synced, each by
@@ -314,12 +321,8 @@ fn setup_namespaces(kc: &str, ns: &str, dest: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_2000_applications_each_written_by_the_holder_of_its_shard() -> anyhow::Result<()> {
     const N: usize = 2000;
-    let (cluster, git) = tokio::try_join!(TestCluster::start_audited(), GitServer::start())?;
-    let kc = cluster.kubeconfig().to_string_lossy().into_owned();
-    let ns = "capstan";
-    let dest = "fleet";
-    setup_namespaces(&kc, ns, dest);
-    let repo = git_repo(&git);
+    let (cluster, git, kc, repo) = start().await?;
+    let (ns, dest) = (NAMESPACE, DEST);
     let revision = commit(&git, N, "one");
     let dir = tempfile::tempdir()?;
     let ids = ["r0", "r1", "r2"];
@@ -374,12 +377,8 @@ async fn three_replicas_share_2000_applications_each_written_by_the_holder_of_it
 async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leaving_one_hands_over() -> anyhow::Result<()>
 {
     const N: usize = 60;
-    let (cluster, git) = tokio::try_join!(TestCluster::start_audited(), GitServer::start())?;
-    let kc = cluster.kubeconfig().to_string_lossy().into_owned();
-    let ns = "capstan";
-    let dest = "fleet";
-    setup_namespaces(&kc, ns, dest);
-    let repo = git_repo(&git);
+    let (cluster, git, kc, repo) = start().await?;
+    let (ns, dest) = (NAMESPACE, DEST);
     commit(&git, N, "zero");
     let dir = tempfile::tempdir()?;
     let ids = ["r0", "r1"];

@@ -3,8 +3,11 @@
 
 use std::fmt;
 
+/// Prefix of a replica's member Lease's name; the rest is its identity.
+pub const MEMBER_PREFIX: &str = "capstan-replica-";
+
 /// The longest identity: the member Lease's name (`capstan-replica-` + id) must stay a label.
-const MAX_LEN: usize = 63 - crate::leases::MEMBER_PREFIX.len();
+const MAX_LEN: usize = 63 - MEMBER_PREFIX.len();
 
 /// Why an identity is refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -10,8 +10,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 
 use crate::identity::ReplicaId;
 
-/// Prefix of a member Lease's name; the rest is the replica's identity.
-pub const MEMBER_PREFIX: &str = "capstan-replica-";
+pub use crate::identity::MEMBER_PREFIX;
 /// Prefix of a shard Lease's name; the rest is the shard's number, two digits.
 pub const SHARD_PREFIX: &str = "capstan-shard-";
 /// The leader's Lease.

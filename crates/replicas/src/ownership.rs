@@ -114,7 +114,7 @@ impl Ownership {
         })
     }
 
-    /// Whether this replica's member Lease is its own now: writes are allowed ([`crate::fence`]).
+    /// Whether this replica's member Lease is its own now: writes are allowed (the fence of fenced clients is open).
     pub fn valid(&self) -> bool {
         self.lock().valid_until.is_some_and(|until| Instant::now() < until)
     }
