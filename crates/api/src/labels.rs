@@ -15,6 +15,10 @@ pub const SYNC_WAVE: &str = "capstan.dev/sync-wave";
 pub const HOOK: &str = "capstan.dev/hook";
 /// When to delete a hook: HookSucceeded, HookFailed, BeforeHookCreation.
 pub const HOOK_DELETE_POLICY: &str = "capstan.dev/hook-delete-policy";
+/// Which run of an operation created a hook object (the operation's start time, kept when it
+/// resumes): a resumed operation adopts the hook its interrupted run created instead of running it
+/// again.
+pub const HOOK_RUN: &str = "capstan.dev/hook-run";
 /// Per-object sync options, comma separated (`Prune=false`, `Replace=true`, ...).
 pub const SYNC_OPTIONS: &str = "capstan.dev/sync-options";
 /// Per-object compare options, comma separated (`IgnoreExtraneous`).

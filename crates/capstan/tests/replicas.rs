@@ -274,7 +274,8 @@ fn replay(log: &Path, ns: &str, dest: &str) -> Replay {
         let app = match resource {
             "applications" if namespace == ns => name,
             "configmaps" if namespace == dest => name,
-            "jobs" if namespace == dest => name.trim_end_matches("-pre").to_string(),
+            // Hook Jobs are named APP-pre or APP-pre-REVISION.
+            "jobs" if namespace == dest => name.split("-pre").next().unwrap_or_default().to_string(),
             _ => continue,
         };
         if resource == "applications" && uri.contains("fieldManager=capstan-applicationset") {
@@ -515,5 +516,129 @@ async fn a_frozen_replica_writes_nothing_after_its_shards_are_taken_and_a_leavin
         log_of(dir.path(), "r1")
     );
     drop(r1);
+    Ok(())
+}
+
+/// Each Application's directory at revision `value`: a ConfigMap, and a PreSync hook Job named for
+/// the revision (it runs for 3 s), so that every run of a revision's hook is a create of that name
+/// and a second run would first delete it.
+fn hooked_files(n: usize, value: &str) -> Vec<(String, String)> {
+    let mut out = files(n, value);
+    for i in 0..n {
+        out.push((
+            format!("apps/app-{i:04}/hook.yaml"),
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: app-{i:04}-pre-{value}\n  annotations: {{capstan.dev/hook: PreSync}}\n\
+                 spec:\n  backoffLimit: 0\n  template:\n    metadata: {{annotations: {{capstan.dev/simulate: \"delay=3\"}}}}\n    spec: {{restartPolicy: Never, containers: [{{name: check, image: busybox}}]}}\n"
+            ),
+        ));
+    }
+    out
+}
+
+/// A small xorshift generator: the test prints its seed, so a failing order of kills can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Issue 31's SIGKILL case: two replicas, 20 commits, and after each a replica killed with SIGKILL at
+/// a random moment (before its poll saw the commit, during a hook, between waves) and started again
+/// with its identity. In the end every Application is Synced and Healthy at the last revision; no
+/// hook ran twice (a resumed operation adopts the hook Job its interrupted run created: no hook Job
+/// was deleted or created twice); no ConfigMap was deleted; and no write came from a replica that did
+/// not hold the shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_killed_at_random_moments_leave_every_application_synced_and_no_hook_run_twice() -> anyhow::Result<()>
+{
+    const N: usize = 8;
+    let (cluster, git, kc, repo) = start().await?;
+    let (ns, dest) = (NAMESPACE, DEST);
+    let commit_hooked = |value: &str| {
+        let files = hooked_files(N, value);
+        let refs: Vec<(&str, Option<&str>)> = files.iter().map(|(p, c)| (p.as_str(), Some(c.as_str()))).collect();
+        git.commit("fleet", "main", &refs, value).expect("a commit")
+    };
+    commit_hooked("v0");
+    let dir = tempfile::tempdir()?;
+    let ids = ["r0", "r1"];
+    let mut replicas: Vec<Replica> = ids.iter().map(|id| start_replica(&kc, ns, id, 4, dir.path())).collect();
+    until("two replicas holding every shard", Duration::from_secs(60), || {
+        let s = shares(&status(&kc, ns));
+        s.len() == 2 && s.values().map(|v| v.0).sum::<usize>() == 32
+    });
+    let client = cluster.client().await?;
+    let apps: Api<Application> = Api::namespaced(client.clone(), ns);
+    create_apps(&apps, ns, N, &repo, dest).await;
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    eprintln!("kill order seed: {seed}");
+    let mut rng = Rng(seed);
+    let mut last = String::new();
+    for k in 1..=20 {
+        last = commit_hooked(&format!("v{k}"));
+        tokio::time::sleep(Duration::from_millis(rng.below(3000))).await;
+        let victim = rng.below(2) as usize;
+        signal(&replicas[victim].child, nix::sys::signal::Signal::SIGKILL);
+        let _ = replicas[victim].child.wait();
+        replicas[victim] = start_replica(&kc, ns, ids[victim], 4, dir.path());
+    }
+    all_synced(&apps, N, &last, Duration::from_secs(400), dir.path(), &ids).await;
+
+    let replay = replay(&cluster.audit_log(), ns, dest);
+    assert!(
+        replay.violations.is_empty(),
+        "{:#?}",
+        &replay.violations[..replay.violations.len().min(10)]
+    );
+    // Every write to the hook Jobs and ConfigMaps, from the audit log.
+    let text = std::fs::read_to_string(cluster.audit_log())?;
+    let mut created: BTreeMap<String, usize> = BTreeMap::new();
+    let mut deleted = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let object = &event["objectRef"];
+        if event["stage"] != "ResponseComplete" || object["namespace"] != dest {
+            continue;
+        }
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        let name = object["name"].as_str().unwrap_or_default().to_string();
+        let resource = object["resource"].as_str().unwrap_or_default();
+        let verb = event["verb"].as_str().unwrap_or_default();
+        let by_replica = replica_of(event["userAgent"].as_str().unwrap_or_default()).is_some();
+        if !by_replica || !(200..300).contains(&code) {
+            continue;
+        }
+        if verb == "delete" && (resource == "jobs" || resource == "configmaps") {
+            deleted.push(format!("{resource}/{name}"));
+        }
+        // A server-side apply that creates answers 201.
+        if resource == "jobs" && code == 201 {
+            *created.entry(name).or_default() += 1;
+        }
+    }
+    assert!(deleted.is_empty(), "nothing deleted: {deleted:?}");
+    let twice: Vec<_> = created.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "hooks created more than once: {twice:?}");
+    for i in 0..N {
+        let hook = format!("app-{i:04}-pre-v20");
+        assert_eq!(
+            created.get(&hook),
+            Some(&1),
+            "the last revision's hook ran once: {hook}"
+        );
+    }
+    drop(replicas);
     Ok(())
 }

@@ -251,11 +251,21 @@ impl State {
                 }
                 continue;
             }
-            if !desired {
-                continue;
-            }
             let lease = shards.get(&shard);
             let holder = lease.and_then(leases::holder);
+            if !desired {
+                // Held by this identity's previous process (it died; its member Lease had expired
+                // before this one took it): given back, or its holder would seem live forever.
+                if let (Some(lease), Some(h)) = (lease, holder)
+                    && h == self.settings.id.as_str()
+                {
+                    let write = leases::write_holder(&self.api, lease.clone(), None, self.settings.duration_secs());
+                    if let Some(Ok(_)) = self.bounded("giving back a shard of a previous process", write).await {
+                        tracing::info!(shard, "gave back a shard this identity's previous process held");
+                    }
+                }
+                continue;
+            }
             // Free: nobody's, this replica's own (from before a restart: its member Lease was
             // taken over only once it had expired), or a holder no longer live.
             if holder.is_some_and(|h| h != self.settings.id.as_str() && live_holders.contains(h)) {

@@ -114,6 +114,7 @@ pub async fn run(
         selected: plan.selected,
         wave_timeout: ctx.config.wave_timeout,
         completed_hooks,
+        run: op_state.started_at.clone(),
         writes: work_state.destination.sync_writes.clone(),
         own_writes: work_state.destination.own_writes.clone(),
         health: ctx.pipeline.health.current(),

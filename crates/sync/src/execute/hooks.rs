@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use capstan_api::labels::HOOK_RUN;
 use capstan_compare::ResourceState;
 use capstan_compare::diff::FIELD_MANAGER;
 use capstan_compare::normalize::owner;
@@ -47,6 +48,18 @@ pub(super) async fn run_hook(
     let Some(desired) = &state.desired else { return Ok(None) };
     let policies = annotations::delete_policies(desired);
     let api = api_for(client, state, &state.key.namespace);
+    let mut desired = desired.clone();
+    if !opts.run.is_empty()
+        && let Some(meta) = desired.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(HOOK_RUN.to_string(), Value::String(opts.run.clone()));
+        }
+    }
+    let desired = &desired;
     let generate = desired
         .get("metadata")
         .and_then(|m| m.get("name"))
@@ -56,6 +69,13 @@ pub(super) async fn run_hook(
         let obj: DynamicObject = serde_json::from_value(desired.clone())?;
         let created = api.create(&PostParams::default(), &obj).await?;
         created.metadata.name.unwrap_or_default()
+    } else if adoptable(&api, state, desired, &opts.run).await? {
+        // Created by the interrupted run of this very operation: waited for, not run again.
+        report(format!(
+            "adopting hook {}/{} of the interrupted run",
+            state.key.kind, state.key.name
+        ));
+        state.key.name.clone()
     } else {
         let name = state.key.name.clone();
         if policies.contains(&DeletePolicy::BeforeHookCreation) {
@@ -125,6 +145,29 @@ pub(super) async fn run_hook(
             Err(err)
         }
     }
+}
+
+/// Whether the live hook `state` names was created by this operation's run `run` (an interrupted
+/// run of it: the controller stopped or died, or another replica took over) for this Application.
+async fn adoptable(
+    api: &Api<DynamicObject>,
+    state: &ResourceState,
+    desired: &Value,
+    run: &str,
+) -> Result<bool, SyncError> {
+    if run.is_empty() {
+        return Ok(false);
+    }
+    let Some(live) = api.get_opt(&state.key.name).await? else {
+        return Ok(false);
+    };
+    let live = serde_json::to_value(live)?;
+    let same_run = live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(HOOK_RUN))
+        .and_then(Value::as_str)
+        == Some(run);
+    Ok(same_run && owner(desired).is_some() && owner(&live) == owner(desired))
 }
 
 /// Delete the hooks that succeeded and whose policy says `HookSucceeded`, once the operation has

@@ -41,6 +41,11 @@ pub struct ExecuteOptions {
     pub wave_timeout: Duration,
     /// Hook tasks (`PHASE:KEY`) already completed by an interrupted run of this operation.
     pub completed_hooks: HashSet<String>,
+    /// This operation's run (its start time, kept when it resumes after a controller restart or
+    /// on another replica): written on every hook it creates (`capstan.dev/hook-run`), so that a
+    /// resumed run adopts a named hook its interrupted run created — still running or done —
+    /// instead of deleting and running it again. Empty: hooks are never adopted.
+    pub run: String,
     /// The write requests (applies, prunes, validations) in flight to the destination, shared by
     /// the syncs of every Application that deploys there: at most [`PARALLELISM`].
     pub writes: Arc<Semaphore>,
@@ -64,6 +69,7 @@ impl Default for ExecuteOptions {
             selected: Vec::new(),
             wave_timeout: Duration::from_secs(600),
             completed_hooks: HashSet::new(),
+            run: String::new(),
             writes: Arc::new(Semaphore::new(PARALLELISM)),
             own_writes: OwnWrites::default(),
             health: HealthRules::default(),
