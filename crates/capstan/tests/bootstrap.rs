@@ -60,7 +60,7 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
     let password_file = password_file.to_string_lossy().to_string();
     let host = registry.host();
     let first = common::push_image(&format!("{host}/capstan:1.0"));
-    let bootstrap = |extra: &[&str]| {
+    let bootstrap_with = |password_file: &str, extra: &[&str]| {
         let mut args = vec![
             "bootstrap",
             "--repo",
@@ -73,7 +73,7 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
             "--username",
             USER,
             "--password-file",
-            &password_file,
+            password_file,
         ]
         .into_iter()
         .map(String::from)
@@ -82,6 +82,7 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         capstan(&kc, &args)
     };
+    let bootstrap = |extra: &[&str]| bootstrap_with(&password_file, extra);
     let head = || run_git(&git.repo_path("fleet"), &["rev-parse", "main"]);
     let initial = head()?;
 
@@ -105,23 +106,7 @@ async fn bootstrap_makes_a_hub_that_manages_and_upgrades_itself_from_git() -> an
     );
     let wrong = work.path().join("wrong");
     std::fs::write(&wrong, "not-the-password")?;
-    let out = capstan(
-        &kc,
-        &[
-            "bootstrap",
-            "--repo",
-            &repo,
-            "--path",
-            "clusters/hub",
-            "--image",
-            &format!("{host}/capstan:1.0"),
-            "--plain-http",
-            "--username",
-            USER,
-            "--password-file",
-            &wrong.to_string_lossy(),
-        ],
-    );
+    let out = bootstrap_with(&wrong.to_string_lossy(), &[]);
     assert!(
         !out.status.success(),
         "a repository Capstan cannot write to: {}",

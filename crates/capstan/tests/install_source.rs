@@ -4,6 +4,8 @@
 //! plane; and the controller's health listener (its Pod's probes) answers `/healthz`, `/readyz` once
 //! its watch has listed, and `/metrics`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -253,15 +255,7 @@ async fn capstan_install_applies_exactly_the_printed_objects_and_the_controller_
             .stderr(std::fs::File::create(&log)?)
             .spawn()?,
     );
-    let get = |path: &str| -> Option<(u16, String)> {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        let mut answer = agent.get(&format!("http://127.0.0.1:{port}{path}")).call().ok()?;
-        let status = answer.status().as_u16();
-        Some((status, answer.body_mut().read_to_string().unwrap_or_default()))
-    };
+    let get = |path: &str| common::apps::get(port, path);
     let deadline = Instant::now() + Duration::from_secs(60);
     let ready = loop {
         if let Some((200, body)) = get("/readyz") {
