@@ -13,6 +13,10 @@
 #   bash scripts/setup.sh --with-legacy-kube  also Kubernetes v1.20.2 (the older route; `make test`
 #                                             runs a smoke subset of the suite on it); implies
 #                                             --with-test-tools
+#   bash scripts/setup.sh --with-bench-tools  also what only the benchmarks run (never the test suite):
+#                                             Flux's source-controller and kustomize-controller and
+#                                             their CRDs, for the side-by-side scaling benchmark
+#                                             (docs/flux-side-by-side.md)
 #
 # Every version is pinned in scripts/versions.env. Idempotent: each step checks its cached result
 # first, so a second run with a warm cache takes about a second. Results go under "$CAPSTAN_CACHE"
@@ -52,6 +56,12 @@
 #                                       web UI's end-to-end tests drive headless Chromium through them)
 #   oidc/node_modules/oidc-provider     npm package oidc-provider: a real OpenID Connect provider
 #                                       the single sign-on tests run on loopback (never in production)
+#   bin/flux-source-controller,         github.com/fluxcd/source-controller and kustomize-controller
+#     bin/flux-kustomize-controller     (--with-bench-tools) from the Go module proxy, each in a
+#                                       throwaway module carrying the non-local `replace` lines of
+#                                       the controller's own go.mod
+#   flux/crds/*.yaml, flux/crds/VERSIONS  those two modules' config/crd/bases, and the versions they
+#                                       came from
 #   go/mod                              the Go module cache of those builds (reused by later builds)
 #   npm/node_modules/typescript,        npm packages typescript, openapi-typescript and lit-html: the
 #     openapi-typescript, lit-html      web UI's checks (`make lint-ui`, scripts/ui-tools.sh)
@@ -71,12 +81,14 @@ mkdir -p "$BIN"
 WITH_LEGACY=0
 WITH_TEST_TOOLS=0
 WITH_IMAGE_TOOLS=0
+WITH_BENCH_TOOLS=0
 for arg in "$@"; do
   case "$arg" in
+    --with-bench-tools) WITH_BENCH_TOOLS=1 ;;
     --with-test-tools) WITH_TEST_TOOLS=1; WITH_IMAGE_TOOLS=1 ;;
     --with-image-tools) WITH_IMAGE_TOOLS=1 ;;
     --with-legacy-kube) WITH_LEGACY=1; WITH_TEST_TOOLS=1; WITH_IMAGE_TOOLS=1 ;;
-    *) printf 'setup: error: unknown argument %s (known: --with-test-tools, --with-image-tools, --with-legacy-kube)\n' "$arg" >&2; exit 2 ;;
+    *) printf 'setup: error: unknown argument %s (known: --with-test-tools, --with-image-tools, --with-legacy-kube, --with-bench-tools)\n' "$arg" >&2; exit 2 ;;
   esac
 done
 # Selecting the older release for a run also means it must be there.
@@ -222,6 +234,7 @@ step_helm() {
 #   Builds each PACKAGE (default: MODULE itself) of MODULE@VERSION into DEST_DIR, in a throwaway module
 #   under "$CACHE/go/work" (never in the repository) that requires MODULE at VERSION. Extra go.mod lines
 #   (e.g. `replace` directives) are read from the GO_MOD_EXTRA variable; GO_LDFLAGS adds linker flags.
+#   GO_TIDY_FLAGS adds flags to `go mod tidy` (the Flux step: -e).
 #   The module cache ("$CACHE/go/mod") is kept for later builds; the build cache is removed afterwards.
 #   The checksum database is not among the registries these machines reach, so GOSUMDB is off: the
 #   modules come from the configured module proxy over HTTPS, at the exact versions in versions.env.
@@ -248,7 +261,8 @@ go_build() {
     export GOFLAGS=-mod=mod GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
     export GOMODCACHE="$CACHE/go/mod" GOCACHE="$work/gocache" GOTMPDIR="$work/tmp"
     mkdir -p "$GOTMPDIR"
-    go mod tidy >"$work/tidy.log" 2>&1 || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
+    # shellcheck disable=SC2086 # GO_TIDY_FLAGS: words of their own (e.g. -e)
+    go mod tidy ${GO_TIDY_FLAGS:-} >"$work/tidy.log" 2>&1 || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
     log "go: modules of $module@$version ready in $(($(date +%s) - t0)) s; building ${pkgs[*]##*/}"
     go build -trimpath -ldflags "-s -w ${GO_LDFLAGS:-}" -o "$dest/" "${pkgs[@]}" >"$work/build.log" 2>&1 ||
       { tail -n 40 "$work/build.log" >&2; exit 1; }
@@ -378,6 +392,100 @@ step_sops() {
   install -m 0755 "$d/sops" "$BIN/sops"
   rm -rf "$d"
   log "sops: $("$BIN/sops" --version --disable-version-check 2>&1 | head -n1)"
+}
+
+# --- Flux's source-controller and kustomize-controller (--with-bench-tools) --------------------------
+# Only the scaling benchmark runs them (crates/bench/src/flux.rs, docs/flux-side-by-side.md), never the
+# test suite. Each controller is built by go_build in its own throwaway module (so that neither moves
+# the other's dependencies), which carries the `replace` lines of the controller's go.mod that point at
+# other modules; the ones pointing into the controller's own tree (its `./api` module) are left out,
+# the `require` of that api module at the same version standing for them. FLUX_*_VERSION are the
+# newest releases whose go.mod asks for a Go the machine's go (1.26) provides (v1.10 asks for 1.27);
+# FLUX_*_REPLACE adds `replace` lines for the modules the proxy does not serve at the version the
+# controller requires (versions.env says which and why). `go mod tidy -e`: the proxy also lacks some
+# modules that only the controllers' own tests import, which tidy looks at but the build never needs.
+# The proxy alone is asked (no `direct` fallback to the modules' hosts, which this machine does not
+# reach). `go version -m` tells which module versions a cached binary was built from (the controllers
+# have no version flag); flux/crds/VERSIONS tells which versions the cached CRDs came from.
+
+# The `replace` lines of a go.mod (read on stdin) that name another module, one `replace` line each.
+go_mod_module_replaces() {
+  awk '
+    function emit(line,   rhs) {
+      rhs = line; sub(/^.*=>[[:space:]]*/, "", rhs)
+      if (rhs ~ /^(\.|\/)/) return
+      sub(/[[:space:]]*\/\/.*$/, "", line)
+      print "replace " line
+    }
+    /^replace[[:space:]]*\(/ { block = 1; next }
+    block && /^\)/ { block = 0; next }
+    block && /=>/ { line = $0; sub(/^[[:space:]]+/, "", line); emit(line); next }
+    /^replace[[:space:]]/ { line = $0; sub(/^replace[[:space:]]+/, "", line); emit(line) }
+  '
+}
+
+# flux_built_from BINARY MODULE VERSION [MODULE@VERSION...]: BINARY was built from MODULE@VERSION (the
+# module of its main package: `mod` in `go version -m`), with each further MODULE replaced by VERSION.
+flux_built_from() {
+  local bin="$1" module="$2" version="$3"; shift 3
+  [ -x "$bin" ] || return 1
+  local info; info=$(go version -m "$bin" 2>/dev/null) || return 1
+  printf '%s\n' "$info" | awk -v m="$module" -v v="$version" '($1 == "mod" || $1 == "dep") && $2 == m && $3 == v {ok = 1} END {exit !ok}' || return 1
+  local r
+  for r in "$@"; do
+    printf '%s\n' "$info" | awk -v m="${r%@*}" -v v="${r#*@}" '$1 == "=>" && $2 == m && $3 == v {ok = 1} END {exit !ok}' || return 1
+  done
+}
+
+# flux_controller NAME VERSION REPLACES: bin/flux-NAME from github.com/fluxcd/NAME@VERSION.
+flux_controller() {
+  local name="$1" version="$2" module="github.com/fluxcd/$1" replaces
+  read -r -a replaces <<<"$3"
+  if flux_built_from "$BIN/flux-$name" "$module" "$version" "${replaces[@]}"; then
+    log "flux $name: cached ($version${3:+, replacing $3})"
+    return
+  fi
+  log "flux $name $version: building from the Go module proxy (once per version)"
+  local extra r
+  extra=$(go_mod_of "$module" "$version" | go_mod_module_replaces)
+  for r in "${replaces[@]}"; do extra+=$'\n'"replace ${r%@*} => ${r%@*} ${r#*@}"; done
+  mkdir -p "$CACHE/go/work"
+  local d; d=$(mktemp -d "$CACHE/go/work/flux.XXXXXX")
+  GOPROXY="$FLUX_GOPROXY" GO_TIDY_FLAGS=-e GO_MOD_EXTRA="$extra" GO_LDFLAGS="" go_build "$d" "$module" "$version"
+  install -m 0755 "$d/$name" "$BIN/flux-$name"
+  rm -rf "$d"
+  flux_built_from "$BIN/flux-$name" "$module" "$version" "${replaces[@]}" ||
+    die "flux $name: $BIN/flux-$name was not built from $module@$version"
+  log "flux $name: built from $module@$version${3:+, replacing $3}"
+}
+
+step_flux() {
+  command -v go >/dev/null || apt_install golang-go
+  FLUX_GOPROXY=$(go env GOPROXY | sed -E 's/[,|]direct//g; s/^direct[,|]?//')
+  [ -n "$FLUX_GOPROXY" ] || FLUX_GOPROXY=$(go env GOPROXY)
+  flux_controller source-controller "$FLUX_SOURCE_CONTROLLER_VERSION" "${FLUX_SOURCE_CONTROLLER_REPLACE:-}"
+  flux_controller kustomize-controller "$FLUX_KUSTOMIZE_CONTROLLER_VERSION" "${FLUX_KUSTOMIZE_CONTROLLER_REPLACE:-}"
+  local crds="$CACHE/flux/crds"
+  local stamp="github.com/fluxcd/source-controller@$FLUX_SOURCE_CONTROLLER_VERSION github.com/fluxcd/kustomize-controller@$FLUX_KUSTOMIZE_CONTROLLER_VERSION"
+  if [ -f "$crds/VERSIONS" ] && [ "$(cat "$crds/VERSIONS")" = "$stamp" ]; then
+    log "flux CRDs: cached in $crds"
+    return
+  fi
+  rm -rf "$crds.tmp"
+  mkdir -p "$crds.tmp"
+  local mv json dir
+  for mv in $stamp; do
+    json=$(GOPROXY="$FLUX_GOPROXY" GOMODCACHE="$CACHE/go/mod" GOSUMDB=off GOFLAGS=-mod=mod GOTOOLCHAIN=local \
+      go mod download -json "$mv") || die "go mod download $mv failed"
+    dir=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+    [ -d "$dir/config/crd/bases" ] || die "no config/crd/bases in $mv"
+    cp "$dir"/config/crd/bases/*.yaml "$crds.tmp/"
+  done
+  chmod 0644 "$crds.tmp"/*.yaml
+  printf '%s\n' "$stamp" >"$crds.tmp/VERSIONS"
+  rm -rf "$crds"
+  mv "$crds.tmp" "$crds"
+  log "flux CRDs: $(find "$crds" -name '*.yaml' | wc -l) files from $stamp in $crds"
 }
 
 # --- Kubernetes v1.20.2, the older route (--with-legacy-kube) ---------------------------------------
@@ -579,6 +687,9 @@ main() {
     step_chromium
     step_oidc
     step_ui_tools
+  fi
+  if [ "$WITH_BENCH_TOOLS" = 1 ]; then
+    step_flux
   fi
   local what="playground tools (make setup-test adds the test tools)"
   [ "$WITH_TEST_TOOLS" = 1 ] && what="playground and test tools"
