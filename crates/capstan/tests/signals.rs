@@ -9,7 +9,8 @@
 //! have a grace period of 1 s, too short for a sync: the sync is cut, stays recorded `Running`, and
 //! the next start resumes it; the others have 20 s, so a sync in flight finishes before the process
 //! exits. Last, one more start must bring both Applications to the newest revision, Synced and
-//! Healthy, their operations Succeeded.
+//! Healthy, their operations Succeeded. Each start is a replica of its own with a 3-second lease:
+//! one that ends within its grace period must have given its Leases back.
 //!
 //! Each run must end in a success status within its grace period plus a margin; with 20 s, before
 //! the grace period is over (nothing in it takes that long: a start-up or a watch that never ends
@@ -30,6 +31,7 @@ use capstan_api::application::OperationState;
 use capstan_api::operation::OperationPhase;
 use capstan_testkit::capstan::synced_healthy;
 use capstan_testkit::{GitServer, TestCluster};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::api::Api;
 use nix::sys::signal::{Signal, kill};
@@ -165,6 +167,7 @@ fn start_controller(
     cache: &std::path::Path,
     log: &std::path::Path,
     grace: Duration,
+    replica: &str,
 ) -> anyhow::Result<Child> {
     Ok(Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args([
@@ -177,11 +180,29 @@ fn start_controller(
         ])
         .arg(cache)
         .args(["--shutdown-grace", &grace.as_secs().to_string()])
+        // Each start is a replica of its own; one whose grace period was cut leaves its Leases to
+        // lapse, and the next waits out the shortest lease duration before taking its shards.
+        .args(["--replica-id", replica, "--lease-duration", "3"])
         .env("CAPSTAN_LOG", "info,kube_client::client::builder=off")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log)?)
         .spawn()?)
+}
+
+/// The Leases naming `replica`: its member Lease, and shard or leader Leases it holds.
+async fn leases_of(leases: &Api<Lease>, replica: &str) -> anyhow::Result<Vec<String>> {
+    Ok(leases
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|l| {
+            l.name_any() == format!("capstan-replica-{replica}")
+                || l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(replica)
+        })
+        .map(|l| l.name_any())
+        .collect())
 }
 
 fn log_tail(log: &std::path::Path) -> String {
@@ -281,6 +302,7 @@ async fn sigterm_at_any_moment_ends_the_controller_and_no_operation_stays_runnin
     assert!(out.status.success(), "{}", text(&out));
     let client = cluster.client().await?;
     let apps: Api<Application> = Api::namespaced(client.clone(), "capstan");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "capstan");
     git.create_repo("sigterm")?;
     git.commit("sigterm", "main", &[("app/all.yaml", Some(&manifests(0)))], "run 0")?;
     let work = tempfile::tempdir()?;
@@ -311,7 +333,8 @@ async fn sigterm_at_any_moment_ends_the_controller_and_no_operation_stays_runnin
         let before_ops = operations(&apps).await?;
         let before_children = children();
         let log = work.path().join(format!("controller-{run:02}.log"));
-        let mut child = start_controller(&kc, &cache, &log, grace)?;
+        let replica = format!("sigterm-{run:02}");
+        let mut child = start_controller(&kc, &cache, &log, grace, &replica)?;
         let started = Instant::now();
         let pid = child.id();
         while sigterm_mask(pid) == (false, false) && started.elapsed() < Duration::from_secs(5) {
@@ -359,11 +382,20 @@ async fn sigterm_at_any_moment_ends_the_controller_and_no_operation_stays_runnin
         }
         // The long grace period is never used up: a sync takes a few seconds, and nothing else may
         // keep the process (a start-up that waits on, a watch that never lists).
-        if grace == LONG_GRACE
-            && (std::fs::read_to_string(&log).is_ok_and(|l| l.contains("still busy after the grace period"))
-                || ended.as_ref().is_ok_and(|(_, took)| *took >= grace))
-        {
+        let cut = std::fs::read_to_string(&log).is_ok_and(|l| l.contains("still busy after the grace period"))
+            || ended.as_ref().is_ok_and(|(_, took)| *took >= grace);
+        if grace == LONG_GRACE && cut {
             problems.push("it ran until the grace period was over".into());
+        }
+        // A process that ended within its grace period gave its Leases back (the next start takes
+        // over at once); one cut short left them to lapse.
+        if ended.is_ok() && !cut {
+            let held = leases_of(&leases, &replica).await?;
+            if !held.is_empty() {
+                problems.push(format!(
+                    "it left within its grace period but still holds the Leases {held:?}"
+                ));
+            }
         }
         if !stray.is_empty() {
             problems.push(format!("processes left behind: {stray:?}"));
@@ -411,7 +443,7 @@ async fn sigterm_at_any_moment_ends_the_controller_and_no_operation_stays_runnin
     )?;
     let log = work.path().join("controller-final.log");
     let before_children = children();
-    let mut child = start_controller(&kc, &cache, &log, LONG_GRACE)?;
+    let mut child = start_controller(&kc, &cache, &log, LONG_GRACE, "sigterm-final")?;
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let list = apps.list(&Default::default()).await?;

@@ -493,11 +493,14 @@ impl State {
         if self.leading {
             names.push(LEADER.to_string());
         }
-        for name in names {
-            match self.bounded("reading a Lease", self.api.get_opt(&name)).await {
-                Some(Ok(Some(lease))) if leases::holder(&lease) == Some(self.settings.id.as_str()) => {
-                    let write = leases::write_holder(&self.api, lease, None, self.settings.duration_secs());
-                    if let Some(Err(e)) = self.bounded("giving a Lease back", write).await {
+        // All at once: a process leaving at the end of a short grace period has little time, and
+        // some thirty Leases one after another took over a second on a loaded API server.
+        let this = &*self;
+        let give_back = |name: String| async move {
+            match this.bounded("reading a Lease", this.api.get_opt(&name)).await {
+                Some(Ok(Some(lease))) if leases::holder(&lease) == Some(this.settings.id.as_str()) => {
+                    let write = leases::write_holder(&this.api, lease, None, this.settings.duration_secs());
+                    if let Some(Err(e)) = this.bounded("giving a Lease back", write).await {
                         tracing::warn!(lease = name, error = %capstan_kube::describe_kube_error(&e), "cannot give the Lease back");
                     }
                 }
@@ -506,7 +509,8 @@ impl State {
                 }
                 _ => {}
             }
-        }
+        };
+        futures::future::join_all(names.into_iter().map(give_back)).await;
         let rv = self.member.as_ref().and_then(ResourceExt::resource_version);
         let member = leases::member_name(&self.settings.id);
         let delete = leases::delete(&self.api, &member, rv);

@@ -78,10 +78,27 @@ fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube
             match deadline {
                 // A write still unanswered when ownership ends is abandoned (the API server may
                 // yet apply it: only a request already sent can land late).
-                Some(until) => match tokio::time::timeout_at(until.into(), sent).await {
-                    Ok(answer) => answer.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
-                    Err(_) => Err(refused(path)),
-                },
+                // Ownership renewed meanwhile extends the wait: what ends it is ownership ending,
+                // not the validity known when the request went out (on a slow API server a write
+                // sent just before a renewal would be abandoned, and its sync failed, for nothing).
+                Some(mut until) => {
+                    tokio::pin!(sent);
+                    loop {
+                        match tokio::time::timeout_at(until.into(), &mut sent).await {
+                            Ok(answer) => {
+                                break answer.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+                            }
+                            Err(_) => match fence
+                                .as_ref()
+                                .and_then(Ownership::valid_until)
+                                .filter(|later| Instant::now() < *later)
+                            {
+                                Some(later) => until = later,
+                                None => break Err(refused(path)),
+                            },
+                        }
+                    }
+                }
                 None => sent
                     .await
                     .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
@@ -89,4 +106,75 @@ fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube
         }
     });
     kube::Client::new(service, client.default_namespace().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kube::api::{Api, PostParams};
+
+    use super::*;
+
+    /// A client whose every request is answered `201` with an empty ConfigMap after `delay`: the
+    /// fence's timing alone is under test here (tests/ and the controller's run it against a real
+    /// API server).
+    fn slow_client(delay: Duration) -> kube::Client {
+        let service = tower::service_fn(move |_request: http::Request<kube::client::Body>| async move {
+            tokio::time::sleep(delay).await;
+            let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"default"}}"#;
+            http::Response::builder()
+                .status(201)
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(body.to_vec()))
+        });
+        kube::Client::new(service, "default")
+    }
+
+    async fn write(client: kube::Client) -> Result<(), kube::Error> {
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(client);
+        api.create(&PostParams::default(), &Default::default())
+            .await
+            .map(|_| ())
+    }
+
+    #[tokio::test]
+    async fn a_write_outliving_the_validity_it_was_sent_under_lands_when_ownership_was_renewed() {
+        let ownership = Ownership::new(ReplicaId::new("fence-test").expect("a valid identity"));
+        ownership
+            .set_valid_until(Instant::now() + Duration::from_millis(100))
+            .expect("nothing in flight");
+        let client = fenced(&slow_client(Duration::from_millis(400)), ownership.clone());
+        let renewer = {
+            let ownership = ownership.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                ownership
+                    .set_valid_until(Instant::now() + Duration::from_secs(2))
+                    .expect("nothing in flight");
+            }
+        };
+        let (written, ()) = tokio::join!(write(client), renewer);
+        assert!(written.is_ok(), "{written:?}");
+    }
+
+    #[tokio::test]
+    async fn a_write_unanswered_when_ownership_ends_is_abandoned_and_none_is_sent_after() {
+        let ownership = Ownership::new(ReplicaId::new("fence-test").expect("a valid identity"));
+        ownership
+            .set_valid_until(Instant::now() + Duration::from_millis(100))
+            .expect("nothing in flight");
+        let client = fenced(&slow_client(Duration::from_millis(400)), ownership.clone());
+        let started = Instant::now();
+        let written = write(client.clone()).await;
+        let err = written.expect_err("abandoned");
+        assert!(err.to_string().contains("no longer holds its Lease"), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_millis(350),
+            "{:?}",
+            started.elapsed()
+        );
+        let refused = write(client).await.expect_err("refused");
+        assert!(refused.to_string().contains("no longer holds its Lease"), "{refused}");
+    }
 }
