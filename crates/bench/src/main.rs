@@ -6,7 +6,8 @@
 //!
 //! [`setup`] holds what the controller benchmarks share; each benchmark is a module of its own
 //! ([`first_sync`] 1–2, [`fleet`] 3, [`self_heal`] 4, [`untracked`] 5, [`appset`] 6, [`webhook`] 7,
-//! [`ui`] 8, [`charts`] 9, [`secrets`] 10, [`images`] 11, [`sandbox`] 12).
+//! [`ui`] 8, [`charts`] 9, [`secrets`] 10, [`images`] 11, [`sandbox`] 12, [`scale`] 13 with
+//! [`flux`] beside it and [`scale_plot`] drawing it; 13 runs only when named, it takes hours).
 
 use std::path::PathBuf;
 
@@ -16,8 +17,11 @@ mod appset;
 mod charts;
 mod first_sync;
 mod fleet;
+mod flux;
 mod images;
 mod sandbox;
+mod scale;
+mod scale_plot;
 mod secrets;
 mod self_heal;
 mod setup;
@@ -32,7 +36,8 @@ struct Args {
     /// The capstan binary to benchmark.
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
-    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images,sandbox.
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images,sandbox
+    /// (the default), and scale (only when named).
     #[arg(
         long,
         default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images,sandbox"
@@ -65,6 +70,21 @@ struct Args {
     /// Runs of each tool, confined and not, in the sandbox benchmark.
     #[arg(long, default_value_t = 40)]
     sandbox_runs: usize,
+    /// Applications in the scaling benchmark (`--only scale`): one set of runs per number.
+    #[arg(long, default_value = "500,2000,5000,10000")]
+    scale_apps: String,
+    /// Controller replicas in the scaling benchmark: one run per number and size.
+    #[arg(long, default_value = "1,3")]
+    scale_replicas: String,
+    /// Leave Flux out of the scaling benchmark (it needs `scripts/setup.sh --with-bench-tools`).
+    #[arg(long)]
+    no_flux: bool,
+    /// Repository poll interval of Capstan and Flux in the scaling benchmark, seconds.
+    #[arg(long, default_value_t = 30)]
+    scale_poll: u64,
+    /// Where the scaling benchmark draws its plot (SVG).
+    #[arg(long, default_value = scale::DEFAULT_PLOT)]
+    plot: std::path::PathBuf,
 }
 
 #[tokio::main]
@@ -88,7 +108,19 @@ async fn main() -> anyhow::Result<()> {
         // No control plane: the real tools, confined and not.
         sandbox::sandbox_cost(args.sandbox_runs.max(1)).await?;
     }
-    if only.iter().any(|b| *b != "ui" && *b != "sandbox") {
+    if only.contains(&"scale") {
+        // Every run on a control plane of its own.
+        scale::scale(&scale::Options {
+            capstan: capstan()?,
+            sizes: scale::numbers(&args.scale_apps, "--scale-apps")?,
+            replicas: scale::numbers(&args.scale_replicas, "--scale-replicas")?,
+            flux: !args.no_flux,
+            poll: std::time::Duration::from_secs(args.scale_poll.max(1)),
+            plot: args.plot.clone(),
+        })
+        .await?;
+    }
+    if only.iter().any(|b| !["ui", "sandbox", "scale"].contains(b)) {
         controller_benchmarks(&args, &only, capstan()?).await?;
     }
     if only.contains(&"ui") {

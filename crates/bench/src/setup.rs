@@ -249,6 +249,18 @@ impl Bench {
     }
 }
 
+/// Requests the API server has served, all verbs and clients (the sum of its
+/// `apiserver_request_total`).
+pub(crate) async fn api_requests(client: &kube::Client) -> anyhow::Result<u64> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(req).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
+}
+
 pub(crate) fn app_manifest(name: &str, repo: &str, path: &str, namespace: &str, automated: bool) -> Value {
     let mut policy = json!({"syncOptions": ["CreateNamespace=true"]});
     if automated {

@@ -24,7 +24,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-const PASSWORD: &str = "bench-ui-password";
+pub(crate) const PASSWORD: &str = "bench-ui-password";
 /// Destination namespaces the Applications are spread over.
 const NAMESPACES: usize = 25;
 
@@ -200,7 +200,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let port = base.rsplit(':').next().unwrap_or_default().to_string();
     let base = format!("http://localhost:{port}");
-    let first_page = wait_listed(&base, n)?;
+    let first_page = first_pages(&base, n)?;
 
     let browser = Browser::start()?;
     browser.goto(&format!("{base}/login"))?;
@@ -376,7 +376,7 @@ fn poll(browser: &Browser, script: &str, seconds: u64) -> anyhow::Result<Value> 
 
 /// Wait until the server lists all `n` Applications (its watch has caught up), through the API;
 /// then time its first pages of 50 and 100 (the best of 5 each), as "API first page …".
-fn wait_listed(base: &str, n: usize) -> anyhow::Result<String> {
+pub(crate) fn first_pages(base: &str, n: usize) -> anyhow::Result<String> {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     // 503 until the server has read its Secret.
     let deadline = Instant::now() + Duration::from_secs(60);
