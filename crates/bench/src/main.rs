@@ -79,6 +79,9 @@ struct Args {
     /// Leave Flux out of the scaling benchmark (it needs `scripts/setup.sh --with-bench-tools`).
     #[arg(long)]
     no_flux: bool,
+    /// The sizes at which Flux runs beside Capstan (default: every size of --scale-apps).
+    #[arg(long)]
+    scale_flux_apps: Option<String>,
     /// Repository poll interval of Capstan and Flux in the scaling benchmark, seconds.
     #[arg(long, default_value_t = 30)]
     scale_poll: u64,
@@ -114,7 +117,11 @@ async fn main() -> anyhow::Result<()> {
             capstan: capstan()?,
             sizes: scale::numbers(&args.scale_apps, "--scale-apps")?,
             replicas: scale::numbers(&args.scale_replicas, "--scale-replicas")?,
-            flux: !args.no_flux,
+            flux: match (&args.scale_flux_apps, args.no_flux) {
+                (_, true) => Vec::new(),
+                (Some(list), false) => scale::numbers(list, "--scale-flux-apps")?,
+                (None, false) => scale::numbers(&args.scale_apps, "--scale-apps")?,
+            },
             poll: std::time::Duration::from_secs(args.scale_poll.max(1)),
             plot: args.plot.clone(),
         })

@@ -35,8 +35,8 @@ pub(crate) struct Options {
     pub(crate) sizes: Vec<usize>,
     /// Controller replicas, one run each per size.
     pub(crate) replicas: Vec<usize>,
-    /// Run Flux beside (needs its controllers in the tool cache).
-    pub(crate) flux: bool,
+    /// The sizes at which Flux runs beside (it needs its controllers in the tool cache).
+    pub(crate) flux: Vec<usize>,
     /// The repository poll interval of Capstan and of Flux's GitRepository.
     pub(crate) poll: Duration,
     /// Where the plot goes.
@@ -153,7 +153,7 @@ pub(crate) async fn scale(options: &Options) -> anyhow::Result<Vec<Row>> {
             println!("{}", row.line());
             rows.push(row);
         }
-        if options.flux {
+        if options.flux.contains(&n) {
             let row = flux_run(options, n).await?;
             println!("{}", row.line());
             rows.push(row);
