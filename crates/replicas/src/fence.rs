@@ -67,9 +67,9 @@ fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube
                 Box::new(refused) as Box<dyn std::error::Error + Send + Sync>
             };
             let deadline = match (&fence, safe) {
-                (Some(f), false) => match f.valid_until().filter(|until| Instant::now() < *until) {
-                    Some(until) => Some(until),
-                    None => return Err(refused(request.uri().path().to_string())),
+                (Some(f), false) => match f.term() {
+                    (Some(until), term) if Instant::now() < until => Some((f, until, term)),
+                    _ => return Err(refused(request.uri().path().to_string())),
                 },
                 _ => None,
             };
@@ -81,20 +81,17 @@ fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube
                 // Ownership renewed meanwhile extends the wait: what ends it is ownership ending,
                 // not the validity known when the request went out (on a slow API server a write
                 // sent just before a renewal would be abandoned, and its sync failed, for nothing).
-                Some(mut until) => {
+                // Renewed, not regained: a lapse in between ends the wait for good.
+                Some((f, mut until, term)) => {
                     tokio::pin!(sent);
                     loop {
                         match tokio::time::timeout_at(until.into(), &mut sent).await {
                             Ok(answer) => {
                                 break answer.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
                             }
-                            Err(_) => match fence
-                                .as_ref()
-                                .and_then(Ownership::valid_until)
-                                .filter(|later| Instant::now() < *later)
-                            {
-                                Some(later) => until = later,
-                                None => break Err(refused(path)),
+                            Err(_) => match f.term() {
+                                (Some(later), now) if now == term && Instant::now() < later => until = later,
+                                _ => break Err(refused(path)),
                             },
                         }
                     }
@@ -156,6 +153,28 @@ mod tests {
         };
         let (written, ()) = tokio::join!(write(client), renewer);
         assert!(written.is_ok(), "{written:?}");
+    }
+
+    #[tokio::test]
+    async fn a_write_sent_before_a_lapse_is_abandoned_even_when_ownership_is_regained() {
+        let ownership = Ownership::new(ReplicaId::new("fence-test").expect("a valid identity"));
+        ownership
+            .set_valid_until(Instant::now() + Duration::from_millis(100))
+            .expect("nothing in flight");
+        let client = fenced(&slow_client(Duration::from_millis(400)), ownership.clone());
+        let relapse = {
+            let ownership = ownership.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                ownership.lapse();
+                ownership
+                    .set_valid_until(Instant::now() + Duration::from_secs(2))
+                    .expect("nothing in flight");
+            }
+        };
+        let (written, ()) = tokio::join!(write(client), relapse);
+        let err = written.expect_err("abandoned");
+        assert!(err.to_string().contains("no longer holds its Lease"), "{err}");
     }
 
     #[tokio::test]

@@ -24,6 +24,8 @@ struct Inner {
     lapsed: bool,
     /// Runs of the leader's controllers in flight ([`LeaderPermit`]).
     leading_runs: u32,
+    /// Lapses so far: a term of ownership is the time between two.
+    lapses: u64,
 }
 
 /// This replica's ownership. Cheap to clone (an `Arc` inside).
@@ -80,6 +82,7 @@ impl Ownership {
                 valid_until: None,
                 lapsed: false,
                 leading_runs: 0,
+                lapses: 0,
             })),
             finished: Arc::new(Notify::new()),
             leader: Arc::new(watch::channel(false).0),
@@ -154,6 +157,13 @@ impl Ownership {
         self.lock().valid_until
     }
 
+    /// Until when ownership is valid now, and which term of ownership that is (it changes at each
+    /// lapse): a write sent in one term must not be waited for into the next.
+    pub(crate) fn term(&self) -> (Option<Instant>, u64) {
+        let inner = self.lock();
+        (inner.valid_until, inner.lapses)
+    }
+
     /// Ownership is valid until `until`. After a lapse it stays invalid (and this returns the
     /// number of reconciles and leader runs still going) until all the work begun before the lapse
     /// has finished: a reconcile that was running when the process froze must not write again.
@@ -176,6 +186,7 @@ impl Ownership {
         let mut inner = self.lock();
         inner.valid_until = None;
         inner.lapsed = true;
+        inner.lapses += 1;
         inner.active.iter_mut().for_each(|a| *a = false);
         drop(inner);
         self.leader.send_replace(false);
