@@ -137,17 +137,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_outliving_the_validity_it_was_sent_under_lands_when_ownership_was_renewed() {
+        // Wide margins: the renewal (at 50 ms) comes long before the first validity ends (1 s),
+        // and the answer (1.5 s) after it, even on a loaded machine.
         let ownership = Ownership::new(ReplicaId::new("fence-test").expect("a valid identity"));
         ownership
-            .set_valid_until(Instant::now() + Duration::from_millis(100))
+            .set_valid_until(Instant::now() + Duration::from_secs(1))
             .expect("nothing in flight");
-        let client = fenced(&slow_client(Duration::from_millis(400)), ownership.clone());
+        let client = fenced(&slow_client(Duration::from_millis(1500)), ownership.clone());
         let renewer = {
             let ownership = ownership.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 ownership
-                    .set_valid_until(Instant::now() + Duration::from_secs(2))
+                    .set_valid_until(Instant::now() + Duration::from_secs(4))
                     .expect("nothing in flight");
             }
         };
