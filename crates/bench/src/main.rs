@@ -113,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if only.contains(&"scale") {
         // Every run on a control plane of its own.
-        scale::scale(&scale::Options {
+        let runs = scale::scale(&scale::Options {
             capstan: capstan()?,
             sizes: scale::numbers(&args.scale_apps, "--scale-apps")?,
             replicas: scale::numbers(&args.scale_replicas, "--scale-replicas")?,
@@ -123,9 +123,11 @@ async fn main() -> anyhow::Result<()> {
                 (None, false) => scale::numbers(&args.scale_apps, "--scale-apps")?,
             },
             poll: std::time::Duration::from_secs(args.scale_poll.max(1)),
-            plot: args.plot.clone(),
         })
         .await?;
+        scale_plot::plot(&runs.rows, &args.plot)?;
+        println!("   plot: {}", args.plot.display());
+        anyhow::ensure!(runs.failed.is_empty(), "runs failed: {}", runs.failed.join("; "));
     }
     if only.iter().any(|b| !["ui", "sandbox", "scale"].contains(b)) {
         controller_benchmarks(&args, &only, capstan()?).await?;

@@ -8,8 +8,8 @@
 //! the first commit; the time from a commit changing every Application's ConfigMap until all are
 //! there (both notice it by polling the repository at the same interval); the peak RSS of each
 //! process; the API server's requests per Application over the run (all clients, from its own
-//! `apiserver_request_total`); and, for Capstan, the list API's first page. [`plot`] draws the
-//! times and the memory per N as an SVG image.
+//! `apiserver_request_total`); and, for Capstan, the list API's first page. `scale_plot` draws
+//! the rows.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -39,8 +39,6 @@ pub(crate) struct Options {
     pub(crate) flux: Vec<usize>,
     /// The repository poll interval of Capstan and of Flux's GitRepository.
     pub(crate) poll: Duration,
-    /// Where the plot goes.
-    pub(crate) plot: PathBuf,
 }
 
 /// Which system a row measured.
@@ -144,37 +142,96 @@ fn commit_all(git: &GitServer, n: usize, generation: u32) -> anyhow::Result<Stri
     git.commit(REPO, "main", &refs, &format!("generation {generation}"))
 }
 
-/// Run every size on every replica count (and Flux), print a line per run and a table, and plot.
-pub(crate) async fn scale(options: &Options) -> anyhow::Result<Vec<Row>> {
+/// What the runs measured, and which failed.
+pub(crate) struct Runs {
+    pub(crate) rows: Vec<Row>,
+    pub(crate) failed: Vec<String>,
+}
+
+/// Run every size on every replica count (and Flux), print a line per run and a table.
+pub(crate) async fn scale(options: &Options) -> anyhow::Result<Runs> {
     let mut rows = Vec::new();
-    for &n in &options.sizes {
-        for &replicas in &options.replicas {
-            let row = capstan_run(options, n, replicas.max(1)).await?;
+    let mut failed = Vec::new();
+    // A run that fails is reported and the others go on: the table holds what was measured.
+    let mut report = |n: usize, system: System, row: anyhow::Result<Row>| match row {
+        Ok(row) => {
             println!("{}", row.line());
             rows.push(row);
         }
+        Err(e) => {
+            println!("13. {n} Applications, {system}: FAILED: {e:#}");
+            failed.push(format!("{n}, {system}"));
+        }
+    };
+    for &n in &options.sizes {
+        for &replicas in &options.replicas {
+            let replicas = replicas.max(1);
+            report(n, System::Capstan { replicas }, capstan_run(options, n, replicas).await);
+        }
         if options.flux.contains(&n) {
-            let row = flux_run(options, n).await?;
-            println!("{}", row.line());
-            rows.push(row);
+            report(n, System::Flux, flux_run(options, n).await);
         }
     }
     println!("{}", table(&rows));
-    crate::scale_plot::plot(&rows, &options.plot)?;
-    println!("   plot: {}", options.plot.display());
-    Ok(rows)
+    Ok(Runs { rows, failed })
 }
 
-/// The controller replicas of one run, stopped (SIGKILL) when dropped.
-struct Replicas(Vec<Child>);
+/// The controller replicas of one run (each with its log file and health port), stopped
+/// (SIGKILL) when dropped.
+struct Replicas(Vec<(Child, PathBuf, u16)>);
+
+impl Replicas {
+    /// An error naming a replica that has exited, with its log's end.
+    fn check(&mut self) -> anyhow::Result<()> {
+        for (child, log, _) in &mut self.0 {
+            if let Some(status) = child.try_wait()? {
+                let text = std::fs::read_to_string(&*log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                bail!(
+                    "a controller replica exited ({status}); the end of {}:\n{}",
+                    log.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait until every replica answers `/readyz` (its watches have listed).
+    async fn ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        let ports: Vec<u16> = self.0.iter().map(|(_, _, port)| *port).collect();
+        for port in ports {
+            loop {
+                self.check()?;
+                let url = format!("http://127.0.0.1:{port}/readyz");
+                let ready =
+                    tokio::task::spawn_blocking(move || ureq::get(&url).call().is_ok_and(|r| r.status() == 200))
+                        .await?;
+                if ready {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("a controller replica was not ready after {} s", limit.as_secs());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Drop for Replicas {
     fn drop(&mut self) {
-        for child in &mut self.0 {
+        for (child, _, _) in &mut self.0 {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Result<Row> {
@@ -203,10 +260,11 @@ async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Re
         .await?;
 
     let caches = tempfile::tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{}", free_port()?);
     let mut children = Vec::new();
     for r in 0..replicas {
+        let health = free_port()?;
+        let log = caches.path().join(format!("replica-{r}.log"));
         let mut command = Command::new(&options.capstan);
         command
             .args([
@@ -220,15 +278,18 @@ async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Re
                 "--cache-dir",
             ])
             .arg(caches.path().join(format!("replica-{r}")))
+            .args(["--health-listen", &format!("127.0.0.1:{health}")])
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(std::fs::File::create(&log)?);
         // One replica serves the API (its list is what the first-page figure measures).
         if r == 0 {
             command.args(["--listen", &listen]);
         }
-        children.push(command.spawn().context("starting capstan controller")?);
+        children.push((command.spawn().context("starting capstan controller")?, log, health));
     }
-    let replicas_running = Replicas(children);
+    let mut replicas_running = Replicas(children);
+    // The clock starts once every replica is ready, as Flux's does once its controllers are.
+    replicas_running.ready(Duration::from_secs(120)).await?;
 
     let apps = applications(&client);
     let requests_before = crate::setup::api_requests(&client).await?;
@@ -249,19 +310,21 @@ async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Re
         .collect()
         .await;
     created.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-    all_at(&apps, n, &first, started, timeout(n)).await?;
+    all_at(&apps, n, &first, started, timeout(n), &mut replicas_running).await?;
     let ready = started.elapsed();
-    let page = crate::ui::first_pages(&format!("http://{listen}"), n)?;
+    let base = format!("http://{listen}");
+    let page = tokio::task::spawn_blocking(move || crate::ui::first_pages(&base, n)).await??;
 
     let second = commit_all(&git, n, 2)?;
     let committed = Instant::now();
-    all_at(&apps, n, &second, committed, timeout(n)).await?;
+    all_at(&apps, n, &second, committed, timeout(n), &mut replicas_running).await?;
     let commit = committed.elapsed();
     let requests = crate::setup::api_requests(&client).await? - requests_before;
+    replicas_running.check()?;
     let rss_kib = replicas_running
         .0
         .iter()
-        .map(|c| crate::setup::rss_of(c.id()).1)
+        .map(|(c, _, _)| crate::setup::rss_of(c.id()).1)
         .collect();
     drop(replicas_running);
     Ok(Row {
@@ -326,6 +389,7 @@ async fn all_at(
     revision: &str,
     started: Instant,
     limit: Duration,
+    replicas: &mut Replicas,
 ) -> anyhow::Result<()> {
     use kube::runtime::{WatchStreamExt, watcher};
     let events = watcher(apps.clone(), watcher::Config::default()).applied_objects();
@@ -347,6 +411,7 @@ async fn all_at(
                 }
             }
             _ = tick.tick() => {
+                replicas.check()?;
                 if started.elapsed() > limit {
                     bail!("only {} of {n} Applications Synced and Healthy at {revision} after {} s", done.len(), limit.as_secs());
                 }
@@ -404,5 +469,5 @@ pub(crate) fn numbers(list: &str, what: &str) -> anyhow::Result<Vec<usize>> {
         .collect()
 }
 
-/// The default place of the plot: beside docs/benchmarks.md.
+/// The default place of the plot (`scale_plot`): beside docs/benchmarks.md.
 pub(crate) const DEFAULT_PLOT: &str = "docs/benchmarks-scale.svg";
