@@ -47,11 +47,13 @@ pub(crate) fn plot(rows: &[Row], path: &Path) -> anyhow::Result<()> {
             .map_err(draw)?;
         for (i, system) in systems.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            let points: Vec<(f64, f64)> = rows
+            let mut points: Vec<(f64, f64)> = rows
                 .iter()
                 .filter(|r| r.system == *system)
                 .map(|r| (r.n as f64, value(r)))
                 .collect();
+            // In the order of N, whatever the order of the runs.
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
                 .map_err(draw)?
