@@ -67,10 +67,13 @@ fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube
                 Box::new(refused) as Box<dyn std::error::Error + Send + Sync>
             };
             let deadline = match (&fence, safe) {
-                (Some(f), false) => match f.term() {
-                    (Some(until), term) if Instant::now() < until => Some((f, until, term)),
-                    _ => return Err(refused(request.uri().path().to_string())),
-                },
+                (Some(f), false) => {
+                    let lapses = f.lapses();
+                    match f.term() {
+                        (Some(until), term) if Instant::now() < until => Some((f, until, term, lapses)),
+                        _ => return Err(refused(request.uri().path().to_string())),
+                    }
+                }
                 _ => None,
             };
             let path = request.uri().path().to_string();
@@ -81,15 +84,16 @@ fn wrap(client: &kube::Client, id: &ReplicaId, fence: Option<Ownership>) -> kube
                 // Ownership renewed meanwhile extends the wait: what ends it is ownership ending,
                 // not the validity known when the request went out (on a slow API server a write
                 // sent just before a renewal would be abandoned, and its sync failed, for nothing).
-                // Renewed, not regained: a lapse in between ends the wait for good.
-                Some((f, mut until, term)) => {
+                // Renewed, not regained: a lapse ends the wait at once and for good.
+                Some((f, mut until, term, mut lapses)) => {
                     tokio::pin!(sent);
                     loop {
-                        match tokio::time::timeout_at(until.into(), &mut sent).await {
-                            Ok(answer) => {
+                        tokio::select! {
+                            answer = &mut sent => {
                                 break answer.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
                             }
-                            Err(_) => match f.term() {
+                            _ = lapses.changed() => break Err(refused(path)),
+                            () = tokio::time::sleep_until(until.into()) => match f.term() {
                                 (Some(later), now) if now == term && Instant::now() < later => until = later,
                                 _ => break Err(refused(path)),
                             },
@@ -158,12 +162,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_write_sent_before_a_lapse_is_abandoned_even_when_ownership_is_regained() {
+    async fn a_write_sent_before_a_lapse_is_abandoned_at_once_even_when_ownership_is_regained() {
         let ownership = Ownership::new(ReplicaId::new("fence-test").expect("a valid identity"));
         ownership
-            .set_valid_until(Instant::now() + Duration::from_millis(100))
+            .set_valid_until(Instant::now() + Duration::from_secs(1))
             .expect("nothing in flight");
-        let client = fenced(&slow_client(Duration::from_millis(400)), ownership.clone());
+        let client = fenced(&slow_client(Duration::from_millis(2000)), ownership.clone());
         let relapse = {
             let ownership = ownership.clone();
             async move {
@@ -174,9 +178,16 @@ mod tests {
                     .expect("nothing in flight");
             }
         };
+        let started = Instant::now();
         let (written, ()) = tokio::join!(write(client), relapse);
         let err = written.expect_err("abandoned");
         assert!(err.to_string().contains("no longer holds its Lease"), "{err}");
+        // At the lapse, not at the end of the validity it was sent under (1 s) nor at the answer.
+        assert!(
+            started.elapsed() < Duration::from_millis(700),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]

@@ -35,6 +35,8 @@ pub struct Ownership {
     inner: Arc<Mutex<Inner>>,
     finished: Arc<Notify>,
     leader: Arc<watch::Sender<bool>>,
+    /// Changes at each lapse, for the writes waiting on an answer (`fence`).
+    lapsed_tx: Arc<watch::Sender<u64>>,
     gained_tx: mpsc::UnboundedSender<Vec<u16>>,
     gained_rx: Arc<Mutex<Option<mpsc::UnboundedReceiver<Vec<u16>>>>>,
     settled: Arc<watch::Sender<bool>>,
@@ -86,6 +88,7 @@ impl Ownership {
             })),
             finished: Arc::new(Notify::new()),
             leader: Arc::new(watch::channel(false).0),
+            lapsed_tx: Arc::new(watch::channel(0).0),
             gained_tx,
             gained_rx: Arc::new(Mutex::new(Some(gained_rx))),
             settled: Arc::new(watch::channel(false).0),
@@ -157,6 +160,11 @@ impl Ownership {
         self.lock().valid_until
     }
 
+    /// Told of every lapse from now on (subscribe before reading [`Ownership::term`]).
+    pub(crate) fn lapses(&self) -> watch::Receiver<u64> {
+        self.lapsed_tx.subscribe()
+    }
+
     /// Until when ownership is valid now, and which term of ownership that is (it changes at each
     /// lapse): a write sent in one term must not be waited for into the next.
     pub(crate) fn term(&self) -> (Option<Instant>, u64) {
@@ -187,6 +195,8 @@ impl Ownership {
         inner.valid_until = None;
         inner.lapsed = true;
         inner.lapses += 1;
+        // Under the lock: a reader of `term` after this sees the new term.
+        self.lapsed_tx.send_replace(inner.lapses);
         inner.active.iter_mut().for_each(|a| *a = false);
         drop(inner);
         self.leader.send_replace(false);
