@@ -296,10 +296,6 @@ impl Drop for Controllers {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 impl Controllers {
     fn start(binaries: &Binaries, kubeconfig: &Path) -> anyhow::Result<Controllers> {
         let dir = tempfile::Builder::new().prefix("capstan-flux-").tempdir()?;
@@ -307,7 +303,7 @@ impl Controllers {
         let tmp = dir.path().join("tmp");
         std::fs::create_dir_all(&storage)?;
         std::fs::create_dir_all(&tmp)?;
-        let storage_addr = format!("127.0.0.1:{}", free_port()?);
+        let storage_addr = format!("127.0.0.1:{}", setup::free_port()?);
         let scratch = dir.path().to_path_buf();
         let mut controllers = Controllers {
             processes: Vec::new(),
@@ -315,14 +311,14 @@ impl Controllers {
         };
         let common = |health: u16| -> anyhow::Result<Vec<String>> {
             Ok(vec![
-                format!("--metrics-addr=127.0.0.1:{}", free_port()?),
+                format!("--metrics-addr=127.0.0.1:{}", setup::free_port()?),
                 format!("--health-addr=127.0.0.1:{health}"),
                 "--enable-leader-election=false".into(),
                 "--watch-all-namespaces=true".into(),
                 "--log-level=info".into(),
             ])
         };
-        let health = free_port()?;
+        let health = setup::free_port()?;
         let mut args = common(health)?;
         args.extend([
             format!("--storage-path={}", storage.display()),
@@ -338,7 +334,7 @@ impl Controllers {
             &scratch,
             &tmp,
         )?;
-        let health = free_port()?;
+        let health = setup::free_port()?;
         let args = common(health)?;
         controllers.spawn(
             "kustomize-controller",
@@ -390,28 +386,14 @@ impl Controllers {
     async fn wait_ready(&self, limit: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         for p in &self.processes {
-            let url = format!("http://127.0.0.1:{}/readyz", p.health);
             loop {
                 self.check_running()?;
-                let probe = url.clone();
-                let ok = tokio::task::spawn_blocking(move || {
-                    let agent: ureq::Agent = ureq::Agent::config_builder()
-                        .http_status_as_error(false)
-                        .timeout_global(Some(Duration::from_secs(2)))
-                        .build()
-                        .into();
-                    agent
-                        .get(&probe)
-                        .call()
-                        .map(|r| r.status().is_success())
-                        .unwrap_or(false)
-                })
-                .await?;
+                let ok = setup::ready(p.health).await?;
                 if ok {
                     break;
                 }
                 if Instant::now() > deadline {
-                    bail!("{} was not ready after {limit:?}:\n{}", p.name, tail(&p.log));
+                    bail!("{} was not ready after {limit:?}:\n{}", p.name, setup::log_tail(&p.log));
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -423,7 +405,7 @@ impl Controllers {
     fn check_running(&self) -> anyhow::Result<()> {
         for p in &self.processes {
             if !Path::new(&format!("/proc/{}", p.child.id())).exists() || is_zombie(p.child.id()) {
-                bail!("{} exited:\n{}", p.name, tail(&p.log));
+                bail!("{} exited:\n{}", p.name, setup::log_tail(&p.log));
             }
         }
         Ok(())
@@ -442,12 +424,6 @@ fn is_zombie(pid: u32) -> bool {
 }
 
 /// The last lines of a controller's log.
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
-}
-
 /// The peak RSS (VmHWM) of each controller, sampled every second (a process that is gone keeps its
 /// last sample).
 #[derive(Default, Clone)]

@@ -185,12 +185,10 @@ impl Replicas {
     fn check(&mut self) -> anyhow::Result<()> {
         for (child, log, _) in &mut self.0 {
             if let Some(status) = child.try_wait()? {
-                let text = std::fs::read_to_string(&*log).unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(20).collect();
                 bail!(
                     "a controller replica exited ({status}); the end of {}:\n{}",
                     log.display(),
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    crate::setup::log_tail(log)
                 );
             }
         }
@@ -204,10 +202,7 @@ impl Replicas {
         for port in ports {
             loop {
                 self.check()?;
-                let url = format!("http://127.0.0.1:{port}/readyz");
-                let ready =
-                    tokio::task::spawn_blocking(move || ureq::get(&url).call().is_ok_and(|r| r.status() == 200))
-                        .await?;
+                let ready = crate::setup::ready(port).await?;
                 if ready {
                     break;
                 }
@@ -228,10 +223,6 @@ impl Drop for Replicas {
             let _ = child.wait();
         }
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Result<Row> {
@@ -260,10 +251,10 @@ async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Re
         .await?;
 
     let caches = tempfile::tempdir()?;
-    let listen = format!("127.0.0.1:{}", free_port()?);
+    let listen = format!("127.0.0.1:{}", crate::setup::free_port()?);
     let mut children = Vec::new();
     for r in 0..replicas {
-        let health = free_port()?;
+        let health = crate::setup::free_port()?;
         let log = caches.path().join(format!("replica-{r}.log"));
         let mut command = Command::new(&options.capstan);
         command

@@ -249,6 +249,32 @@ impl Bench {
     }
 }
 
+/// A free loopback port (bound and released: a benchmark's own processes take it next).
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The last 20 lines of a process's log file.
+pub(crate) fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// Whether `http://127.0.0.1:PORT/readyz` answers with success (within 2 s).
+pub(crate) async fn ready(port: u16) -> anyhow::Result<bool> {
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    Ok(tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(2)))
+            .build()
+            .into();
+        agent.get(&url).call().is_ok_and(|r| r.status().is_success())
+    })
+    .await?)
+}
+
 /// Requests the API server has served, all verbs and clients (the sum of its
 /// `apiserver_request_total`).
 pub(crate) async fn api_requests(client: &kube::Client) -> anyhow::Result<u64> {
