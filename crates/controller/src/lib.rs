@@ -21,6 +21,7 @@
 //! - [`watches`]: watches, filtered by Capstan's tracking label, on every kind Capstan manages: a
 //!   cache of the live managed objects that comparisons read, and a trigger that re-reconciles an
 //!   Application when one of its objects changes.
+//! - [`managed_cache`]: the watches' cache of one kind's managed objects, indexed by Application.
 //! - [`dependencies`]: `spec.dependsOn` — ready, waiting, missing, cycles, dependents; pure.
 //! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
 //! - [`config`], [`error`], [`clock`]: settings, error types, timestamps; they depend on no module.
@@ -38,6 +39,7 @@ pub mod error;
 pub mod finalize;
 pub mod gates;
 pub mod health_config;
+pub mod managed_cache;
 pub mod operation;
 pub mod pipeline;
 pub mod poller;
@@ -157,7 +159,9 @@ pub async fn run(
         Some(true) => {}
     }
     let forget = ctx.clone();
-    let stream = reflector(writer, watcher(apps, watcher::Config::default()))
+    // The cache keeps Applications without their managedFields (see `capstan_kube::cache`).
+    let apps = watcher(apps, watcher::Config::default()).modify(capstan_kube::cache::without_managed_fields);
+    let stream = reflector(writer, apps)
         .default_backoff()
         // A deleted Application is not reconciled again: release its poller and cluster interest here.
         .inspect_ok(move |event| match event {

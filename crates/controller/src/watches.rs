@@ -26,12 +26,14 @@ use std::time::{Duration, Instant};
 use capstan_api::labels::TRACKING_LABEL;
 use capstan_kube::{KindInfo, ObjectKey, OwnWrites};
 
+use crate::managed_cache::ManagedCache;
+
 use capstan_compare::normalize::TRACKING_ANNOTATION;
 use capstan_compare::owned::keep_own_apply_entry;
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// Shortest time between two reconciles of one Application caused by changes to its objects.
@@ -132,7 +134,7 @@ impl Drop for Hold {
 /// The managed objects of one kind, as the watch last saw them.
 #[derive(Clone)]
 struct Cache {
-    store: Store<DynamicObject>,
+    store: Arc<ManagedCache>,
     /// Listed completely and not failing since: only then may comparisons read from it.
     ready: Arc<AtomicBool>,
 }
@@ -198,7 +200,7 @@ impl Watches {
     }
 
     /// The cached managed objects of `info`'s kind, when its watch has listed them and is healthy.
-    pub fn cached(&self, info: &KindInfo) -> Option<Store<DynamicObject>> {
+    pub fn cached(&self, info: &KindInfo) -> Option<Arc<ManagedCache>> {
         let key = (info.resource.api_version.clone(), info.resource.kind.clone());
         lock(&self.kinds)
             .get(&key)
@@ -213,7 +215,10 @@ impl Watches {
             return;
         };
         let key = (info.resource.api_version.clone(), info.resource.kind.clone());
-        let writer = reflector::store::Writer::<DynamicObject>::new(info.resource.clone());
+        let cache = Arc::new(ManagedCache::new(kube::core::TypeMeta {
+            api_version: info.resource.api_version.clone(),
+            kind: info.resource.kind.clone(),
+        }));
         let ready = Arc::new(AtomicBool::new(false));
         {
             let mut kinds = lock(&self.kinds);
@@ -223,13 +228,12 @@ impl Watches {
             kinds.insert(
                 key,
                 Cache {
-                    store: writer.as_reader(),
+                    store: cache.clone(),
                     ready: ready.clone(),
                 },
             );
         }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &info.resource);
-        let info_resource = info.resource.clone();
         let kind = info.resource.kind.clone();
         let group = info.resource.group.clone();
         let changes = self.changes.clone();
@@ -241,11 +245,6 @@ impl Watches {
                 // (often the largest part of them) only what Capstan's own last apply set, which
                 // shows the fields Git has stopped setting.
                 .modify(|o| keep_own_apply_entry(&mut o.metadata));
-            // The store is updated before the event comes out, so the reconcile it triggers reads
-            // the change from the cache.
-            let cached = writer.as_reader();
-            let dyntype = info_resource;
-            let stream = reflector::reflector(writer, stream);
             let mut stream = std::pin::pin!(stream);
             let mut listed = false;
             // Between an error and the end of the re-list that follows it: changes made while the
@@ -253,21 +252,33 @@ impl Watches {
             let mut recovering = false;
             let mut relisting = false;
             while let Some(event) = stream.next().await {
+                // The cache is updated before the change triggers anything, so the reconcile it
+                // triggers reads the change from the cache.
                 let (obj, deleted) = match event {
-                    Ok(watcher::Event::Apply(o)) => (o, false),
-                    Ok(watcher::Event::Delete(o)) => (o, true),
+                    Ok(watcher::Event::Apply(o)) => {
+                        cache.apply(&o);
+                        (o, false)
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        cache.delete(&o);
+                        (o, true)
+                    }
                     Ok(watcher::Event::Init) => {
                         relisting = true;
+                        cache.listing();
                         continue;
                     }
                     Ok(watcher::Event::InitApply(o)) => {
-                        // The store keeps its old contents until the list is complete, so it tells
+                        // The cache keeps its old contents until the list is complete, so it tells
                         // whether this version is news: after an error, a version the cache did not
                         // hold (a status that changed while the watch was down, or before its first
                         // list succeeded) triggers a reconcile like an event would.
-                        let old = cached.get(&ObjectRef::from_obj_with(&o, dyntype.clone()));
-                        let news = recovering
-                            && old.and_then(|old| old.metadata.resource_version.clone()) != o.metadata.resource_version;
+                        let old = cache.resource_version(
+                            o.metadata.namespace.as_deref().unwrap_or_default(),
+                            o.metadata.name.as_deref().unwrap_or_default(),
+                        );
+                        cache.listed_object(&o);
+                        let news = recovering && old != o.metadata.resource_version;
                         if !news {
                             // A version Capstan wrote may come as part of a (re)listing instead of
                             // as an event: it is not waited for any more.
@@ -279,6 +290,7 @@ impl Watches {
                         (o, false)
                     }
                     Ok(watcher::Event::InitDone) => {
+                        cache.listed();
                         listed = true;
                         relisting = false;
                         recovering = false;

@@ -7,6 +7,7 @@
 //!   tell the echo of its own write from someone else's change.
 //! - [`impersonate`]: a client acting as another user, e.g. the ServiceAccount a project's syncs
 //!   act as ([`impersonating`]).
+//! - [`cache`]: what a watch cache keeps of an object (not its `managedFields`).
 //! - [`annotations`]: the per-object annotations that steer sync and compare (sync wave, hooks,
 //!   sync and compare options) with their Argo CD aliases.
 //! - [`patch`]: the RFC 7386 merge patch between two versions of a status ([`merge_patch`]).
@@ -18,6 +19,7 @@
 //!   for users ([`describe_kube_error`]).
 
 pub mod annotations;
+pub mod cache;
 pub mod discovery;
 pub mod error;
 pub mod impersonate;

@@ -133,7 +133,9 @@ impl State {
         let s = state.clone();
         let api: Api<Application> = Api::namespaced(client.clone(), &ns);
         tokio::spawn(async move {
-            let stream = reflector::reflector(apps_w, watcher(api, watcher::Config::default())).default_backoff();
+            // Kept without managedFields (see `capstan_kube::cache`): the API answers without them too.
+            let apps = watcher(api, watcher::Config::default()).modify(capstan_kube::cache::without_managed_fields);
+            let stream = reflector::reflector(apps_w, apps).default_backoff();
             let mut stream = std::pin::pin!(stream);
             let mut listed = false;
             while let Some(event) = stream.next().await {
@@ -182,7 +184,11 @@ impl State {
     {
         let s = self.clone();
         tokio::spawn(async move {
-            let stream = reflector::reflector(writer, watcher(api, config)).default_backoff();
+            let stream = reflector::reflector(
+                writer,
+                watcher(api, config).modify(capstan_kube::cache::without_managed_fields),
+            )
+            .default_backoff();
             let mut stream = std::pin::pin!(stream);
             let mut listed = false;
             while let Some(event) = stream.next().await {

@@ -5,7 +5,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use capstan_api::application::ResourceStatus;
-use capstan_api::labels::TRACKING_LABEL;
 use capstan_compare::diff::Desired;
 use capstan_compare::normalize::{self, Tracking};
 use capstan_kube::{Discovery, KindInfo, ObjectKey};
@@ -141,15 +140,10 @@ pub async fn live_objects(
     let mut to_list = Vec::new();
     for (info, namespace) in requests {
         match cache.and_then(|c| c.cached(&info)) {
-            Some(store) => live.extend(
-                store
-                    .state()
-                    .iter()
-                    .filter(|o| {
-                        o.metadata.labels.as_ref().and_then(|l| l.get(TRACKING_LABEL)) == Some(&label)
-                            && (namespace.is_none() || o.metadata.namespace == namespace)
-                    })
-                    .filter_map(|o| serde_json::to_value(with_type(o.as_ref().clone(), &info)).ok())
+            Some(cache) => live.extend(
+                cache
+                    .objects_of(&label, namespace.as_deref())
+                    .into_iter()
                     .map(|v| (v, info.clone())),
             ),
             None => to_list.push((info, namespace)),
