@@ -251,7 +251,8 @@ async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Re
         .await?;
 
     let caches = tempfile::tempdir()?;
-    let listen = format!("127.0.0.1:{}", crate::setup::free_port()?);
+    let port = crate::setup::free_port()?;
+    let listen = format!("127.0.0.1:{port}");
     let mut children = Vec::new();
     for r in 0..replicas {
         let health = crate::setup::free_port()?;
@@ -305,6 +306,11 @@ async fn capstan_run(options: &Options, n: usize, replicas: usize) -> anyhow::Re
     let ready = started.elapsed();
     let base = format!("http://{listen}");
     let page = tokio::task::spawn_blocking(move || crate::ui::first_pages(&base, n)).await??;
+    let ui = tokio::task::spawn_blocking(move || ui_rows(port, n)).await?;
+    let page = match ui {
+        Ok(ui) => format!("{page}; {ui}"),
+        Err(err) => format!("{page}; UI not measured: {err:#}"),
+    };
 
     let second = commit_all(&git, n, 2)?;
     let committed = Instant::now();
@@ -344,6 +350,19 @@ async fn flux_run(options: &Options, n: usize) -> anyhow::Result<Row> {
         requests: figures.requests,
         page: None,
     })
+}
+
+/// The web UI served on `port` with `n` Synced Applications: login to first row, and to all `n`
+/// counted (benchmark 8's measure, here with the controller running).
+fn ui_rows(port: u16, n: usize) -> anyhow::Result<String> {
+    let browser = capstan_testkit::webdriver::Browser::start()?;
+    let load = crate::ui::login_until_all_rows(&browser, &format!("http://localhost:{port}"), n)?;
+    let ms = |k: &str| load[k].as_f64().unwrap_or(f64::NAN);
+    Ok(format!(
+        "UI login → first row {:.0} ms, all {n} counted {:.0} ms",
+        ms("first"),
+        ms("all")
+    ))
 }
 
 /// Generous: 20 minutes and half a second per Application.
@@ -415,7 +434,7 @@ async fn all_at(
 /// The runs as a Markdown table for docs/benchmarks.md.
 fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| N | system | all Synced and Healthy | per s | commit to all | peak RSS (MiB) | largest process, MiB per 1,000 | API requests per Application | list API first page |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| N | system | all Synced and Healthy | per s | commit to all | peak RSS (MiB) | largest process, MiB per 1,000 | API requests per Application | list API first page; UI |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for row in rows {
         out.push_str(&format!(

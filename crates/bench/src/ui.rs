@@ -203,15 +203,7 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
     let first_page = first_pages(&base, n)?;
 
     let browser = Browser::start()?;
-    browser.goto(&format!("{base}/login"))?;
-    browser.wait_for("[data-testid=\"login-submit\"]", Duration::from_secs(30))?;
-    browser.execute(LOGIN, vec![json!(n), json!("admin"), json!(PASSWORD)])?;
-    let load = poll(
-        &browser,
-        "return window.__bench.load.all === null ? null : window.__bench.load",
-        120,
-    )
-    .with_context(|| format!("not all {n} rows appeared; browser log: {}", browser.console()))?;
+    let load = login_until_all_rows(&browser, &base, n)?;
     let load_t0 = load["t0"].as_f64().unwrap_or(0.0);
     let load_rows = load["rows"].as_u64().unwrap_or(0);
     // The load phase's long tasks, only up to the moment all rows were there.
@@ -317,6 +309,22 @@ pub async fn ui_list(capstan: &Path, n: usize) -> anyhow::Result<()> {
         i(&dom_nodes),
     );
     Ok(())
+}
+
+/// Log in to the UI at `base` (a `localhost` address: the browser sends the Secure session cookie
+/// only to a secure context) and wait until the list holds all `n` Applications. The page's own
+/// figures, in ms from the login's submit: `first` (first row), `all` (every Application counted),
+/// `rows` (rows in the DOM then), `t0` (the submit, on the page's clock).
+pub(crate) fn login_until_all_rows(browser: &Browser, base: &str, n: usize) -> anyhow::Result<Value> {
+    browser.goto(&format!("{base}/login"))?;
+    browser.wait_for("[data-testid=\"login-submit\"]", Duration::from_secs(30))?;
+    browser.execute(LOGIN, vec![json!(n), json!("admin"), json!(PASSWORD)])?;
+    poll(
+        browser,
+        "return window.__bench.load.all === null ? null : window.__bench.load",
+        120,
+    )
+    .with_context(|| format!("not all {n} rows appeared; browser log: {}", browser.console()))
 }
 
 /// The renderer's cumulative main-thread times (DevTools `Performance.getMetrics`, in seconds).
