@@ -29,6 +29,9 @@ pub struct Config {
     /// What this replica owns when several share the Applications (`capstan controller` always
     /// coordinates through Leases); `None` reconciles every Application (one process alone).
     pub ownership: Option<capstan_replicas::Ownership>,
+    /// Fill this Application cache and feed (shared with an HTTP server in the same process)
+    /// instead of a cache of the controller's own.
+    pub shared_apps: Option<std::sync::Arc<crate::shared_apps::SharedApps>>,
 }
 
 impl Default for Config {
@@ -45,6 +48,7 @@ impl Default for Config {
             clock: Default::default(),
             ready: Default::default(),
             ownership: None,
+            shared_apps: None,
         }
     }
 }

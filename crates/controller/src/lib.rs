@@ -24,6 +24,8 @@
 //! - [`managed_cache`]: the watches' cache of one kind's managed objects, indexed by Application.
 //! - [`dependencies`]: `spec.dependsOn` — ready, waiting, missing, cycles, dependents; pure.
 //! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
+//! - [`shared_apps`]: the Application cache and change feed shared with an HTTP server in the same
+//!   process.
 //! - [`config`], [`error`], [`clock`]: settings, error types, timestamps; they depend on no module.
 //!
 //! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
@@ -46,6 +48,7 @@ pub mod poller;
 pub mod projects;
 pub mod readiness;
 pub mod reconcile;
+pub mod shared_apps;
 pub mod status;
 pub mod watches;
 
@@ -127,7 +130,11 @@ pub async fn run(
     let pollers = poller::Pollers::new(pipeline.clone(), config.poll_interval, trigger_tx);
     let ctx = Arc::new(context::Ctx::new(client.clone(), pipeline, pollers, config.clone()));
 
-    let (reader, writer) = reflector::store();
+    let shared = config.shared_apps.clone();
+    let (reader, writer) = shared
+        .as_ref()
+        .and_then(|s| s.take_writer())
+        .unwrap_or_else(reflector::store);
     // New health rules change verdicts: every Application is reconciled when they change.
     let all_apps = reader.clone();
     let trigger = trigger_tx_for_health;
@@ -159,6 +166,7 @@ pub async fn run(
         Some(true) => {}
     }
     let forget = ctx.clone();
+    let cached = reader.clone();
     // The cache keeps Applications without their managedFields (see `capstan_kube::cache`).
     let apps = watcher(apps, watcher::Config::default()).modify(capstan_kube::cache::without_managed_fields);
     let stream = reflector(writer, apps)
@@ -166,6 +174,9 @@ pub async fn run(
         // A deleted Application is not reconciled again: release its poller and cluster interest here.
         .inspect_ok(move |event| match event {
             watcher::Event::Delete(app) => {
+                if let Some(shared) = &shared {
+                    shared.send(|| shared_apps::AppEvent::Deleted(kube::ResourceExt::name_any(app)));
+                }
                 wake_related(&forget, app, &dependency_tx);
                 let app_ref = kube::runtime::reflector::ObjectRef::from_obj(app);
                 forget.pollers.forget(&app_ref);
@@ -177,11 +188,23 @@ pub async fn run(
                 ));
             }
             watcher::Event::Apply(app) => {
+                if let Some(shared) = &shared {
+                    // The cache holds the change already: the feed shares its copy.
+                    let app_ref = kube::runtime::reflector::ObjectRef::from_obj(app);
+                    shared.send(|| {
+                        shared_apps::AppEvent::Applied(cached.get(&app_ref).unwrap_or_else(|| Arc::new(app.clone())))
+                    });
+                }
                 forget.record_observed(app);
                 forget.observe(app);
                 wake_related(&forget, app, &dependency_tx);
             }
-            watcher::Event::InitApply(app) => forget.observe(app),
+            watcher::Event::InitApply(app) => {
+                if let Some(shared) = &shared {
+                    shared.send(|| shared_apps::AppEvent::Applied(Arc::new(app.clone())));
+                }
+                forget.observe(app)
+            }
             // Listed once: ready (a Pod's readiness probe asks).
             watcher::Event::InitDone => ready.set(),
             _ => {}

@@ -356,6 +356,17 @@ pub struct Server {
 impl Server {
     /// Start the watches and bind `addr`.
     pub async fn bind(client: kube::Client, config: ServerConfig, addr: SocketAddr) -> Result<Server, ServerError> {
+        Self::bind_with(client, config, addr, None).await
+    }
+
+    /// [`Server::bind`], reading Applications from the controller's `shared` cache when given (a
+    /// server in the controller's process; see [`State::start_with`]).
+    pub async fn bind_with(
+        client: kube::Client,
+        config: ServerConfig,
+        addr: SocketAddr,
+        shared: Option<Arc<capstan_controller::shared_apps::SharedApps>>,
+    ) -> Result<Server, ServerError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| ServerError::Listen(addr, e))?;
@@ -370,7 +381,7 @@ impl Server {
         Ok(Server {
             listener,
             metrics_listener,
-            state: State::start(client, config),
+            state: State::start_with(client, config, shared),
         })
     }
 

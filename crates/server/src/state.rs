@@ -28,14 +28,10 @@ use crate::stream::limit::StreamLimiter;
 /// signing key and webhook secrets.
 pub const SECRET: &str = "capstan-secret";
 
-/// A change to an Application, as the live-update streams see it.
-#[derive(Debug, Clone)]
-pub enum AppEvent {
-    /// Created or changed.
-    Applied(Arc<Application>),
-    /// Deleted.
-    Deleted(String),
-}
+/// A change to an Application, as the live-update streams see it (the controller's type: a server
+/// in the controller's process follows the controller's feed).
+pub use capstan_controller::shared_apps::AppEvent;
+use capstan_controller::shared_apps::{FEED_CAPACITY, SharedApps};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -93,6 +89,12 @@ const WATCHES: usize = 4;
 impl State {
     /// Start the watches and return the state (not ready until each has listed once).
     pub fn start(client: Client, config: ServerConfig) -> Arc<State> {
+        Self::start_with(client, config, None)
+    }
+
+    /// [`State::start`], reading Applications from `shared` (filled by the controller in this
+    /// process) when given, instead of a watch of the server's own.
+    pub fn start_with(client: Client, config: ServerConfig, shared: Option<Arc<SharedApps>>) -> Arc<State> {
         let ns = config.namespace.clone();
         let pipeline = Pipeline::guarding(
             client.clone(),
@@ -108,11 +110,16 @@ impl State {
         pipeline
             .projects
             .deny_implicit_default(config.deny_implicit_default_project);
-        let (apps, apps_w) = reflector::store();
+        let (apps, apps_w, events) = match &shared {
+            Some(shared) => (shared.store(), None, shared.events()),
+            None => {
+                let (apps, apps_w) = reflector::store();
+                (apps, Some(apps_w), broadcast::channel(FEED_CAPACITY).0)
+            }
+        };
         let (appsets, appsets_w) = reflector::store();
         let (secret, secret_w) = reflector::store();
         let (rbac_store, rbac_w) = reflector::store();
-        let (events, _) = broadcast::channel(4096);
         let state = Arc::new(State {
             client: client.clone(),
             config,
@@ -130,8 +137,39 @@ impl State {
             sso: Default::default(),
         });
 
-        let s = state.clone();
-        let api: Api<Application> = Api::namespaced(client.clone(), &ns);
+        match apps_w {
+            Some(apps_w) => state.watch_apps(apps_w),
+            None => {
+                // The controller's watch fills the shared cache: ready once it has listed.
+                let (s, store) = (state.clone(), state.apps.clone());
+                tokio::spawn(async move {
+                    if store.wait_until_ready().await.is_ok() {
+                        s.ready.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        }
+        let api: Api<ApplicationSet> = Api::namespaced(client.clone(), &ns);
+        state.spawn_store(appsets_w, api, watcher::Config::default());
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        state.spawn_store(
+            secret_w,
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={SECRET}")),
+        );
+        let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+        state.spawn_store(
+            rbac_w,
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={}", rbac::CONFIGMAP)),
+        );
+        state
+    }
+
+    /// The server's own Application watch: the cache and the feed of changes.
+    fn watch_apps(self: &Arc<Self>, apps_w: reflector::store::Writer<Application>) {
+        let s = self.clone();
+        let api: Api<Application> = Api::namespaced(self.client.clone(), &self.config.namespace);
         tokio::spawn(async move {
             // Kept without managedFields (see `capstan_kube::cache`): the API answers without them too.
             let apps = watcher(api, watcher::Config::default()).modify(capstan_kube::cache::without_managed_fields);
@@ -155,21 +193,6 @@ impl State {
                 }
             }
         });
-        let api: Api<ApplicationSet> = Api::namespaced(client.clone(), &ns);
-        state.spawn_store(appsets_w, api, watcher::Config::default());
-        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
-        state.spawn_store(
-            secret_w,
-            api,
-            watcher::Config::default().fields(&format!("metadata.name={SECRET}")),
-        );
-        let api: Api<ConfigMap> = Api::namespaced(client, &ns);
-        state.spawn_store(
-            rbac_w,
-            api,
-            watcher::Config::default().fields(&format!("metadata.name={}", rbac::CONFIGMAP)),
-        );
-        state
     }
 
     fn spawn_store<K>(self: &Arc<Self>, writer: reflector::store::Writer<K>, api: Api<K>, config: watcher::Config)

@@ -159,6 +159,8 @@ async fn serve(
     let namespace = args.namespace.clone();
     let deny_implicit_default_project = args.deny_implicit_default_project;
     let server_cache = cache_dir.clone();
+    // A server in this process reads the controller's Application cache (one copy, one watch).
+    let shared_apps = args.listen.map(|_| capstan_controller::shared_apps::SharedApps::new());
     let config = capstan_controller::Config {
         namespace: args.namespace,
         cache_dir,
@@ -171,6 +173,7 @@ async fn serve(
         clock: Default::default(),
         ready: Default::default(),
         ownership: Some(ownership.clone()),
+        shared_apps: shared_apps.clone(),
     };
     let ready = config.ready.clone();
     let appsets = capstan_appset::controller::AppSetConfig {
@@ -230,7 +233,7 @@ async fn serve(
             crate::commands::server::config(&namespace, server_cache, &args.serve, deny_implicit_default_project);
         let bound = capstan_kube::shutdown::before(
             stopped(stop_rx.clone()),
-            crate::commands::server::bind(client.clone(), config, listen),
+            crate::commands::server::bind(client.clone(), config, listen, shared_apps.clone()),
         );
         let Some(bound) = bound.await else {
             return Ok(());

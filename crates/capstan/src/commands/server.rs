@@ -75,9 +75,10 @@ pub async fn bind(
     client: kube::Client,
     config: capstan_server::ServerConfig,
     listen: SocketAddr,
+    shared: Option<std::sync::Arc<capstan_controller::shared_apps::SharedApps>>,
 ) -> anyhow::Result<capstan_server::Server> {
     std::fs::create_dir_all(&config.cache_dir).with_context(|| format!("creating {}", config.cache_dir.display()))?;
-    let server = capstan_server::Server::bind(client, config, listen).await?;
+    let server = capstan_server::Server::bind_with(client, config, listen, shared).await?;
     let addr = server.local_addr().unwrap_or(listen);
     eprintln!("capstan server listening on http://{addr}");
     if let Some(m) = server.metrics_addr() {
@@ -107,7 +108,7 @@ pub async fn run(args: ServerArgs, signals: crate::shutdown::Signals) -> anyhow:
             &args.serve,
             args.deny_implicit_default_project,
         );
-        let server = bind(client, config, args.listen).await?;
+        let server = bind(client, config, args.listen, None).await?;
         server
             .serve(async move {
                 let _ = stop_rx.wait_for(|stop| *stop).await;
