@@ -206,7 +206,12 @@ pub async fn run(
                 forget.observe(app)
             }
             // Listed once: ready (a Pod's readiness probe asks).
-            watcher::Event::InitDone => ready.set(),
+            watcher::Event::InitDone => {
+                if let Some(shared) = &shared {
+                    shared.mark_listed();
+                }
+                ready.set()
+            }
             _ => {}
         })
         .applied_objects()

@@ -30,6 +30,10 @@ pub struct SharedApps {
     store: Store<Application>,
     writer: Mutex<Option<Writer<Application>>>,
     events: broadcast::Sender<AppEvent>,
+    /// Turns true when the controller's watch has listed once. (`Store::wait_until_ready` is not
+    /// used: kube-runtime keeps one waker for all its waiters, and the controller's own wait takes
+    /// it, so a second waiter was never woken.)
+    listed: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for SharedApps {
@@ -49,12 +53,23 @@ impl SharedApps {
             store,
             writer: Mutex::new(Some(writer)),
             events,
+            listed: tokio::sync::watch::Sender::new(false),
         })
     }
 
-    /// The cache (ready once the controller's watch has listed: `Store::wait_until_ready`).
+    /// The cache (complete once [`SharedApps::wait_listed`] returns).
     pub fn store(&self) -> Store<Application> {
         self.store.clone()
+    }
+
+    /// Wait until the controller's watch has listed once (the cache holds every Application).
+    pub async fn wait_listed(&self) {
+        let _ = self.listed.subscribe().wait_for(|listed| *listed).await;
+    }
+
+    /// The controller's watch has listed once.
+    pub(crate) fn mark_listed(&self) {
+        self.listed.send_replace(true);
     }
 
     /// The feed of changes.
@@ -79,6 +94,29 @@ impl SharedApps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn waiters_for_the_first_list_are_all_woken() {
+        let shared = SharedApps::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let shared = shared.clone();
+                tokio::spawn(async move { shared.wait_listed().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        shared.mark_listed();
+        for waiter in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("woken")
+                .expect("ran");
+        }
+        // And one that comes later returns at once.
+        tokio::time::timeout(std::time::Duration::from_secs(5), shared.wait_listed())
+            .await
+            .expect("listed already");
+    }
 
     #[test]
     fn the_writer_is_taken_once_and_changes_reach_readers_only() {

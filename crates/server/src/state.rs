@@ -141,9 +141,10 @@ impl State {
             Some(apps_w) => state.watch_apps(apps_w),
             None => {
                 // The controller's watch fills the shared cache: ready once it has listed.
-                let (s, store) = (state.clone(), state.apps.clone());
+                let (s, shared) = (state.clone(), shared.clone());
                 tokio::spawn(async move {
-                    if store.wait_until_ready().await.is_ok() {
+                    if let Some(shared) = shared {
+                        shared.wait_listed().await;
                         s.ready.fetch_add(1, Ordering::SeqCst);
                     }
                 });
