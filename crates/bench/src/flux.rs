@@ -423,7 +423,6 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(true)
 }
 
-/// The last lines of a controller's log.
 /// The peak RSS (VmHWM) of each controller, sampled every second (a process that is gone keeps its
 /// last sample).
 #[derive(Default, Clone)]

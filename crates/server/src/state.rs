@@ -83,6 +83,14 @@ pub struct State {
     pub sso: crate::auth::oidc::provider::Sso,
 }
 
+/// Where the server's Applications come from.
+enum AppsSource {
+    /// A watch of its own, filling this writer's cache.
+    Own(reflector::store::Writer<Application>),
+    /// The controller's cache in the same process.
+    Shared(Arc<SharedApps>),
+}
+
 /// How many watches must have listed once before the server is ready.
 const WATCHES: usize = 4;
 
@@ -110,11 +118,11 @@ impl State {
         pipeline
             .projects
             .deny_implicit_default(config.deny_implicit_default_project);
-        let (apps, apps_w, events) = match &shared {
-            Some(shared) => (shared.store(), None, shared.events()),
+        let (apps, events, source) = match shared {
+            Some(shared) => (shared.store(), shared.events(), AppsSource::Shared(shared)),
             None => {
                 let (apps, apps_w) = reflector::store();
-                (apps, Some(apps_w), broadcast::channel(FEED_CAPACITY).0)
+                (apps, broadcast::channel(FEED_CAPACITY).0, AppsSource::Own(apps_w))
             }
         };
         let (appsets, appsets_w) = reflector::store();
@@ -137,16 +145,14 @@ impl State {
             sso: Default::default(),
         });
 
-        match apps_w {
-            Some(apps_w) => state.watch_apps(apps_w),
-            None => {
+        match source {
+            AppsSource::Own(apps_w) => state.watch_apps(apps_w),
+            AppsSource::Shared(shared) => {
                 // The controller's watch fills the shared cache: ready once it has listed.
-                let (s, shared) = (state.clone(), shared.clone());
+                let s = state.clone();
                 tokio::spawn(async move {
-                    if let Some(shared) = shared {
-                        shared.wait_listed().await;
-                        s.ready.fetch_add(1, Ordering::SeqCst);
-                    }
+                    shared.wait_listed().await;
+                    s.ready.fetch_add(1, Ordering::SeqCst);
                 });
             }
         }
