@@ -209,6 +209,9 @@ struct Replay {
     lease_writes: BTreeMap<String, usize>,
     /// ApplicationSet writes by replica.
     appset_writers: BTreeSet<String>,
+    /// Shards whose Lease passed from one replica to another after the first Application write (a
+    /// handover under load: a lease that lapsed while its holder was starved of CPU).
+    moved_after_writes: BTreeSet<u16>,
 }
 
 fn replica_of(agent: &str) -> Option<String> {
@@ -251,7 +254,10 @@ fn replay(log: &Path, ns: &str, dest: &str) -> Replay {
                     .map(str::to_string)
             };
             if let Some(shard) = name.strip_prefix("capstan-shard-").and_then(|s| s.parse::<u16>().ok()) {
-                holders.insert(shard, holder);
+                let before = holders.insert(shard, holder.clone()).flatten();
+                if !out.writers.is_empty() && before.is_some() && holder.is_some() && before != holder {
+                    out.moved_after_writes.insert(shard);
+                }
                 if let Some(w) = &writer {
                     *out.lease_writes.entry(w.clone()).or_default() += 1;
                 }
@@ -361,8 +367,20 @@ async fn three_replicas_share_2000_applications_each_written_by_the_holder_of_it
         &replay.violations[..replay.violations.len().min(10)]
     );
     assert_eq!(replay.writers.len(), N, "every Application was written");
-    let shared: Vec<_> = replay.writers.iter().filter(|(_, w)| w.len() != 1).collect();
-    assert!(shared.is_empty(), "written by more than one replica: {shared:?}");
+    // Two writers for one Application are legitimate only when its shard changed hands between
+    // them (every write was already checked against the holder of the moment, above).
+    let shared: Vec<_> = replay
+        .writers
+        .iter()
+        .filter(|(app, w)| {
+            w.len() != 1 && !replay.moved_after_writes.contains(&capstan_replicas::hashing::shard_of(ns, app))
+        })
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "written by more than one replica though their shard never moved: {shared:?} (moved: {:?})",
+        replay.moved_after_writes
+    );
     let by: BTreeSet<&String> = replay.writers.values().flatten().collect();
     assert_eq!(by.len(), 3, "all three replicas wrote: {by:?}");
     Ok(())

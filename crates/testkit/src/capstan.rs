@@ -52,12 +52,17 @@ pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Resu
 }
 
 /// A namespace name no other test of this test run uses, for a test's Applications on a shared
-/// control plane: `capstan-` plus the process id and a counter (tests of one binary run in separate
-/// processes under nextest and in one process under `cargo test`).
+/// control plane: `capstan-` plus the process id, a counter (tests of one binary run in separate
+/// processes under nextest and in one process under `cargo test`) and the clock's nanoseconds,
+/// since process ids are reused during a long run and the plane outlives the processes.
 pub fn unique_namespace() -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    format!("capstan-{}-{n}", std::process::id())
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("capstan-{}-{n}-{nanos:x}", std::process::id())
 }
 
 /// `status.reconciledAt`: when the controller last reconciled the Application.
