@@ -219,6 +219,25 @@ pub struct ApplicationSetSyncPolicy {
     /// `create-only`, `create-update`, `create-delete` or `sync` (default: all three).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applications_sync: Option<ApplicationsSyncPolicy>,
+    /// The most Applications one pass may delete. Above it the pass deletes nothing, says why in a
+    /// condition and an Event, and waits until a person confirms with the annotation
+    /// `capstan.dev/allow-deletions: "true"` (removed once the deletions are made). Absent: no
+    /// limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_budget: Option<AppSetDeletionBudget>,
+}
+
+/// `ApplicationSet.spec.syncPolicy.deletionBudget`: either limit exceeded stops the deletions.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppSetDeletionBudget {
+    /// The most Applications one pass may delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_applications: Option<u32>,
+    /// The most Applications one pass may delete, in percent of those the set owns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub max_percent: Option<u32>,
 }
 
 /// Which changes the ApplicationSet controller makes to generated Applications.

@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{AppProject, Application, ApplicationSet, ImageUpdater, PromotionPipeline};
+use crate::{AppProject, Application, ApplicationSet, ImageUpdater, Policy, PromotionPipeline};
 
 /// Every CRD Capstan installs, paired with the file name it has under `deploy/crds/`.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
@@ -14,6 +14,7 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
             without_defaults(ApplicationSet::crd()),
         ),
         ("appprojects.capstan.dev.yaml", without_defaults(AppProject::crd())),
+        ("policies.capstan.dev.yaml", without_defaults(Policy::crd())),
         (
             "imageupdaters.capstan.dev.yaml",
             requiring_project(without_defaults(ImageUpdater::crd())),

@@ -24,6 +24,10 @@ pub const SYNC_OPTIONS: &str = "capstan.dev/sync-options";
 /// Per-object compare options, comma separated (`IgnoreExtraneous`).
 pub const COMPARE_OPTIONS: &str = "capstan.dev/compare-options";
 
+/// Annotation on an ApplicationSet by which a person confirms deletions above its
+/// `deletionBudget` (`"true"`); the controller removes it once the deletions are made.
+pub const ALLOW_DELETIONS_ANNOTATION: &str = "capstan.dev/allow-deletions";
+
 /// Pod (template) annotation read by the playground's node simulator:
 /// `fail`, `never-ready`, `delay=<seconds>`, comma separated.
 pub const SIMULATE: &str = "capstan.dev/simulate";

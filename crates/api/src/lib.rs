@@ -1,7 +1,7 @@
 //! Capstan's custom resource types, API group `capstan.dev`, version `v1alpha1`.
 //!
 //! This crate owns the shape of the objects users write (Applications, ApplicationSets, AppProjects,
-//! PromotionPipelines and the cluster Secret layout), the well-known labels and annotations, the shapes of Kubernetes names ([`names`]), and the
+//! Policies, PromotionPipelines and the cluster Secret layout), the well-known labels and annotations, the shapes of Kubernetes names ([`names`]), and the
 //! identity of a repository URL ([`repo_url`]: one normalisation, one "same repository" rule). Field names
 //! follow Argo CD's `argoproj.io/v1alpha1` schema wherever the concept is the same, so existing manifests carry over by
 //! changing `apiVersion`. Beyond that URL rule it has no behaviour but (de)serialisation and CRD generation; every other
@@ -15,6 +15,7 @@ pub mod image_updater;
 pub mod labels;
 pub mod names;
 pub mod operation;
+pub mod policy;
 pub mod project;
 pub mod promotion;
 pub mod repo_url;
@@ -24,6 +25,7 @@ pub mod sync_window;
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use applicationset::{ApplicationSet, ApplicationSetSpec, ApplicationSetStatus};
 pub use image_updater::{ImageUpdater, ImageUpdaterSpec, ImageUpdaterStatus};
+pub use policy::{Policy, PolicySpec, PolicyStatus};
 pub use project::{AppProject, AppProjectSpec};
 pub use promotion::{PromotionPipeline, PromotionPipelineSpec};
 pub use repo_url::{RepoUrl, UrlError};

@@ -164,6 +164,10 @@ pub struct SyncOperation {
     /// Extra sync options for this operation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sync_options: Vec<String>,
+    /// A person confirmed the deletions: the sync may prune more objects than the project's
+    /// `deletionBudget` allows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_deletions: bool,
 }
 
 /// Parameters of a rollback.

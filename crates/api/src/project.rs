@@ -75,6 +75,24 @@ pub struct AppProjectSpec {
     /// refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub destination_service_accounts: Vec<DestinationServiceAccount>,
+    /// The most objects one sync of its Applications may prune. Above it the sync stops before
+    /// applying or deleting anything and waits for a person to confirm
+    /// (`capstan app sync NAME --allow-deletions`). Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_budget: Option<DeletionBudget>,
+}
+
+/// `AppProject.spec.deletionBudget`: either limit exceeded stops the sync.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionBudget {
+    /// The most objects one sync may prune.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_objects: Option<u32>,
+    /// The most objects one sync may prune, in percent of the Application's tracked objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub max_percent: Option<u32>,
 }
 
 /// One entry of `AppProject.spec.destinationServiceAccounts`.

@@ -298,6 +298,13 @@ pub enum ConditionType {
     SyncWindowError,
     /// A sync window holds automated sync.
     SyncWindowBlocked,
+    /// A policy denied the last sync: nothing of it was applied.
+    PolicyDenied,
+    /// A policy warned about objects of the last sync, which went on.
+    PolicyWarning,
+    /// The last sync would have pruned more than the project's deletion budget allows: it waits
+    /// for a person to confirm.
+    DeletionBudgetExceeded,
     /// A type this version does not know (written by another version), kept as written.
     Other(String),
 }
@@ -313,6 +320,9 @@ open_words!(ConditionType, KnownConditionType, "ConditionType" {
     DeletionWaiting => "DeletionWaiting",
     SyncWindowError => "SyncWindowError",
     SyncWindowBlocked => "SyncWindowBlocked",
+    PolicyDenied => "PolicyDenied",
+    PolicyWarning => "PolicyWarning",
+    DeletionBudgetExceeded => "DeletionBudgetExceeded",
 });
 
 impl ConditionType {
@@ -362,6 +372,9 @@ pub enum ApplicationSetConditionType {
     ResourcesUpToDate,
     /// A RollingSync is in progress (`True`) or complete/stopped (`False`).
     RolloutProgressing,
+    /// A pass would delete more Applications than `syncPolicy.deletionBudget` allows: it deleted
+    /// none and waits for the annotation `capstan.dev/allow-deletions: "true"`.
+    DeletionBudgetExceeded,
     /// A type this version does not know (written by another version), kept as written.
     Other(String),
 }
@@ -371,6 +384,7 @@ open_words!(ApplicationSetConditionType, KnownApplicationSetConditionType, "Appl
     ParametersGenerated => "ParametersGenerated",
     ResourcesUpToDate => "ResourcesUpToDate",
     RolloutProgressing => "RolloutProgressing",
+    DeletionBudgetExceeded => "DeletionBudgetExceeded",
 });
 
 #[cfg(test)]

@@ -373,7 +373,10 @@ async fn three_replicas_share_2000_applications_each_written_by_the_holder_of_it
         .writers
         .iter()
         .filter(|(app, w)| {
-            w.len() != 1 && !replay.moved_after_writes.contains(&capstan_replicas::hashing::shard_of(ns, app))
+            w.len() != 1
+                && !replay
+                    .moved_after_writes
+                    .contains(&capstan_replicas::hashing::shard_of(ns, app))
         })
         .collect();
     assert!(

@@ -16,6 +16,7 @@
 //!   versions written and watched per Application, terminate signals, Events.
 //! - [`poller`]: one Git poller per repository, triggering the Applications that use it.
 //! - [`pipeline`]: one read-only pass (resolve, render, prepare, read live state, compare).
+//! - [`policies`]: Policies, compiled and cached, whose verdicts every sync passes.
 //! - [`clusters`]: destination clusters — `in-cluster` and those registered with cluster Secrets —
 //!   each with its client, discovery and watches, probed for reachability.
 //! - [`watches`]: watches, filtered by Capstan's tracking label, on every kind Capstan manages: a
@@ -44,6 +45,7 @@ pub mod health_config;
 pub mod managed_cache;
 pub mod operation;
 pub mod pipeline;
+pub mod policies;
 pub mod poller;
 pub mod projects;
 pub mod readiness;
@@ -124,6 +126,7 @@ pub async fn run(
         .projects
         .deny_implicit_default(config.deny_implicit_default_project);
     pipeline.projects.spawn();
+    pipeline.policies.spawn();
     let trigger_tx_for_health = trigger_tx.clone();
     let dependency_tx = trigger_tx.clone();
     let trigger_tx_for_gains = trigger_tx.clone();

@@ -10,6 +10,8 @@
 //! - [`cache`]: what a watch cache keeps of an object (not its `managedFields`).
 //! - [`annotations`]: the per-object annotations that steer sync and compare (sync wave, hooks,
 //!   sync and compare options) with their Argo CD aliases.
+//! - [`selector`]: Kubernetes label selectors over string maps, validated with the requirement at
+//!   fault named ([`Selector`]).
 //! - [`patch`]: the RFC 7386 merge patch between two versions of a status ([`merge_patch`]).
 //! - [`refresh`]: after Capstan commits to a repository, asking the Applications and ApplicationSets
 //!   that read it to look at Git now ([`refresh_readers`]).
@@ -27,6 +29,7 @@ pub mod key;
 pub mod own_writes;
 pub mod patch;
 pub mod refresh;
+pub mod selector;
 pub mod shutdown;
 
 pub use discovery::{Discovery, KindInfo};
@@ -36,6 +39,7 @@ pub use key::ObjectKey;
 pub use own_writes::OwnWrites;
 pub use patch::merge_patch;
 pub use refresh::refresh_readers;
+pub use selector::Selector;
 
 /// Result alias for this crate.
 pub type Result<T, E = KubeError> = std::result::Result<T, E>;

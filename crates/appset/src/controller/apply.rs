@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_api::applicationset::{ApplicationSetApplicationStatus, ApplicationsSyncPolicy};
+use capstan_api::labels::ALLOW_DELETIONS_ANNOTATION;
 use capstan_api::operation::{Operation, SyncOperation};
 use capstan_api::{Application, ApplicationSet};
 use capstan_kube::describe_kube_error;
@@ -32,6 +33,11 @@ pub(super) struct Outcome {
     pub(super) kept: Vec<String>,
     /// Owned Applications no longer generated that `applicationsSync` keeps.
     pub(super) orphans: Vec<String>,
+    /// Why the Applications no longer generated were not deleted: more than the deletion budget
+    /// allows, and no person confirmed.
+    pub(super) held: Option<String>,
+    /// Deletions above the budget were made on a person's confirmation (the annotation is spent).
+    pub(super) confirmed: bool,
     /// Names generated that belong to someone else.
     pub(super) conflicts: Vec<String>,
     /// API errors, one per Application.
@@ -39,6 +45,36 @@ pub(super) struct Outcome {
     /// The rollout's plan, with RollingSync.
     pub(super) application_status: Vec<ApplicationSetApplicationStatus>,
     pub(super) rollout: Option<Summary>,
+}
+
+/// Why deleting `deleting` of the `owned` Applications of `set` is more than its
+/// `syncPolicy.deletionBudget` allows, if it is.
+pub(super) fn over_budget(set: &ApplicationSet, deleting: usize, owned: usize) -> Option<String> {
+    let budget = set.spec.sync_policy.as_ref()?.deletion_budget.as_ref()?;
+    let mut exceeded = Vec::new();
+    if let Some(max) = budget.max_applications
+        && deleting > max as usize
+    {
+        exceeded.push(format!("maxApplications {max}"));
+    }
+    if let Some(max) = budget.max_percent
+        && deleting * 100 > max as usize * owned
+    {
+        exceeded.push(format!("maxPercent {max} of {owned} owned Applications"));
+    }
+    (!exceeded.is_empty()).then(|| {
+        format!(
+            "this pass would delete {deleting} Applications, more than the deletion budget allows ({}): none was deleted; confirm with the annotation {ALLOW_DELETIONS_ANNOTATION}=true",
+            exceeded.join(", ")
+        )
+    })
+}
+
+/// Whether a person confirmed deletions above the budget on `set`.
+fn confirmed(set: &ApplicationSet) -> bool {
+    set.annotations()
+        .get(ALLOW_DELETIONS_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 /// Create, update and delete the owned Applications, then advance the rollout.
@@ -119,12 +155,25 @@ pub(super) async fn apply(
     out.errors.sort();
 
     let generated_names: BTreeSet<&String> = out.names.iter().collect();
-    for (name, app) in &owned {
-        if generated_names.contains(name) || app.metadata.deletion_timestamp.is_some() {
-            continue;
+    let gone: Vec<(&String, &Arc<Application>)> = owned
+        .iter()
+        .filter(|(name, app)| !generated_names.contains(name) && app.metadata.deletion_timestamp.is_none())
+        .collect();
+    if policy.allows_delete()
+        && let Some(over) = over_budget(set, gone.len(), owned.len())
+    {
+        if confirmed(set) {
+            out.confirmed = true;
+        } else {
+            out.orphans.extend(gone.iter().map(|(name, _)| (*name).clone()));
+            out.held = Some(over);
         }
-        if !policy.allows_delete() {
-            out.orphans.push(name.clone());
+    }
+    for (name, app) in gone {
+        if !policy.allows_delete() || out.held.is_some() {
+            if !policy.allows_delete() {
+                out.orphans.push(name.clone());
+            }
             continue;
         }
         match delete_app(&api, app, preserve(set)).await {

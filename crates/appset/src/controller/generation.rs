@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capstan_api::applicationset::{ApplicationsSyncPolicy, RollingSyncStep};
-use capstan_api::labels::REFRESH_ANNOTATION;
+use capstan_api::labels::{ALLOW_DELETIONS_ANNOTATION, REFRESH_ANNOTATION};
 use capstan_api::status::ApplicationSetConditionType;
 use capstan_api::{Application, ApplicationSet};
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::problem::Problem;
@@ -79,6 +79,16 @@ pub(super) async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result
                 "generated"
             );
             record(&mut status, &set, &outcome);
+            if let Some(why) = &outcome.held {
+                deletion_held_event(&ctx, &set, why).await;
+            }
+            if outcome.confirmed {
+                // The confirmation is spent: the next excess needs a new one.
+                let patch = json!({"metadata": {"annotations": {ALLOW_DELETIONS_ANNOTATION: null}}});
+                if let Err(err) = api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
+                    tracing::warn!(set = %name, %err, "the deletion confirmation could not be removed");
+                }
+            }
             if !outcome.errors.is_empty() {
                 Action::requeue(Duration::from_secs(10))
             } else if matches!(outcome.rollout, Some(Summary::Progressing(_))) {
@@ -97,6 +107,34 @@ pub(super) async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result
             .map_err(|e| fail(e.into()))?;
     }
     Ok(action)
+}
+
+/// A Warning Event on `set`: its pass deleted nothing, being over the deletion budget. Published
+/// when the condition is new, so a held pass does not repeat it every poll.
+async fn deletion_held_event(ctx: &Ctx, set: &ApplicationSet, why: &str) {
+    let already = set.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == ApplicationSetConditionType::DeletionBudgetExceeded && c.status == "True" && c.message == why
+        })
+    });
+    if already {
+        return;
+    }
+    let reporter = kube::runtime::events::Reporter {
+        controller: "capstan-applicationset".into(),
+        instance: None,
+    };
+    let recorder = kube::runtime::events::Recorder::new(ctx.client.clone(), reporter);
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: "DeletionBudgetExceeded".into(),
+        note: Some(redact(why)),
+        action: "Delete".into(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&event, &set.object_ref(&())).await {
+        tracing::debug!(%err, "publishing an event");
+    }
 }
 
 /// Gather inputs and generate, checking out Git sources a matrix only names during generation.

@@ -36,6 +36,16 @@ pub(super) fn record(status: &mut ApplicationSetStatus, set: &ApplicationSet, ou
         "ParametersGenerated",
         &format!("generated {} Applications", out.names.len()),
     );
+    match &out.held {
+        Some(why) => set_condition(
+            conds,
+            ApplicationSetConditionType::DeletionBudgetExceeded,
+            true,
+            "DeletionBudgetExceeded",
+            why,
+        ),
+        None => conds.retain(|c| c.type_ != ApplicationSetConditionType::DeletionBudgetExceeded),
+    }
     let mut problems = Vec::new();
     if !out.conflicts.is_empty() {
         problems.push(format!(

@@ -7,7 +7,7 @@ pub mod git;
 pub mod list;
 pub mod matrix;
 pub mod merge;
-pub mod selector;
+pub use capstan_kube::selector;
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};

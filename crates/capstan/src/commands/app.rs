@@ -152,6 +152,9 @@ enum AppCommand {
         /// Validate with the API server and report, without changing anything.
         #[arg(long)]
         dry_run: bool,
+        /// Confirm the deletions of a sync above the project's deletion budget (implies --prune).
+        #[arg(long)]
+        allow_deletions: bool,
         /// Sync to this revision instead of targetRevision.
         #[arg(long)]
         revision: Option<String>,
@@ -270,6 +273,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
             name,
             prune,
             dry_run,
+            allow_deletions,
             revision,
             resources,
             sync_options,
@@ -279,10 +283,11 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
             let op = Operation {
                 sync: Some(SyncOperation {
                     revision: revision.unwrap_or_default(),
-                    prune,
+                    prune: prune || allow_deletions,
                     dry_run,
                     resources,
                     sync_options,
+                    allow_deletions,
                 }),
                 rollback: None,
                 initiated_by: initiator(),

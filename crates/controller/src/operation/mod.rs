@@ -4,12 +4,14 @@
 //!
 //! - [`prepare`]: what the operation syncs and with which options; the project's rules refuse it
 //!   before anything is applied.
+//! - [`guard`]: the guardrails checked while preparing: the deletion budget and the policies.
 //! - [`record`]: the operation state at each step (start, resume, fail, finish, terminate) and the
 //!   history; pure.
 //! - [`progress`]: while it runs, its progress writes and the terminate request that stops it.
 //! - [`finish`]: the state to report after it.
 
 pub mod finish;
+pub mod guard;
 pub mod prepare;
 pub mod progress;
 pub mod record;
@@ -50,6 +52,31 @@ pub enum Ran {
     },
 }
 
+/// The guardrails' conditions after preparing an operation: a policy denial, a deletion budget
+/// exceeded, and (when it goes on) the policies' warnings; each cleared when absent.
+fn guard_conditions(
+    status: &mut ApplicationStatus,
+    denied: Option<String>,
+    over_budget: Option<String>,
+    warnings: Option<&[String]>,
+) {
+    use capstan_api::status::ConditionType;
+    let mut set = |type_: ConditionType, message: Option<String>| {
+        status.conditions.retain(|c| c.type_ != type_);
+        if let Some(message) = message {
+            crate::status::set_condition(status, type_, message);
+        }
+    };
+    set(ConditionType::PolicyDenied, denied);
+    set(ConditionType::DeletionBudgetExceeded, over_budget);
+    if let Some(warnings) = warnings {
+        set(
+            ConditionType::PolicyWarning,
+            (!warnings.is_empty()).then(|| warnings.join("; ")),
+        );
+    }
+}
+
 /// Run `op` for `app` of `project`; its record goes into `status`.
 ///
 /// While it runs, the operation keeps its own journal in the stored status: the `Running` record a
@@ -82,12 +109,23 @@ pub async fn run(
         Err(refused) => {
             ctx.unwatch_terminate(&op_key);
             let message = refused.to_string();
+            let (denied, over_budget) = match &refused {
+                prepare::PrepareError::PolicyDenied(_) => (Some(message.clone()), None),
+                prepare::PrepareError::DeletionBudget(..) => (None, Some(message.clone())),
+                _ => (None, None),
+            };
+            guard_conditions(status, denied, over_budget, None);
             record::fail(&mut op_state, message.clone());
             status.operation_state = Some(op_state);
             ctx.event(app, EventType::Warning, "OperationFailed", message).await;
             return Ok(Ran::Refused { state: work_state });
         }
     };
+    guard_conditions(status, None, None, Some(&plan.warnings));
+    if !plan.warnings.is_empty() {
+        ctx.event(app, EventType::Warning, "PolicyWarning", plan.warnings.join("; "))
+            .await;
+    }
     let completed_hooks = record::completed_hooks(previous.as_ref(), resuming);
     status.operation_state = Some(op_state.clone());
     // A sync with nothing to do needs no `Running` record to resume from: it is recorded once, when

@@ -8,7 +8,9 @@ use capstan_api::operation::Operation;
 use capstan_compare::{Comparison, SyncCode};
 use capstan_kube::ObjectKey;
 use capstan_sync::SyncOptions;
+use kube::ResourceExt;
 
+use super::guard;
 use crate::context::Ctx;
 use crate::error::PipelineError;
 use crate::pipeline::AppState;
@@ -38,6 +40,12 @@ pub enum PrepareError {
     /// No client acting as the project's ServiceAccount for the destination could be made.
     #[error(transparent)]
     Impersonation(#[from] capstan_kube::impersonate::ImpersonationError),
+    /// A policy denies objects of the sync (or the policies cannot be evaluated).
+    #[error("the sync is denied by policy: {0}")]
+    PolicyDenied(String),
+    /// The sync would prune more than the project's deletion budget allows, unconfirmed.
+    #[error("{0}: confirm with `capstan app sync {1} --allow-deletions`")]
+    DeletionBudget(String, String),
 }
 
 /// What an operation does, once prepared.
@@ -57,6 +65,8 @@ pub struct Plan {
     /// The client it writes with: the destination's, acting as the project's ServiceAccount for it
     /// if the project names one (`destinationServiceAccounts`).
     pub client: kube::Client,
+    /// The policies' warnings on its objects (`validationActions: [Warn]`).
+    pub warnings: Vec<String>,
 }
 
 /// An operation prepared: the state it acts on (compared at the revision it syncs; the state it was
@@ -98,7 +108,9 @@ async fn plan(
         selected: Vec::new(),
         options: SyncOptions::default(),
         client: state.destination.client.clone(),
+        warnings: Vec::new(),
     };
+    let mut allow_deletions = false;
     let mut requested_options: &[String] = &[];
     if let Some(rollback) = &op.rollback {
         let entry = rollback_entry(app, status, rollback.id)?;
@@ -117,6 +129,7 @@ async fn plan(
         *state = ctx.pipeline.compare_fresh(&target, project, resolved).await?;
     } else if let Some(sync) = &op.sync {
         plan.dry_run = sync.dry_run;
+        allow_deletions = sync.allow_deletions;
         requested_options = &sync.sync_options;
         plan.selected = selected(&sync.resources)?;
         if !sync.revision.is_empty() {
@@ -135,6 +148,16 @@ async fn plan(
         &state.prune_violations,
         state.create_namespace_violation.as_deref(),
     )?;
+    if plan.prune
+        && !allow_deletions
+        && let Some(over) = guard::over_budget(project.spec.deletion_budget.as_ref(), &state.comparison, &plan.selected)
+    {
+        return Err(PrepareError::DeletionBudget(over, app.name_any()));
+    }
+    plan.warnings = guard::policies(ctx, app, project, state, &plan.selected, plan.prune)
+        .await
+        .map_err(PrepareError::PolicyDenied)?
+        .warnings;
     // The state the sync acts on (a rollback's or a requested revision's) says whom it acts as.
     plan.client = state.sync_client()?;
     Ok(plan)

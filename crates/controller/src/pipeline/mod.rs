@@ -26,6 +26,7 @@ use serde_json::Value;
 use crate::clusters::{Clusters, Destination};
 use crate::error::PipelineError;
 use crate::health_config::HealthConfig;
+use crate::policies::Policies;
 use crate::projects::{Project, Projects};
 
 mod live;
@@ -58,6 +59,8 @@ pub struct Pipeline {
     pub clusters: Arc<Clusters>,
     /// AppProjects.
     pub projects: Projects,
+    /// Policies.
+    pub policies: Arc<Policies>,
     /// The operators' custom health rules (`capstan-cm`).
     pub health: Arc<HealthConfig>,
     /// Namespace holding repository Secrets.
@@ -172,6 +175,7 @@ impl Pipeline {
             cache_dir: guard,
             clusters: Clusters::new(client.clone(), namespace),
             projects: Projects::new(client.clone(), namespace),
+            policies: Arc::new(Policies::new(client.clone(), namespace)),
             health: Arc::new(HealthConfig::new(client.clone(), namespace)),
             client,
             namespace: namespace.to_string(),

@@ -354,6 +354,9 @@ pub struct SyncBody {
     /// Sync options for this sync (`CreateNamespace=true`, `ServerSideApply=true`, …).
     #[serde(default)]
     sync_options: Vec<String>,
+    /// Confirm deletions above the project's deletion budget (implies `prune`).
+    #[serde(default)]
+    allow_deletions: bool,
 }
 
 async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), ApiError> {
@@ -432,10 +435,11 @@ pub async fn sync(
     let op = Operation {
         sync: Some(SyncOperation {
             revision: body.revision,
-            prune: body.prune,
+            prune: body.prune || body.allow_deletions,
             dry_run: body.dry_run,
             resources: body.resources,
             sync_options: body.sync_options,
+            allow_deletions: body.allow_deletions,
         }),
         rollback: None,
         id: capstan_api::operation::new_request_id(),

@@ -128,7 +128,7 @@ fn service_account(ns: &str, name: &str) -> Value {
     })
 }
 
-const CAPSTAN_KINDS: [&str; 10] = [
+const CAPSTAN_KINDS: [&str; 12] = [
     "applications",
     "applications/status",
     "applicationsets",
@@ -139,6 +139,8 @@ const CAPSTAN_KINDS: [&str; 10] = [
     "promotionpipelines",
     "promotionpipelines/status",
     "appprojects/status",
+    "policies",
+    "policies/status",
 ];
 
 const ALL_VERBS: [&str; 7] = ["get", "list", "watch", "create", "update", "patch", "delete"];

@@ -1,6 +1,7 @@
 //! Kubernetes label selectors (`matchLabels`, `matchExpressions` with `In`, `NotIn`, `Exists`,
-//! `DoesNotExist`) over string maps: cluster labels for the clusters generator, flattened parameters
-//! for a generator's post-filter `selector`, and Application labels for rollout steps.
+//! `DoesNotExist`) over string maps: cluster labels for the clusters generator and for a policy's
+//! `clusterSelector`, flattened parameters for a generator's post-filter `selector`, Application
+//! labels for rollout steps, and the object and namespace labels of a policy's `matchConstraints`.
 //!
 //! Matching is kube's ([`kube::core::Selector`]). Validation is Capstan's own because it is stricter
 //! than kube's conversion and names the requirement at fault, as the API server does: `In`/`NotIn`

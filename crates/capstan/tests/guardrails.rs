@@ -1,0 +1,288 @@
+//! Seed 002's guardrail end to end, through the binary: a Crossplane-style database claim is
+//! synced to a staging cluster (the hub, labelled `env: staging`) and to a production cluster (a
+//! spoke labelled `env: production`). A Policy says claims in production need backups and two
+//! replicas: staging accepts the claim, production refuses the whole sync with a condition naming
+//! the policy, the object and the message, and nothing of that sync reaches the spoke. Fixed in
+//! Git, production syncs. A policy that does not compile says why on its status; a `Warn` policy
+//! warns and lets the sync go on.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use capstan_testkit::capstan::unique_namespace;
+use capstan_testkit::{GitServer, TestCluster};
+use serde_json::Value;
+
+use common::{Controller, capstan_in, kubectl, text, until};
+
+/// The claim's CRD: a group no other test of the run uses (the hub is shared).
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: postgresqlinstances.guardrails.example.org}
+spec:
+  group: guardrails.example.org
+  names: {kind: PostgreSQLInstance, plural: postgresqlinstances, singular: postgresqlinstance}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+fn claim(backup: bool, replicas: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: orders-settings}}\ndata: {{pool: '10'}}\n---\napiVersion: guardrails.example.org/v1alpha1\nkind: PostgreSQLInstance\nmetadata: {{name: orders}}\nspec:\n  backup: {{enabled: {backup}}}\n  replicas: {replicas}\n  storageGB: 20\n"
+    )
+}
+
+fn policy(ns: &str) -> String {
+    format!(
+        r#"apiVersion: capstan.dev/v1alpha1
+kind: Policy
+metadata: {{name: production-databases, namespace: {ns}}}
+spec:
+  clusterSelector: {{matchLabels: {{env: production}}}}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [guardrails.example.org]
+      apiVersions: ["*"]
+      resources: [postgresqlinstances]
+      operations: [CREATE, UPDATE]
+  validations:
+  - expression: "has(object.spec.backup) && object.spec.backup.enabled == true"
+    message: production databases need automated backups
+  - expression: "object.spec.replicas >= 2"
+    messageExpression: "'replicas is ' + string(object.spec.replicas) + ', production needs at least 2'"
+---
+apiVersion: capstan.dev/v1alpha1
+kind: Policy
+metadata: {{name: storage-size, namespace: {ns}}}
+spec:
+  validationActions: [Warn]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [guardrails.example.org]
+      apiVersions: ["*"]
+      resources: [postgresqlinstances]
+      operations: ["*"]
+  validations:
+  - expression: "object.spec.storageGB >= 50"
+    message: databases under 50 GB fill up quickly
+---
+apiVersion: capstan.dev/v1alpha1
+kind: Policy
+metadata: {{name: broken, namespace: {ns}}}
+spec:
+  clusterSelector: {{matchLabels: {{env: nowhere}}}}
+  matchConstraints:
+    resourceRules:
+    - {{apiGroups: ["*"], apiVersions: ["*"], resources: ["*"], operations: ["*"]}}
+  validations:
+  - expression: "object.spec.replicas >"
+"#
+    )
+}
+
+fn application(ns: &str, name: &str, repo: &str, destination: &str) -> String {
+    format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: db}}\n  destination: {{name: {destination}, namespace: guardrails-db}}\n  syncPolicy: {{automated: {{prune: true}}, syncOptions: [CreateNamespace=true]}}\n"
+    )
+}
+
+fn apply(kc: &str, dir: &std::path::Path, name: &str, yaml: &str) {
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, yaml).expect("write manifest");
+    let out = kubectl(kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+fn get_json(kc: &str, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend(args);
+    all.extend(["-o", "json"]);
+    let out = kubectl(kc, &all);
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+fn condition(app: &Value, type_: &str) -> Option<String> {
+    app["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["message"].as_str().map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_production_policy_refuses_the_claim_that_staging_accepts() -> anyhow::Result<()> {
+    let (hub, production) = tokio::try_join!(TestCluster::shared(), TestCluster::start())?;
+    let git = GitServer::start().await?;
+    let hub_kc = hub.kubeconfig().to_string_lossy().to_string();
+    let prod_kc = production.kubeconfig().to_string_lossy().to_string();
+    let ns = unique_namespace();
+    let dir = tempfile::tempdir()?;
+    let out = common::capstan(&hub_kc, &["install", "-n", &ns]);
+    assert!(out.status.success(), "{}", text(&out));
+    for kc in [&hub_kc, &prod_kc] {
+        apply(kc, dir.path(), "crd", CRD);
+        let out = kubectl(
+            kc,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "crd/postgresqlinstances.guardrails.example.org",
+                "--timeout=60s",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let out = capstan_in(
+        &hub_kc,
+        &ns,
+        &[
+            "cluster",
+            "add",
+            "production",
+            "--kubeconfig",
+            &prod_kc,
+            "--use-kubeconfig-credentials",
+            "--label",
+            "env=production",
+        ],
+    );
+    assert!(out.status.success(), "cluster add: {}", text(&out));
+    // The hub's own labels come from a cluster Secret with its server.
+    apply(
+        &hub_kc,
+        dir.path(),
+        "in-cluster",
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: in-cluster, namespace: {ns}, labels: {{capstan.dev/secret-type: cluster, env: staging}}}}\nstringData: {{name: in-cluster, server: 'https://kubernetes.default.svc'}}\n"
+        ),
+    );
+    apply(&hub_kc, dir.path(), "policies", &policy(&ns));
+
+    git.create_repo("databases")?;
+    git.commit(
+        "databases",
+        "main",
+        &[("db/claim.yaml", Some(&claim(false, 1)))],
+        "orders database",
+    )?;
+    let repo = git.git_url("databases");
+    let cache = tempfile::tempdir()?;
+    let _controller = Controller(
+        Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(["controller", "--kubeconfig", &hub_kc, "-n", &ns, "--cache-dir"])
+            .arg(cache.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    // The broken policy says why on its status.
+    until("the broken policy reported", Duration::from_secs(60), || {
+        let p = get_json(&hub_kc, &["-n", &ns, "policy", "broken"]);
+        p["status"]["conditions"][0]["status"] == "False"
+    });
+    let broken = get_json(&hub_kc, &["-n", &ns, "policy", "broken"]);
+    let message = broken["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("spec.validations[0].expression: does not compile"),
+        "{broken}"
+    );
+    let good = get_json(&hub_kc, &["-n", &ns, "policy", "production-databases"]);
+    assert_eq!(good["status"]["conditions"][0]["status"], "True", "{good}");
+
+    apply(
+        &hub_kc,
+        dir.path(),
+        "staging",
+        &application(&ns, "db-staging", &repo, "in-cluster"),
+    );
+    apply(
+        &hub_kc,
+        dir.path(),
+        "production",
+        &application(&ns, "db-production", &repo, "production"),
+    );
+
+    // Staging accepts the claim, with the Warn policy's warning.
+    until("db-staging Synced", Duration::from_secs(120), || {
+        let app = get_json(&hub_kc, &["-n", &ns, "application", "db-staging"]);
+        app["status"]["sync"]["status"] == "Synced"
+    });
+    let staging = get_json(&hub_kc, &["-n", &ns, "application", "db-staging"]);
+    let warning = condition(&staging, "PolicyWarning").unwrap_or_default();
+    assert!(
+        warning.contains("policy storage-size")
+            && warning.contains("guardrails.example.org/PostgreSQLInstance/guardrails-db/orders")
+            && warning.contains("databases under 50 GB fill up quickly"),
+        "{staging}"
+    );
+    assert_eq!(condition(&staging, "PolicyDenied"), None, "{staging}");
+    let on_hub = get_json(&hub_kc, &["-n", "guardrails-db", "postgresqlinstance", "orders"]);
+    assert_eq!(on_hub["spec"]["replicas"], 1, "the claim is on staging");
+
+    // Production refuses the whole sync: the condition names the policy, the object and the
+    // message, and nothing of the sync (not the ConfigMap, not the namespace) is on the spoke.
+    until("db-production denied", Duration::from_secs(120), || {
+        let app = get_json(&hub_kc, &["-n", &ns, "application", "db-production"]);
+        condition(&app, "PolicyDenied").is_some()
+    });
+    let prod_app = get_json(&hub_kc, &["-n", &ns, "application", "db-production"]);
+    let denied = condition(&prod_app, "PolicyDenied").unwrap_or_default();
+    for part in [
+        "policy production-databases on guardrails.example.org/PostgreSQLInstance/guardrails-db/orders",
+        "production databases need automated backups",
+        "replicas is 1, production needs at least 2",
+    ] {
+        assert!(denied.contains(part), "{part:?} in {denied}");
+    }
+    assert_eq!(prod_app["status"]["operationState"]["phase"], "Failed", "{prod_app}");
+    assert_eq!(prod_app["status"]["sync"]["status"], "OutOfSync", "{prod_app}");
+    let ns_on_spoke = kubectl(&prod_kc, &["get", "namespace", "guardrails-db"]);
+    assert!(
+        !ns_on_spoke.status.success(),
+        "nothing applied on production: {}",
+        text(&ns_on_spoke)
+    );
+    let verdicts = get_json(&hub_kc, &["-n", &ns, "policy", "production-databases"]);
+    let recent = verdicts["status"]["recentVerdicts"].to_string();
+    assert!(
+        recent.contains(&format!("{ns}/db-production")) && recent.contains("Deny"),
+        "{verdicts}"
+    );
+
+    // Fixed in Git: production syncs and the denial is gone.
+    git.commit(
+        "databases",
+        "main",
+        &[("db/claim.yaml", Some(&claim(true, 2)))],
+        "backups and a replica",
+    )?;
+    let out = capstan_in(
+        &hub_kc,
+        &ns,
+        &["app", "sync", "db-production", "--wait", "--timeout", "120"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let prod_app = get_json(&hub_kc, &["-n", &ns, "application", "db-production"]);
+    assert_eq!(condition(&prod_app, "PolicyDenied"), None, "{prod_app}");
+    let on_spoke = get_json(&prod_kc, &["-n", "guardrails-db", "postgresqlinstance", "orders"]);
+    assert_eq!(on_spoke["spec"]["replicas"], 2, "the fixed claim is on production");
+    let cm = kubectl(
+        &prod_kc,
+        &["-n", "guardrails-db", "get", "configmap", "orders-settings"],
+    );
+    assert!(cm.status.success(), "{}", text(&cm));
+    Ok(())
+}

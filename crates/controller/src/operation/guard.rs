@@ -1,0 +1,164 @@
+//! The guardrails an operation passes before anything is applied: the project's deletion budget
+//! (how many objects one sync may prune before a person confirms) and the policies in scope of the
+//! destination and project (`Deny` refuses the whole operation; `Warn` goes on with a warning;
+//! `Audit` only records). Both refuse before the first write, so nothing of a refused sync is
+//! applied or deleted.
+
+use capstan_api::Application;
+use capstan_api::project::DeletionBudget;
+use capstan_compare::Comparison;
+use capstan_kube::ObjectKey;
+use kube::ResourceExt;
+
+use crate::context::Ctx;
+use crate::pipeline::AppState;
+use crate::policies::SyncScope;
+use crate::projects::Project;
+
+/// Why the deletion budget stops a sync of `comparison` that prunes (of `selected` objects only,
+/// when not empty), if it does: the objects it would prune and the limit they exceed.
+pub fn over_budget(budget: Option<&DeletionBudget>, comparison: &Comparison, selected: &[ObjectKey]) -> Option<String> {
+    let budget = budget?;
+    let chosen = |key: &ObjectKey| selected.is_empty() || selected.contains(key);
+    let pruned = comparison
+        .resources
+        .iter()
+        .filter(|r| r.requires_pruning && !r.hook && chosen(&r.key))
+        .count();
+    let tracked = comparison
+        .resources
+        .iter()
+        .filter(|r| r.live.is_some() && !r.hook)
+        .count();
+    let mut exceeded = Vec::new();
+    if let Some(max) = budget.max_objects
+        && pruned > max as usize
+    {
+        exceeded.push(format!("maxObjects {max}"));
+    }
+    if let Some(max) = budget.max_percent
+        && pruned * 100 > max as usize * tracked
+    {
+        exceeded.push(format!("maxPercent {max} of {tracked} tracked objects"));
+    }
+    (!exceeded.is_empty()).then(|| {
+        format!(
+            "the sync would prune {pruned} objects, more than the project's deletion budget allows ({})",
+            exceeded.join(", ")
+        )
+    })
+}
+
+/// What the policies said about an operation that may go on: the warnings to show on the
+/// Application.
+#[derive(Debug, Default)]
+pub struct Passed {
+    /// One line per `Warn` verdict: policy, object, message.
+    pub warnings: Vec<String>,
+}
+
+/// The policies' verdicts on the objects an operation of `app` would apply (and prune, with
+/// `prune`), against `state`: `Err` with the denials, each naming the policy, the object and the
+/// message, when any policy denies or the policies cannot be evaluated (fail closed).
+pub async fn policies(
+    ctx: &Ctx,
+    app: &Application,
+    project: &Project,
+    state: &AppState,
+    selected: &[ObjectKey],
+    prune: bool,
+) -> Result<Passed, String> {
+    let destination = &state.destination;
+    let application = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+    let scope = SyncScope {
+        application: application.clone(),
+        project: &project.name,
+        destination,
+        cluster_labels: ctx.pipeline.clusters.labels_of(&destination.name),
+        prune,
+    };
+    let resources: Vec<_> = state
+        .comparison
+        .resources
+        .iter()
+        .filter(|r| selected.is_empty() || selected.contains(&r.key))
+        .cloned()
+        .collect();
+    let evaluation = ctx
+        .pipeline
+        .policies
+        .check(&scope, &resources)
+        .await
+        .map_err(|e| e.to_string())?;
+    if evaluation.evaluated > 0 {
+        tracing::debug!(app = %application, evaluated = evaluation.evaluated, cost = evaluation.cost, "policies evaluated");
+    }
+    if !evaluation.verdicts.is_empty() {
+        ctx.pipeline
+            .policies
+            .record(&application, &destination.name, &evaluation.verdicts)
+            .await;
+    }
+    let line = |v: &capstan_policy::Verdict| format!("policy {} on {}: {}", v.policy, v.object, v.message);
+    let denials: Vec<String> = evaluation.denials().map(line).collect();
+    if !denials.is_empty() {
+        return Err(denials.join("; "));
+    }
+    Ok(Passed {
+        warnings: evaluation.verdicts.iter().filter(|v| v.warns()).map(line).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_compare::ResourceState;
+    use capstan_kube::KindInfo;
+
+    fn resource(name: &str, live: bool, pruned: bool) -> ResourceState {
+        ResourceState {
+            key: ObjectKey::parse(&format!("/ConfigMap/n/{name}")).expect("key"),
+            api_version: "v1".into(),
+            info: KindInfo {
+                resource: kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+                namespaced: true,
+                status_subresource: Some(false),
+            },
+            desired: (!pruned).then(|| serde_json::json!({})),
+            live: live.then(|| serde_json::json!({})),
+            predicted: None,
+            sync: capstan_compare::SyncCode::Synced,
+            requires_pruning: pruned,
+            hook: false,
+            wave: 0,
+            owned_by_other: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_budget_counts_what_would_be_pruned_against_both_limits() {
+        let mut resources: Vec<_> = (0..8).map(|i| resource(&format!("p{i}"), true, true)).collect();
+        resources.extend((0..2).map(|i| resource(&format!("k{i}"), true, false)));
+        let comparison = Comparison { resources };
+        let budget = |objects, percent| DeletionBudget {
+            max_objects: objects,
+            max_percent: percent,
+        };
+        assert_eq!(over_budget(None, &comparison, &[]), None);
+        assert_eq!(over_budget(Some(&budget(Some(8), None)), &comparison, &[]), None);
+        assert_eq!(
+            over_budget(Some(&budget(Some(5), Some(50))), &comparison, &[]).as_deref(),
+            Some(
+                "the sync would prune 8 objects, more than the project's deletion budget allows (maxObjects 5, maxPercent 50 of 10 tracked objects)"
+            )
+        );
+        assert_eq!(over_budget(Some(&budget(None, Some(80))), &comparison, &[]), None);
+        let one = [ObjectKey::parse("/ConfigMap/n/p0").expect("key")];
+        assert_eq!(
+            over_budget(Some(&budget(Some(1), None)), &comparison, &one),
+            None,
+            "a selective sync prunes only what it selects"
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! Policies as the controller reads them: a watched cache of the `Policy` objects of Capstan's
+//! namespace (a direct list in the CLI), each compiled once per generation, their `Ready`
+//! condition written on their status, and [`Policies::check`]: the verdicts of every policy in
+//! scope on the objects a sync would apply and prune, evaluated off the async executor with a
+//! wall-clock bound on top of the cost budget.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use capstan_api::Policy;
+use capstan_api::policy::{PolicyStatus, PolicyVerdict};
+use capstan_compare::ResourceState;
+use capstan_policy::{Candidate, CompiledPolicy, Evaluation, Operation, Params, Resource, Scope, Verdict};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+use crate::clusters::Destination;
+
+/// The longest one sync's policy evaluation may take before the sync is refused.
+pub const EVALUATION_LIMIT: Duration = Duration::from_secs(10);
+/// Verdicts kept on a policy's status.
+pub const RECENT_VERDICTS: usize = 20;
+/// Field manager of the controller's status writes on policies.
+const MANAGER: &str = "capstan-policy";
+
+/// Why the policies could not be evaluated (the sync is refused: fail closed).
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The policies could not be listed.
+    #[error("the policies could not be read: {}", capstan_kube::describe_kube_error(.0))]
+    List(#[source] kube::Error),
+    /// The evaluation did not finish within [`EVALUATION_LIMIT`].
+    #[error("the policies' evaluation did not finish within {} s", EVALUATION_LIMIT.as_secs())]
+    TimedOut,
+    /// The evaluation's thread failed.
+    #[error("the policies' evaluation failed: {0}")]
+    Failed(String),
+}
+
+/// The policies of one namespace.
+pub struct Policies {
+    client: kube::Client,
+    namespace: String,
+    store: OnceLock<Store<Policy>>,
+    compiled: Mutex<HashMap<String, Compiled>>,
+}
+
+/// A policy compiled, with the generation and spec (as JSON text) it was compiled from.
+struct Compiled {
+    generation: Option<i64>,
+    spec: String,
+    policy: Arc<CompiledPolicy>,
+}
+
+/// What a sync is about to do, for the policies.
+pub struct SyncScope<'a> {
+    /// The Application (`NAMESPACE/NAME`).
+    pub application: String,
+    /// Its project.
+    pub project: &'a str,
+    /// Its destination.
+    pub destination: &'a Destination,
+    /// The destination's labels.
+    pub cluster_labels: std::collections::BTreeMap<String, String>,
+    /// Whether the sync prunes.
+    pub prune: bool,
+}
+
+impl Policies {
+    /// Policies of `namespace`, listed on each check until [`Policies::spawn`] starts a watch.
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_string(),
+            store: OnceLock::new(),
+            compiled: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Keep a watched cache of the namespace's policies, and write each one's `Ready` condition
+    /// when its generation changes.
+    pub fn spawn(self: &Arc<Self>) {
+        let api: Api<Policy> = Api::namespaced(self.client.clone(), &self.namespace);
+        let (reader, writer) = reflector::store();
+        if self.store.set(reader).is_err() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff()
+                .touched_objects();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(policy) => this.report(&policy).await,
+                    Err(err) => tracing::debug!(%err, "Policy watch error"),
+                }
+            }
+        });
+    }
+
+    /// Write `policy`'s `Ready` condition if its generation is not described yet.
+    async fn report(&self, policy: &Policy) {
+        let generation = policy.metadata.generation;
+        if policy.status.as_ref().and_then(|s| s.observed_generation) == generation {
+            return;
+        }
+        let compiled = self.compiled(policy);
+        let (status, reason, message) = if compiled.errors.is_empty() {
+            ("True", "Compiled", "every expression compiled".to_string())
+        } else {
+            ("False", "InvalidPolicy", compiled.errors.join("; "))
+        };
+        let condition = Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: generation,
+            last_transition_time: Time(Timestamp::now()),
+        };
+        let patch = json!({"status": {"observedGeneration": generation, "conditions": [condition]}});
+        let api: Api<Policy> = Api::namespaced(self.client.clone(), &self.namespace);
+        if let Err(err) = api
+            .patch_status(&policy.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(%err, policy = %policy.name_any(), "Policy status not written");
+        }
+    }
+
+    /// `policy` compiled (once per generation and spec).
+    fn compiled(&self, policy: &Policy) -> Arc<CompiledPolicy> {
+        let name = policy.name_any();
+        let spec = serde_json::to_string(&policy.spec).unwrap_or_default();
+        let mut cache = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = cache.get(&name)
+            && known.generation == policy.metadata.generation
+            && known.spec == spec
+        {
+            return known.policy.clone();
+        }
+        let compiled = Arc::new(capstan_policy::compile(policy));
+        let known = Compiled {
+            generation: policy.metadata.generation,
+            spec,
+            policy: compiled.clone(),
+        };
+        cache.insert(name, known);
+        compiled
+    }
+
+    /// Every policy, compiled.
+    pub async fn current(&self) -> Result<Vec<Arc<CompiledPolicy>>, PolicyError> {
+        let policies: Vec<Policy> = match self.store.get() {
+            Some(store) => {
+                if tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready())
+                    .await
+                    .is_err()
+                {
+                    return Err(PolicyError::Failed("the policy cache did not fill in 10 s".into()));
+                }
+                store.state().iter().map(|p| (**p).clone()).collect()
+            }
+            None => {
+                let api: Api<Policy> = Api::namespaced(self.client.clone(), &self.namespace);
+                match api.list(&Default::default()).await {
+                    Ok(list) => list.items,
+                    // No Policy CRD (an older install): no policy.
+                    Err(kube::Error::Api(e)) if e.code == 404 => Vec::new(),
+                    Err(e) => return Err(PolicyError::List(e)),
+                }
+            }
+        };
+        let mut compiled: Vec<_> = policies.iter().map(|p| self.compiled(p)).collect();
+        compiled.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(compiled)
+    }
+
+    /// The verdicts of every policy in scope of `scope` on `resources` (the desired objects a sync
+    /// applies; with `prune`, the objects it would prune as deletes).
+    pub async fn check(&self, scope: &SyncScope<'_>, resources: &[ResourceState]) -> Result<Evaluation, PolicyError> {
+        let policies = self.current().await?;
+        let target = Scope {
+            project: scope.project.to_string(),
+            cluster: scope.destination.name.clone(),
+            cluster_labels: scope.cluster_labels.clone(),
+        };
+        let policies: Vec<_> = policies.into_iter().filter(|p| p.in_scope(&target)).collect();
+        if policies.is_empty() {
+            return Ok(Evaluation::default());
+        }
+        let mut candidates: Vec<Candidate> = resources.iter().filter_map(|r| candidate(r, scope.prune)).collect();
+        if policies.iter().any(|p| p.reads_namespaces()) {
+            self.add_namespaces(scope.destination, &mut candidates).await;
+        }
+        let params = self.params(&policies).await;
+        let evaluation =
+            tokio::task::spawn_blocking(move || capstan_policy::evaluate(&policies, &target, &candidates, &params));
+        match tokio::time::timeout(EVALUATION_LIMIT, evaluation).await {
+            Ok(Ok(evaluation)) => Ok(evaluation),
+            Ok(Err(e)) => Err(PolicyError::Failed(e.to_string())),
+            Err(_) => Err(PolicyError::TimedOut),
+        }
+    }
+
+    /// Each candidate's namespace object on the destination (rendered in the same sync, or live).
+    async fn add_namespaces(&self, destination: &Destination, candidates: &mut [Candidate]) {
+        let mut objects: HashMap<String, Value> = candidates
+            .iter()
+            .filter(|c| c.resource.group.is_empty() && c.resource.kind == "Namespace")
+            .filter_map(|c| {
+                Some((
+                    c.object.as_ref()?.pointer("/metadata/name")?.as_str()?.to_string(),
+                    c.object.clone()?,
+                ))
+            })
+            .collect();
+        let wanted: BTreeSet<String> = candidates
+            .iter()
+            .filter(|c| c.resource.namespaced)
+            .filter_map(namespace_of)
+            .filter(|n| !objects.contains_key(n))
+            .collect();
+        let api: Api<Namespace> = Api::all(destination.client.clone());
+        for name in wanted {
+            if let Ok(Some(ns)) = api.get_opt(&name).await
+                && let Ok(value) = serde_json::to_value(ns)
+            {
+                objects.insert(name, value);
+            }
+        }
+        for c in candidates.iter_mut().filter(|c| c.resource.namespaced) {
+            c.namespace_object = namespace_of(c).and_then(|n| objects.get(&n).cloned());
+        }
+    }
+
+    /// Each policy's `params`, read from Capstan's cluster in Capstan's namespace.
+    async fn params(&self, policies: &[Arc<CompiledPolicy>]) -> HashMap<String, Params> {
+        let mut out = HashMap::new();
+        let discovery = capstan_kube::Discovery::new(self.client.clone());
+        for policy in policies {
+            let Some(source) = &policy.params else { continue };
+            let found = match discovery.resolve(&source.api_version, &source.kind).await {
+                Ok(Some(info)) => {
+                    let api: Api<DynamicObject> = if info.namespaced {
+                        Api::namespaced_with(self.client.clone(), &self.namespace, &info.resource)
+                    } else {
+                        Api::all_with(self.client.clone(), &info.resource)
+                    };
+                    match api.get_opt(&source.name).await {
+                        Ok(Some(object)) => match serde_json::to_value(object) {
+                            Ok(v) => Params::Found(v),
+                            Err(e) => Params::Missing(e.to_string()),
+                        },
+                        Ok(None) => Params::Missing("not found".into()),
+                        Err(e) => Params::Missing(capstan_kube::describe_kube_error(&e)),
+                    }
+                }
+                Ok(None) => Params::Missing("the kind is not served".into()),
+                Err(e) => Params::Missing(e.to_string()),
+            };
+            out.insert(policy.name.clone(), found);
+        }
+        out
+    }
+
+    /// Record `verdicts` of a sync of `application` to `cluster` on their policies' status (newest
+    /// first, at most [`RECENT_VERDICTS`]). Best effort: a lost write loses only history.
+    pub async fn record(&self, application: &str, cluster: &str, verdicts: &[Verdict]) {
+        let api: Api<Policy> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut by_policy: HashMap<&str, Vec<&Verdict>> = HashMap::new();
+        for v in verdicts {
+            by_policy.entry(v.policy.as_str()).or_default().push(v);
+        }
+        let now = crate::clock::now();
+        for (policy, verdicts) in by_policy {
+            let Ok(Some(current)) = api.get_opt(policy).await else {
+                continue;
+            };
+            let mut recent: Vec<PolicyVerdict> = verdicts
+                .iter()
+                .map(|v| PolicyVerdict {
+                    time: now.clone(),
+                    application: application.to_string(),
+                    cluster: cluster.to_string(),
+                    object: v.object.clone(),
+                    actions: v.actions.clone(),
+                    message: v.message.clone(),
+                })
+                .collect();
+            recent.extend(current.status.unwrap_or_default().recent_verdicts);
+            recent.truncate(RECENT_VERDICTS);
+            let status = PolicyStatus {
+                recent_verdicts: recent,
+                ..Default::default()
+            };
+            let patch = json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "status": {"recentVerdicts": status.recent_verdicts},
+            });
+            if let Err(err) = api
+                .patch_status(policy, &PatchParams::apply(MANAGER), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::debug!(%err, %policy, "Policy verdicts not recorded");
+            }
+        }
+    }
+}
+
+fn namespace_of(c: &Candidate) -> Option<String> {
+    c.object
+        .as_ref()
+        .or(c.old_object.as_ref())?
+        .pointer("/metadata/namespace")?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// What the sync would do to `r`, for the policies: apply what Git has (create or update), and
+/// with `prune`, delete what requires pruning.
+fn candidate(r: &ResourceState, prune: bool) -> Option<Candidate> {
+    let operation = match (&r.desired, &r.live) {
+        (Some(_), None) => Operation::Create,
+        (Some(_), Some(_)) => Operation::Update,
+        (None, Some(_)) if prune && r.requires_pruning => Operation::Delete,
+        _ => return None,
+    };
+    let resource: &ApiResource = &r.info.resource;
+    Some(Candidate {
+        key: r.key.to_string(),
+        resource: Resource {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            kind: resource.kind.clone(),
+            resource: resource.plural.clone(),
+            namespaced: r.info.namespaced,
+        },
+        operation,
+        object: r.desired.clone(),
+        old_object: r.live.clone(),
+        namespace_object: None,
+    })
+}
