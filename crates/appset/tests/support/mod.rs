@@ -249,6 +249,19 @@ impl Env {
         }
     }
 
+    /// The Events about object `name` in [`Env::ns`], as `REASON: MESSAGE`.
+    pub async fn events_about(&self, name: &str) -> anyhow::Result<Vec<String>> {
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(self.client.clone(), &self.ns);
+        let params = kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
+        Ok(events
+            .list(&params)
+            .await?
+            .items
+            .into_iter()
+            .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect())
+    }
+
     /// Names of the Applications in [`Env::ns`], sorted.
     pub async fn app_names(&self) -> anyhow::Result<Vec<String>> {
         let mut names: Vec<String> = self
