@@ -17,6 +17,7 @@
 //! Creating, updating and deleting the generated Applications (with owner references), and rolling
 //! changes out, belong to the ApplicationSet controller (`controller`, `rollout`), not to generation.
 
+pub mod budget;
 pub mod controller;
 pub mod error;
 pub mod generate;

@@ -69,6 +69,9 @@ enum Command {
     Project(commands::project::ProjectArgs),
     /// Promote a service from one environment to a later one (one Git commit), or show the history.
     Promote(commands::promote::PromoteArgs),
+    /// What a revision of a repository would change (diffs, prunes, policy verdicts, deletion
+    /// budgets), without applying anything; or, offline, the policies' verdicts on manifests.
+    Plan(commands::plan::PlanArgs),
     /// Write the CustomResourceDefinitions generated from the Rust types.
     #[command(hide = true)]
     Crds(commands::crds::CrdsArgs),
@@ -144,6 +147,7 @@ fn main() -> ExitCode {
             Command::Cluster(args) => commands::cluster::run(args).await,
             Command::Project(args) => commands::project::run(args).await,
             Command::Promote(args) => commands::promote::run(args).await,
+            Command::Plan(args) => commands::plan::run(args).await,
             Command::Crds(args) => commands::crds::run(args),
         }
     });

@@ -262,6 +262,70 @@ async fn a_production_policy_refuses_the_claim_that_staging_accepts() -> anyhow:
         "{verdicts}"
     );
 
+    // `capstan plan` before merging: main is denied (exit 1), the fix on a branch passes (exit 0),
+    // a revision that does not exist cannot be planned (exit 2).
+    git.commit(
+        "databases",
+        "fix",
+        &[("db/claim.yaml", Some(&claim(true, 2)))],
+        "backups and a replica",
+    )?;
+    let out = capstan_in(
+        &hub_kc,
+        &ns,
+        &["plan", "--repo", &repo, "--revision", "main", "-o", "markdown"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let md = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        md.contains("| db-production | production | changed | 2 | 0 | 0 | **2 denied** | within |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| db-staging | in-cluster | unchanged | 0 | 0 | 0 | 1 warning(s) | within |"),
+        "{md}"
+    );
+    assert!(md.contains("- **DENIED** by policy `production-databases`"), "{md}");
+    let out = capstan_in(
+        &hub_kc,
+        &ns,
+        &[
+            "plan",
+            "--repo",
+            &repo,
+            "--revision",
+            "fix",
+            "--base",
+            "main",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let plan: Value = serde_json::from_slice(&out.stdout)?;
+    let apps = plan["applications"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = apps.iter().filter_map(|a| a["name"].as_str()).collect();
+    assert_eq!(names, ["db-production", "db-staging"], "{plan}");
+    assert_eq!(apps[1]["change"], "Changed", "{plan}");
+    let update = &apps[1]["objects"][0];
+    assert_eq!(update["action"], "Update", "{plan}");
+    assert!(
+        update["diff"].as_str().unwrap_or_default().contains("+  replicas: 2"),
+        "{plan}"
+    );
+    assert!(
+        apps[0]["verdicts"]
+            .as_array()
+            .is_some_and(|v| v.iter().all(|v| v["actions"] == serde_json::json!(["Warn"]))),
+        "{plan}"
+    );
+    let out = capstan_in(&hub_kc, &ns, &["plan", "--repo", &repo, "--revision", "no-such-branch"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no-such-branch"), "{}", text(&out));
+    // Nothing was applied by planning: production is still without the claim.
+    let ns_on_spoke = kubectl(&prod_kc, &["get", "namespace", "guardrails-db"]);
+    assert!(!ns_on_spoke.status.success(), "a plan applies nothing");
+
     // Fixed in Git: production syncs and the denial is gone.
     git.commit(
         "databases",

@@ -5,9 +5,14 @@
 //! (status, events, API answers, logs) goes through [`scrub`] or [`scrub_json`], which replace any
 //! registered value, and its standard and URL-safe base64, with `***`.
 //!
+//! Secret *objects* are redacted by shape as well ([`objects`]): every value of a Secret's `data`
+//! and `stringData`, in answers and on both sides of a diff.
+//!
 //! Values shorter than [`MIN_LEN`] are not registered: scrubbing `true` or `80` from every message
 //! would garble them, and such values are not secrets. At most [`MAX_VALUES`] values are kept (the
 //! oldest go first).
+
+pub mod objects;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock, RwLock};

@@ -18,7 +18,8 @@ pub mod error;
 pub mod health;
 pub mod metrics;
 pub mod openapi;
-pub mod redact;
+/// Secret objects redacted in answers and diffs (owned by `capstan-redact`).
+pub use capstan_redact::objects as redact;
 pub mod registry_webhook;
 pub mod state;
 pub mod stream;
@@ -43,7 +44,7 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{app_promotions, apps, fleet, list, model, promotions, revision, tree};
+    use api::{app_promotions, apps, fleet, list, model, policies, promotions, revision, tree};
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -238,6 +239,13 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             get_with(fleet::clusters, |op| {
                 op.summary("Destination clusters and their connection state (never credentials)")
                     .tag("fleet")
+            }),
+        )
+        .api_route(
+            "/api/policies",
+            get_with(policies::list, |op| {
+                op.summary("Policies with their scope, whether they compiled, and the recent verdicts about Applications the caller may read (read-only: no endpoint writes a policy)")
+                    .tag("policies")
             }),
         )
         .api_route(

@@ -47,29 +47,6 @@ pub(super) struct Outcome {
     pub(super) rollout: Option<Summary>,
 }
 
-/// Why deleting `deleting` of the `owned` Applications of `set` is more than its
-/// `syncPolicy.deletionBudget` allows, if it is.
-pub(super) fn over_budget(set: &ApplicationSet, deleting: usize, owned: usize) -> Option<String> {
-    let budget = set.spec.sync_policy.as_ref()?.deletion_budget.as_ref()?;
-    let mut exceeded = Vec::new();
-    if let Some(max) = budget.max_applications
-        && deleting > max as usize
-    {
-        exceeded.push(format!("maxApplications {max}"));
-    }
-    if let Some(max) = budget.max_percent
-        && deleting * 100 > max as usize * owned
-    {
-        exceeded.push(format!("maxPercent {max} of {owned} owned Applications"));
-    }
-    (!exceeded.is_empty()).then(|| {
-        format!(
-            "this pass would delete {deleting} Applications, more than the deletion budget allows ({}): none was deleted; confirm with the annotation {ALLOW_DELETIONS_ANNOTATION}=true",
-            exceeded.join(", ")
-        )
-    })
-}
-
 /// Whether a person confirmed deletions above the budget on `set`.
 fn confirmed(set: &ApplicationSet) -> bool {
     set.annotations()
@@ -160,7 +137,7 @@ pub(super) async fn apply(
         .filter(|(name, app)| !generated_names.contains(name) && app.metadata.deletion_timestamp.is_none())
         .collect();
     if policy.allows_delete()
-        && let Some(over) = over_budget(set, gone.len(), owned.len())
+        && let Some(over) = crate::budget::over_budget(set, gone.len(), owned.len())
     {
         if confirmed(set) {
             out.confirmed = true;

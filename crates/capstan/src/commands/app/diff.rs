@@ -56,8 +56,8 @@ pub(super) async fn diff_inner(
         // changed is shown, as the server's diffs do.
         let mut r = r.clone();
         let mut live = r.live.clone();
-        capstan_server::redact::redact_pair(&mut live, &mut r.predicted);
-        capstan_server::redact::redact_pair(&mut r.live, &mut r.desired);
+        capstan_redact::objects::redact_pair(&mut live, &mut r.predicted);
+        capstan_redact::objects::redact_pair(&mut r.live, &mut r.desired);
         let text = capstan_compare::render_diff(&r);
         for line in text.lines() {
             if !colour {

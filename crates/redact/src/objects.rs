@@ -1,4 +1,4 @@
-//! Secrets never leave the server: every value of a Secret's `data` and `stringData` is replaced
+//! Secret objects never leave Capstan whole: every value of a Secret's `data` and `stringData` is replaced
 //! before an object is answered, also inside diffs.
 
 use serde_json::Value;
