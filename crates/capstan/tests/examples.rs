@@ -242,6 +242,11 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     // Capstan's settings first, as the playground applies them (examples/settings/: health rules).
     let out = kubectl(&kc, &["apply", "-f", &examples().join("settings").to_string_lossy()]);
     assert!(out.status.success(), "kubectl apply examples/settings/: {}", text(&out));
+    // Then the example Policies (examples/policies/): they must not refuse or warn about any
+    // example in the playground's staging cluster (every Application is asserted below to have no
+    // condition), and they must compile.
+    let out = kubectl(&kc, &["apply", "-f", &examples().join("policies").to_string_lossy()]);
+    assert!(out.status.success(), "kubectl apply examples/policies/: {}", text(&out));
     for (path, contents) in files
         .iter()
         .filter(|(p, _)| p.starts_with("apps/") && p.ends_with(".yaml"))
@@ -433,6 +438,26 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
         );
         let op = status.operation_state.expect("an automated sync ran");
         assert_eq!(op.phase, "Succeeded", "{name}: {}", op.message);
+    }
+    for policy in ["production-workloads", "image-tags"] {
+        let out = kubectl(
+            &kc,
+            &[
+                "-n",
+                NS,
+                "get",
+                "policy",
+                policy,
+                "-o",
+                "jsonpath={.status.conditions[0].status}",
+            ],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "True",
+            "Policy {policy} compiled: {}",
+            text(&out)
+        );
     }
 
     // guestbook: the PreSync hook ran first and was deleted once it succeeded; then the ConfigMap
