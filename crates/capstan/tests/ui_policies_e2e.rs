@@ -77,8 +77,10 @@ async fn the_policies_page_shows_a_policy_and_its_compile_error() -> anyhow::Res
         .wait_for(&testid("login-password"), WAIT)?
         .send_keys(&password)?;
     browser.click(&testid("login-submit"), WAIT)?;
-    browser.wait_for(&testid("nav-policies"), WAIT)?;
-    browser.click(&testid("nav-policies"), WAIT)?;
+    // The top bar shows once logged in.
+    let nav = format!("#topbar:not([hidden]) {}", testid("nav-policies"));
+    browser.wait_for(&nav, WAIT)?;
+    browser.click(&nav, WAIT)?;
 
     let policy = format!("{}[data-policy=\"replica-limit\"]", testid("policy"));
     browser.wait_text(&format!("{policy} {}", testid("policy-name")), WAIT, |t| {

@@ -1758,6 +1758,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/policies": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Policies with their scope, whether they compiled, and the recent verdicts about Applications the caller may read (read-only: no endpoint writes a policy) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A list answer. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["PolicyItemList"];
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/webhook": {
         parameters: {
             query?: never;
@@ -1872,6 +1926,19 @@ export interface components {
              *     project); empty when it is no pipeline's environment.
              */
             promoteTargets: components["schemas"]["PromoteTarget"][];
+        };
+        /** @description `ApplicationSet.spec.syncPolicy.deletionBudget`: either limit exceeded stops the deletions. */
+        AppSetDeletionBudget: {
+            /**
+             * Format: uint32
+             * @description The most Applications one pass may delete.
+             */
+            maxApplications?: number | null;
+            /**
+             * Format: uint32
+             * @description The most Applications one pass may delete, in percent of those the set owns.
+             */
+            maxPercent?: number | null;
         };
         /** @description An ApplicationSet as lists show it. */
         AppSetSummary: {
@@ -2017,7 +2084,7 @@ export interface components {
             /** @description Condition type. */
             type: components["schemas"]["ApplicationSetConditionType"];
         };
-        /** @description One of: ErrorOccurred ParametersGenerated ResourcesUpToDate RolloutProgressing (or a word another version of Capstan writes). */
+        /** @description One of: ErrorOccurred ParametersGenerated ResourcesUpToDate RolloutProgressing DeletionBudgetExceeded (or a word another version of Capstan writes). */
         ApplicationSetConditionType: string;
         /** @description One generator: exactly one of its fields is set. */
         ApplicationSetGenerator: {
@@ -2076,6 +2143,13 @@ export interface components {
         ApplicationSetSyncPolicy: {
             /** @description `create-only`, `create-update`, `create-delete` or `sync` (default: all three). */
             applicationsSync?: components["schemas"]["ApplicationsSyncPolicy"] | null;
+            /**
+             * @description The most Applications one pass may delete. Above it the pass deletes nothing, says why in a
+             *     condition and an Event, and waits until a person confirms with the annotation
+             *     `capstan.dev/allow-deletions: "true"` (removed once the deletions are made). Absent: no
+             *     limit.
+             */
+            deletionBudget?: components["schemas"]["AppSetDeletionBudget"] | null;
             /**
              * @description When a generated Application is deleted (because its parameter set disappeared or the
              *     ApplicationSet was deleted), leave its objects in the cluster.
@@ -2331,7 +2405,7 @@ export interface components {
             /** @description e.g. `ComparisonError`. */
             type: components["schemas"]["ConditionType"];
         };
-        /** @description One of: ComparisonError InvalidSpecError SharedResourceWarning HealthRuleError ProjectViolation DependencyError DependencyWaiting DeletionWaiting SyncWindowError SyncWindowBlocked (or a word another version of Capstan writes). */
+        /** @description One of: ComparisonError InvalidSpecError SharedResourceWarning HealthRuleError ProjectViolation DependencyError DependencyWaiting DeletionWaiting SyncWindowError SyncWindowBlocked PolicyDenied PolicyWarning DeletionBudgetExceeded (or a word another version of Capstan writes). */
         ConditionType: string;
         /**
          * @description Whether the controller last reached a destination cluster (stored per cluster in the
@@ -2659,6 +2733,56 @@ export interface components {
             admin: boolean;
             /** @description Sync, refresh, roll back, terminate. */
             sync: boolean;
+        };
+        /**
+         * @description A `Policy` of Capstan's namespace as `GET /api/policies` answers it: its scope, whether it
+         *     compiled, and the verdicts of its recent failed validations that the caller may see.
+         */
+        PolicyItem: {
+            /**
+             * @description The destination clusters it applies to, as a label selector in text (`env=prod,tier in
+             *     (a,b)`); empty: every cluster.
+             */
+            clusterSelector: string;
+            /** @description Name. */
+            name: string;
+            /** @description The projects whose Applications it applies to; empty: every project. */
+            projects: string[];
+            /**
+             * @description Whether its `Ready` condition is True for its current generation: every expression compiled.
+             *     False before the controller has checked it.
+             */
+            ready: boolean;
+            /** @description The `Ready` condition's message: each expression that did not compile when not ready. */
+            readyMessage: string;
+            /**
+             * @description Its most recent failed validations, newest first: only those about Applications the caller
+             *     may read (about an Application that no longer exists, only for a caller who may read every
+             *     project).
+             */
+            recentVerdicts: components["schemas"]["PolicyVerdict"][];
+            /** @description What a failed validation does (`[Deny]` when the spec names none, as the controller reads it). */
+            validationActions: components["schemas"]["ValidationAction"][];
+        };
+        /** @description A list answer. */
+        PolicyItemList: {
+            /** @description The items. */
+            items: components["schemas"]["PolicyItem"][];
+        };
+        /** @description One failed validation, as recorded on a policy's status. */
+        PolicyVerdict: {
+            /** @description The actions taken (`Deny`, `Warn`, `Audit`). */
+            actions: components["schemas"]["ValidationAction"][];
+            /** @description The Application whose sync it was (`NAMESPACE/NAME`). */
+            application: string;
+            /** @description The destination cluster's name. */
+            cluster: string;
+            /** @description The validation's message. */
+            message: string;
+            /** @description The object (`GROUP/KIND/NAMESPACE/NAME`). */
+            object: string;
+            /** @description When (RFC 3339). */
+            time: string;
         };
         /** @description What a promotion would change (`POST /api/promotions/preview`): nothing is committed. */
         PreviewAnswer: {
@@ -3005,6 +3129,11 @@ export interface components {
         /** @description Body of `POST /api/applications/{name}/sync` (optional: an empty body syncs everything). */
         SyncBody: {
             /**
+             * @description Confirm deletions above the project's deletion budget (implies `prune`).
+             * @default false
+             */
+            allowDeletions: boolean;
+            /**
              * @description Validate against the API server without changing anything.
              * @default false
              */
@@ -3034,6 +3163,11 @@ export interface components {
         SyncCode: "Synced" | "OutOfSync" | "Unknown";
         /** @description Parameters of a sync. */
         SyncOperation: {
+            /**
+             * @description A person confirmed the deletions: the sync may prune more objects than the project's
+             *     `deletionBudget` allows.
+             */
+            allowDeletions?: boolean;
             /**
              * @description Compute and report, apply nothing.
              * @default false
@@ -3151,6 +3285,8 @@ export interface components {
             /** @description User or account name. */
             username: string;
         };
+        /** @description One of `spec.validationActions`. */
+        ValidationAction: "Deny" | "Warn" | "Audit";
         /** @description `POST /api/webhook`: whether the event was taken (how many Applications it concerns is not told). */
         WebhookReply: {
             /** @description True when the push was read. */

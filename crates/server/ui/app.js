@@ -34,6 +34,8 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {Schemas['PreviewAnswer']} PromotionPreview
  * @typedef {Schemas['PromoteAnswer']} PromoteAnswer
  * @typedef {Schemas['RevisionMetadata']} RevisionMetadata
+ * @typedef {Schemas['PolicyItem']} PolicyItem
+ * @typedef {Schemas['PolicyVerdict']} PolicyVerdict
  */
 
 // What the OpenAPI document leaves open (`type: object`): the Application is the Kubernetes object,
@@ -94,8 +96,9 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ page: 'appsets', items: Load<AppSetSummary[]> }} AppSetsPage
  * @typedef {{ page: 'appset', name: string, data: Load<AppSet> }} AppSetPage
  * @typedef {{ page: 'clusters', items: Load<Cluster[]> }} ClustersPage
+ * @typedef {{ page: 'policies', items: Load<PolicyItem[]> }} PoliciesPage
  * @typedef {{ page: 'notfound' }} NotFoundPage
- * @typedef {LoginPage | ListPage | AppPage | AppSetsPage | AppSetPage | ClustersPage | NotFoundPage} Page
+ * @typedef {LoginPage | ListPage | AppPage | AppSetsPage | AppSetPage | ClustersPage | PoliciesPage | NotFoundPage} Page
  */
 /** @typedef {{ search: string, project: string, cluster: string, namespace: string, sync: string, health: string, label: string, sort: string }} Filters */
 
@@ -140,7 +143,8 @@ function titleOf(page) {
     : page.page === 'app' ? page.name
     : page.page === 'appsets' ? 'ApplicationSets'
     : page.page === 'appset' ? `${page.name} (ApplicationSet)`
-    : page.page === 'clusters' ? 'Clusters' : 'Not found';
+    : page.page === 'clusters' ? 'Clusters'
+    : page.page === 'policies' ? 'Policies' : 'Not found';
   return what ? `${what} · Capstan` : 'Capstan';
 }
 
@@ -448,6 +452,7 @@ async function route() {
   if (path === '/applicationsets') return openAppSets();
   if ((m = path.match(/^\/applicationsets\/([a-z0-9.-]+)$/))) return openAppSet(m[1]);
   if (path === '/clusters') return openClusters();
+  if (path === '/policies') return openPolicies();
   show({ page: 'notfound' });
 }
 
@@ -460,6 +465,7 @@ function view(page) {
     case 'appsets': return appSetsView(page);
     case 'appset': return appSetView(page);
     case 'clusters': return clustersView(page);
+    case 'policies': return policiesView(page);
     default: return html`<p class="empty">Page not found.</p>`;
   }
 }
@@ -983,13 +989,43 @@ function appView(page) {
   const op = st.operationState;
   return html`
     <div id="app-header">${appHeader(page, app)}</div>
-    <div id="app-conditions" class="conditions">${repeat(st.conditions || [], (c) => c.type, (c) => html`<div class="condition"><strong>${c.type}</strong>: ${c.message}</div>`)}</div>
+    <div id="app-conditions" class="conditions">${repeat(guardrailsFirst(st.conditions || []), (c) => c.type, conditionView)}</div>
     <div id="app-operation">${op ? operationView(op) : nothing}</div>
     <div class="tabs" role="tablist">
       ${tabs.map((t) => html`<button type="button" role="tab" data-tab=${t} data-testid="tab-${t}" aria-selected=${String(state.tab === t)} @click=${() => selectTab(page, t)}>${t[0].toUpperCase() + t.slice(1)}</button>`)}
     </div>
     <div class="tabpanel" id="tabpanel" role="tabpanel">${tabView(page, app)}</div>
     <div id="dialog">${page.dialog ? dialogView(page, page.dialog) : nothing}</div>`;
+}
+
+/**
+ * How a guardrail's condition stands out on the Application page: a policy's denial and the
+ * deletion budget stopped the last sync (nothing of it was applied), a policy's warning let it go
+ * on. Other conditions keep the plain condition style.
+ * @type {Record<string, { kind: 'denied' | 'warning', mark: string }>}
+ */
+const GUARDRAIL_CONDITIONS = {
+  PolicyDenied: { kind: 'denied', mark: '✖' },
+  DeletionBudgetExceeded: { kind: 'denied', mark: '✖' },
+  PolicyWarning: { kind: 'warning', mark: '⚠' },
+};
+
+/**
+ * The conditions with the guardrails' first (denials, then warnings), the others in their order.
+ * @param {Condition[]} conditions
+ */
+function guardrailsFirst(conditions) {
+  /** @param {Condition} c */
+  const rank = (c) => { const g = GUARDRAIL_CONDITIONS[c.type || '']; return !g ? 2 : g.kind === 'denied' ? 0 : 1; };
+  return conditions.map((c, i) => ({ c, i })).sort((a, b) => rank(a.c) - rank(b.c) || a.i - b.i).map((x) => x.c);
+}
+
+/** @param {Condition} c */
+function conditionView(c) {
+  const g = GUARDRAIL_CONDITIONS[c.type || ''];
+  if (!g) return html`<div class="condition" data-testid="app-condition" data-type=${c.type || ''}><strong>${c.type}</strong>: ${c.message}</div>`;
+  return html`<div class="condition ${g.kind}" role=${g.kind === 'denied' ? 'alert' : 'status'} data-testid="app-condition" data-type=${c.type || ''}>
+    <strong><span aria-hidden="true">${g.mark}</span> ${c.type}</strong>: ${c.message}</div>`;
 }
 
 /**
@@ -1685,6 +1721,69 @@ function clustersView(page) {
         <td><span class="badge ${clusterClass(c.state)}">${clusterMark(c.state)} ${c.state}</span></td>
         <td>${c.version}</td><td>${Object.entries(c.labels || {}).map(([k, v]) => html`<span class="badge">${k}=${v}</span> `)}</td><td>${c.message}</td></tr>`)}
     </tbody></table>`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Policies: what each checks before a sync, whether it compiled, and its recent verdicts (only
+// those about Applications the caller may read: the server leaves out the others).
+
+function openPolicies() {
+  /** @type {PoliciesPage} */
+  const page = { page: 'policies', items: loading() };
+  show(page);
+  loadPage(page, (value, error) => {
+    page.items = { loading: false, value, error };
+    if (error) showError(error);
+  }, '/api/policies', (r) => /** @type {PolicyItem[]} */ (r.items || []));
+}
+
+/**
+ * The Application page a verdict's `NAMESPACE/NAME` names.
+ * @param {string} application
+ */
+const applicationName = (application) => application.slice(application.indexOf('/') + 1);
+
+/** @param {PolicyVerdict} v */
+function verdictRow(v) {
+  const name = applicationName(v.application);
+  const denied = v.actions.includes('Deny');
+  return html`<tr data-testid="verdict-row" data-application=${name}>
+      <td data-label="Time">${when(v.time)}</td>
+      <td data-label="Application"><a href="/applications/${encodeURIComponent(name)}" data-link data-testid="verdict-application">${name}</a></td>
+      <td data-label="Cluster">${v.cluster}</td>
+      <td data-label="Object" class="mono">${v.object}</td>
+      <td data-label="Actions"><span class="badge ${denied ? 'h-Degraded' : 'h-Missing'}">${denied ? '✖' : '⚠'} ${v.actions.join(', ')}</span></td>
+      <td data-label="Message">${v.message}</td>
+    </tr>`;
+}
+
+/** @param {PolicyItem} p */
+function policyView(p) {
+  const verdicts = p.recentVerdicts || [];
+  return html`<section class="policy" data-testid="policy" data-policy=${p.name}>
+    <div class="header">
+      <h2 data-testid="policy-name">${p.name}</h2>
+      <span class="badge ${p.ready ? 'h-Healthy' : 'h-Degraded'}" data-testid="policy-ready" data-ready=${String(p.ready)}>${p.ready ? '✔ Ready' : '✖ Not ready'}</span>
+      <dl class="facts">
+        <dt>Actions</dt><dd data-testid="policy-actions">${p.validationActions.join(', ')}</dd>
+        <dt>Clusters</dt><dd class=${p.clusterSelector ? 'mono' : 'muted'}>${p.clusterSelector || 'every cluster'}</dd>
+        <dt>Projects</dt><dd class=${p.projects.length ? '' : 'muted'}>${p.projects.length ? p.projects.join(', ') : 'every project'}</dd>
+      </dl>
+    </div>
+    ${p.ready ? nothing : html`<p class="dialog-error policy-error" data-testid="policy-error">${p.readyMessage}</p>`}
+    ${verdicts.length ? html`<table class="verdicts"><thead><tr><th>Time</th><th>Application</th><th>Cluster</th><th>Object</th><th>Actions</th><th>Message</th></tr></thead><tbody>
+        ${verdicts.map(verdictRow)}
+      </tbody></table>`
+      : html`<p class="muted" data-testid="policy-no-verdicts">No recent verdicts about Applications you may read.</p>`}
+  </section>`;
+}
+
+/** @param {PoliciesPage} page */
+function policiesView(page) {
+  const items = page.items.value;
+  if (!items) return html`<h1>Policies</h1><p class="muted">${page.items.error || 'Loading…'}</p>`;
+  if (!items.length) return html`<h1>Policies</h1><p class="empty">No policies.</p>`;
+  return html`<h1>Policies</h1>${repeat(items, (p) => p.name, policyView)}`;
 }
 
 route();

@@ -383,3 +383,28 @@ pub struct RevisionMetadata {
     /// The commit message.
     pub message: String,
 }
+
+/// A `Policy` of Capstan's namespace as `GET /api/policies` answers it: its scope, whether it
+/// compiled, and the verdicts of its recent failed validations that the caller may see.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyItem {
+    /// Name.
+    pub name: String,
+    /// What a failed validation does (`[Deny]` when the spec names none, as the controller reads it).
+    pub validation_actions: Vec<capstan_api::policy::ValidationAction>,
+    /// The destination clusters it applies to, as a label selector in text (`env=prod,tier in
+    /// (a,b)`); empty: every cluster.
+    pub cluster_selector: String,
+    /// The projects whose Applications it applies to; empty: every project.
+    pub projects: Vec<String>,
+    /// Whether its `Ready` condition is True for its current generation: every expression compiled.
+    /// False before the controller has checked it.
+    pub ready: bool,
+    /// The `Ready` condition's message: each expression that did not compile when not ready.
+    pub ready_message: String,
+    /// Its most recent failed validations, newest first: only those about Applications the caller
+    /// may read (about an Application that no longer exists, only for a caller who may read every
+    /// project).
+    pub recent_verdicts: Vec<capstan_api::policy::PolicyVerdict>,
+}
