@@ -79,6 +79,21 @@ spec:
 ---
 apiVersion: capstan.dev/v1alpha1
 kind: Policy
+metadata: {{name: storage-audit, namespace: {ns}}}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [guardrails.example.org]
+      apiVersions: ["*"]
+      resources: [postgresqlinstances]
+      operations: [UPDATE]
+  validations:
+  - expression: "object.spec.storageGB <= 10"
+    messageExpression: "'live claim uses ' + string(object.spec.storageGB) + ' GB'"
+---
+apiVersion: capstan.dev/v1alpha1
+kind: Policy
 metadata: {{name: broken, namespace: {ns}}}
 spec:
   clusterSelector: {{matchLabels: {{env: nowhere}}}}
@@ -231,6 +246,25 @@ async fn a_production_policy_refuses_the_claim_that_staging_accepts() -> anyhow:
     assert_eq!(condition(&staging, "PolicyDenied"), None, "{staging}");
     let on_hub = get_json(&hub_kc, &["-n", "guardrails-db", "postgresqlinstance", "orders"]);
     assert_eq!(on_hub["spec"]["replicas"], 1, "the claim is on staging");
+    // The Audit policy judges the live claim at each comparison (here, the one a refresh asks for)
+    // and records it on its status; it blocks nothing.
+    let out = capstan_in(&hub_kc, &ns, &["app", "get", "db-staging", "--refresh"]);
+    assert!(out.status.success(), "{}", text(&out));
+    until("the audit recorded", Duration::from_secs(60), || {
+        let p = get_json(&hub_kc, &["-n", &ns, "policy", "storage-audit"]);
+        p["status"]["recentVerdicts"]
+            .to_string()
+            .contains("live claim uses 20 GB")
+    });
+    let audit = get_json(&hub_kc, &["-n", &ns, "policy", "storage-audit"]);
+    let first = &audit["status"]["recentVerdicts"][0];
+    assert_eq!(first["application"], format!("{ns}/db-staging"), "{audit}");
+    assert_eq!(first["actions"], serde_json::json!(["Audit"]), "{audit}");
+    assert_eq!(
+        audit["status"]["recentVerdicts"].as_array().map(Vec::len),
+        Some(1),
+        "recorded once, not at every reconcile: {audit}"
+    );
 
     // Production refuses the whole sync: the condition names the policy, the object and the
     // message, and nothing of the sync (not the ConfigMap, not the namespace) is on the spoke.
@@ -278,11 +312,11 @@ async fn a_production_policy_refuses_the_claim_that_staging_accepts() -> anyhow:
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let md = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
-        md.contains("| db-production | production | changed | 2 | 0 | 0 | **2 denied** | within |"),
+        md.contains("| db-production | production | changed | 2 | 0 | 0 | **2 denied**, 1 warning(s) | within |"),
         "{md}"
     );
     assert!(
-        md.contains("| db-staging | in-cluster | unchanged | 0 | 0 | 0 | 1 warning(s) | within |"),
+        md.contains("| db-staging | in-cluster | unchanged | 0 | 0 | 0 | 1 warning(s), 1 audited | within |"),
         "{md}"
     );
     assert!(md.contains("- **DENIED** by policy `production-databases`"), "{md}");

@@ -159,6 +159,17 @@ impl Policies {
         compiled
     }
 
+    /// Whether any watched policy has the `Audit` action (false before the watch starts).
+    pub fn audits(&self) -> bool {
+        self.store.get().is_some_and(|store| {
+            store.state().iter().any(|p| {
+                p.spec
+                    .validation_actions
+                    .contains(&capstan_api::policy::ValidationAction::Audit)
+            })
+        })
+    }
+
     /// Every policy, compiled.
     pub async fn current(&self) -> Result<Vec<Arc<CompiledPolicy>>, PolicyError> {
         let policies: Vec<Policy> = match self.store.get() {
@@ -274,9 +285,63 @@ impl Policies {
         out
     }
 
+    /// The `Audit` policies' verdicts on the live objects of `resources` (judged as they are, an
+    /// update of themselves), recorded on the policies' status when not recorded already. Nothing
+    /// is blocked; errors are logged.
+    pub async fn audit(&self, scope: &SyncScope<'_>, resources: &[ResourceState]) {
+        let policies = match self.current().await {
+            Ok(p) => p,
+            Err(err) => {
+                tracing::debug!(%err, "policies not audited");
+                return;
+            }
+        };
+        let target = Scope {
+            project: scope.project.to_string(),
+            cluster: scope.destination.name.clone(),
+            cluster_labels: scope.cluster_labels.clone(),
+        };
+        let policies: Vec<_> = policies
+            .into_iter()
+            .filter(|p| p.actions.contains(&capstan_api::policy::ValidationAction::Audit) && p.in_scope(&target))
+            .collect();
+        if policies.is_empty() {
+            return;
+        }
+        let mut candidates: Vec<Candidate> = resources
+            .iter()
+            .filter_map(|r| {
+                let mut live = r.clone();
+                live.desired = r.live.clone();
+                candidate(&live, false)
+            })
+            .collect();
+        if policies.iter().any(|p| p.reads_namespaces()) {
+            self.add_namespaces(scope.destination, &mut candidates).await;
+        }
+        let params = self.params(&policies).await;
+        let evaluation =
+            tokio::task::spawn_blocking(move || capstan_policy::evaluate(&policies, &target, &candidates, &params));
+        match tokio::time::timeout(EVALUATION_LIMIT, evaluation).await {
+            Ok(Ok(evaluation)) if !evaluation.verdicts.is_empty() => {
+                self.record_new(&scope.application, &scope.destination.name, &evaluation.verdicts, true)
+                    .await;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::debug!(%err, "audit failed"),
+            Err(_) => tracing::warn!(app = %scope.application, "the audit of live objects did not finish in time"),
+        }
+    }
+
     /// Record `verdicts` of a sync of `application` to `cluster` on their policies' status (newest
     /// first, at most [`RECENT_VERDICTS`]). Best effort: a lost write loses only history.
     pub async fn record(&self, application: &str, cluster: &str, verdicts: &[Verdict]) {
+        self.record_new(application, cluster, verdicts, false).await;
+    }
+
+    /// [`Policies::record`]; with `only_new`, a verdict already recorded (same Application, cluster,
+    /// object and message) is not recorded again.
+    async fn record_new(&self, application: &str, cluster: &str, verdicts: &[Verdict], only_new: bool) {
         let api: Api<Policy> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut by_policy: HashMap<&str, Vec<&Verdict>> = HashMap::new();
         for v in verdicts {
@@ -287,6 +352,23 @@ impl Policies {
             let Ok(Some(current)) = api.get_opt(policy).await else {
                 continue;
             };
+            let known = current
+                .status
+                .as_ref()
+                .map(|s| s.recent_verdicts.as_slice())
+                .unwrap_or_default();
+            let seen = |v: &Verdict| {
+                known.iter().any(|k| {
+                    k.application == application
+                        && k.cluster == cluster
+                        && k.object == v.object
+                        && k.message == v.message
+                })
+            };
+            let verdicts: Vec<&Verdict> = verdicts.iter().copied().filter(|v| !(only_new && seen(v))).collect();
+            if verdicts.is_empty() {
+                continue;
+            }
             let mut recent: Vec<PolicyVerdict> = verdicts
                 .iter()
                 .map(|v| PolicyVerdict {

@@ -29,8 +29,35 @@ fn denials(app: &AppPlan) -> usize {
 fn warnings(app: &AppPlan) -> usize {
     app.verdicts
         .iter()
-        .filter(|v| !v.actions.iter().any(|a| a == "Deny"))
+        .filter(|v| v.actions.iter().any(|a| a == "Warn"))
         .count()
+}
+
+/// Verdicts of policies that only audit.
+fn audits(app: &AppPlan) -> usize {
+    app.verdicts
+        .iter()
+        .filter(|v| !v.actions.iter().any(|a| a == "Deny" || a == "Warn"))
+        .count()
+}
+
+/// The policies' cell of the summary.
+fn policies_cell(app: &AppPlan) -> String {
+    let mut parts = Vec::new();
+    if denials(app) > 0 {
+        parts.push(format!("**{} denied**", denials(app)));
+    }
+    if warnings(app) > 0 {
+        parts.push(format!("{} warning(s)", warnings(app)));
+    }
+    if audits(app) > 0 {
+        parts.push(format!("{} audited", audits(app)));
+    }
+    if parts.is_empty() {
+        "passed".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn change(app: &AppPlan) -> &'static str {
@@ -188,11 +215,7 @@ pub fn markdown(plan: &Plan) -> String {
     let _ = writeln!(head, "| --- | --- | --- | ---: | ---: | ---: | --- | --- |");
     for app in &plan.applications {
         let (c, u, d) = counts(app);
-        let policies = match (denials(app), warnings(app)) {
-            (0, 0) => "passed".to_string(),
-            (0, w) => format!("{w} warning(s)"),
-            (n, _) => format!("**{n} denied**"),
-        };
+        let policies = policies_cell(app);
         let budget = if app.deletion_budget.is_some() {
             "**exceeded**"
         } else {

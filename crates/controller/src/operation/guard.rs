@@ -109,6 +109,30 @@ pub async fn policies(
     })
 }
 
+/// Judge the live objects of `state` by the `Audit` policies in scope, in the background: what
+/// they find is recorded on their status; nothing waits for it or is blocked by it.
+pub fn audit_live(ctx: &Ctx, app: &Application, project: &Project, state: &AppState) {
+    let policies = ctx.pipeline.policies.clone();
+    if !policies.audits() {
+        return;
+    }
+    let clusters = ctx.pipeline.clusters.clone();
+    let application = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+    let project = project.name.clone();
+    let destination = state.destination.clone();
+    let resources = state.comparison.resources.clone();
+    tokio::spawn(async move {
+        let scope = SyncScope {
+            application,
+            project: &project,
+            destination: &destination,
+            cluster_labels: clusters.labels_of(&destination.name),
+            prune: false,
+        };
+        policies.audit(&scope, &resources).await;
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -225,6 +225,7 @@ async fn observe(
     for r in &state.comparison.resources {
         state.destination.watches.ensure(&r.info);
     }
+    crate::operation::guard::audit_live(ctx, app, &project, &state);
     // What holds a new operation back: dependencies not ready, a sync window. A running one goes on.
     let gates = Gates {
         dependencies: gates::dependencies(ctx, app).await,
