@@ -8,14 +8,13 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::Value;
 
-use common::{Controller, capstan_in, kubectl, text, until};
+use common::{capstan_in, kubectl, text, until};
 
 /// The claim's CRD: a group no other test of the run uses (the hub is shared).
 const CRD: &str = r#"
@@ -145,6 +144,7 @@ async fn a_production_policy_refuses_the_claim_that_staging_accepts() -> anyhow:
     let dir = tempfile::tempdir()?;
     let out = common::capstan(&hub_kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
+    let password = common::admin_password(&out);
     for kc in [&hub_kc, &prod_kc] {
         apply(kc, dir.path(), "crd", CRD);
         let out = kubectl(
@@ -193,14 +193,7 @@ async fn a_production_policy_refuses_the_claim_that_staging_accepts() -> anyhow:
     )?;
     let repo = git.git_url("databases");
     let cache = tempfile::tempdir()?;
-    let _controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &hub_kc, "-n", &ns, "--cache-dir"])
-            .arg(cache.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let (_controller, base, _) = common::controller_with_server(&hub_kc, cache.path(), &["-n", &ns])?;
     // The broken policy says why on its status.
     until("the broken policy reported", Duration::from_secs(60), || {
         let p = get_json(&hub_kc, &["-n", &ns, "policy", "broken"]);
@@ -356,6 +349,40 @@ async fn a_production_policy_refuses_the_claim_that_staging_accepts() -> anyhow:
     let out = capstan_in(&hub_kc, &ns, &["plan", "--repo", &repo, "--revision", "no-such-branch"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("no-such-branch"), "{}", text(&out));
+    // The same plan through the API, for a person logged in to the web UI; refused for a
+    // repository no readable Application follows (the server fetches no URL a caller names), a
+    // revision that does not exist, a revision that looks like an option, and without a login.
+    let mut http = common::http::Http::new(&base);
+    let anonymous = http.post("/api/plan", serde_json::json!({"repo": repo, "revision": "fix"}));
+    assert_eq!(anonymous.status, 401, "{}", anonymous.body);
+    let login = http.login("admin", &password);
+    assert_eq!(login.status, 200, "{}", login.body);
+    let answer = http.post(
+        "/api/plan",
+        serde_json::json!({"repo": repo, "revision": "fix", "base": "main"}),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let api_plan = answer.json();
+    assert_eq!(
+        api_plan["applications"], plan["applications"],
+        "the API answers the CLI's plan"
+    );
+    let elsewhere = http.post(
+        "/api/plan",
+        serde_json::json!({"repo": "git://127.0.0.1:1/other.git", "revision": "main"}),
+    );
+    assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
+    let missing = http.post(
+        "/api/plan",
+        serde_json::json!({"repo": repo, "revision": "no-such-branch"}),
+    );
+    assert_eq!(missing.status, 422, "{}", missing.body);
+    let option = http.post(
+        "/api/plan",
+        serde_json::json!({"repo": repo, "revision": "--upload-pack=x"}),
+    );
+    assert_eq!(option.status, 400, "{}", option.body);
+
     // Nothing was applied by planning: production is still without the claim.
     let ns_on_spoke = kubectl(&prod_kc, &["get", "namespace", "guardrails-db"]);
     assert!(!ns_on_spoke.status.success(), "a plan applies nothing");

@@ -44,7 +44,7 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{app_promotions, apps, fleet, list, model, policies, promotions, revision, tree};
+    use api::{app_promotions, apps, fleet, list, model, plan, policies, promotions, revision, tree};
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -245,6 +245,13 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             "/api/policies",
             get_with(policies::list, |op| {
                 op.summary("Policies with their scope, whether they compiled, and the recent verdicts about Applications the caller may read (read-only: no endpoint writes a policy)")
+                    .tag("policies")
+            }),
+        )
+        .api_route(
+            "/api/plan",
+            post_with(plan::plan, |op| {
+                op.summary("What a revision of a repository would change across the Applications and ApplicationSets the caller may read: diffs, prunes, policy verdicts, deletion budgets; applies nothing")
                     .tag("policies")
             }),
         )

@@ -1812,6 +1812,92 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/plan": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** What a revision of a repository would change across the Applications and ApplicationSets the caller may read: diffs, prunes, policy verdicts, deletion budgets; applies nothing */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Body of `POST /api/plan`. */
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["PlanBody"];
+                };
+            };
+            responses: {
+                /** @description What a revision of a repository would change. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Plan"];
+                    };
+                };
+                /** @description Failed to parse the request body as JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Expected request with `Content-Type: application/json` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Failed to deserialize the JSON body into the target type */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/webhook": {
         parameters: {
             query?: never;
@@ -1914,6 +2000,31 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description What would happen to one object. */
+        Action: "Create" | "Update" | "Delete" | "RequiresPruning";
+        /** @description The plan of one Application. */
+        AppPlan: {
+            /** @description How it would change. */
+            change: components["schemas"]["Change"];
+            /** @description Its destination cluster's name. */
+            cluster: string;
+            /** @description Why the deletion budget would stop its sync, if it would. */
+            deletionBudget?: string | null;
+            /** @description Why it could not be planned. */
+            error?: string | null;
+            /** @description Its name. */
+            name: string;
+            /** @description Its destination namespace. */
+            namespace: string;
+            /** @description The objects that would be created, changed or deleted, by key. */
+            objects: components["schemas"]["ObjectPlan"][];
+            /** @description Its project. */
+            project: string;
+            /** @description The commit the revision resolved to. */
+            resolved?: string;
+            /** @description The policies' verdicts on them. */
+            verdicts: components["schemas"]["VerdictPlan"][];
+        };
         /** @description `GET /api/applications/{name}/promotions`. */
         AppPromotions: {
             /**
@@ -2359,6 +2470,8 @@ export interface components {
             /** @description The state this server sent. */
             state?: string | null;
         };
+        /** @description How an Application would change. */
+        Change: "Changed" | "Unchanged" | "Failed";
         /** @description `clusters`: registered clusters (and `in-cluster`) whose labels match. */
         ClusterGenerator: {
             /**
@@ -2673,6 +2786,15 @@ export interface components {
             /** @description Why it is listed. */
             status: components["schemas"]["DiffStatus"];
         };
+        /** @description One object of an Application's plan. */
+        ObjectPlan: {
+            /** @description What would happen. */
+            action: components["schemas"]["Action"];
+            /** @description The unified diff, live → the revision (Secret values redacted). */
+            diff: string;
+            /** @description `GROUP/KIND/NAMESPACE/NAME`. */
+            key: string;
+        };
         /** @description A requested operation. */
         Operation: {
             /**
@@ -2733,6 +2855,34 @@ export interface components {
             admin: boolean;
             /** @description Sync, refresh, roll back, terminate. */
             sync: boolean;
+        };
+        /** @description What a revision of a repository would change. */
+        Plan: {
+            /** @description Every ApplicationSet whose git generators read the repository, by name. */
+            applicationSets: components["schemas"]["SetPlan"][];
+            /** @description Every Application that follows the repository, by name. */
+            applications: components["schemas"]["AppPlan"][];
+            /**
+             * @description Only Applications and ApplicationSets following this revision of the repository (the pull
+             *     request's target branch), when given.
+             */
+            base?: string | null;
+            /** @description The repository planned. */
+            repo: string;
+            /** @description The revision planned (as asked). */
+            revision: string;
+        };
+        /** @description Body of `POST /api/plan`. */
+        PlanBody: {
+            /**
+             * @description Only what follows this revision of the repository (the pull request's target branch).
+             * @default null
+             */
+            base: string | null;
+            /** @description The repository's URL (one an Application or ApplicationSet the caller may read follows). */
+            repo: string;
+            /** @description The branch, tag or commit to plan. */
+            revision: string;
         };
         /**
          * @description A `Policy` of Capstan's namespace as `GET /api/policies` answers it: its scope, whether it
@@ -3114,6 +3264,19 @@ export interface components {
         };
         /** @description One of: Waiting Pending Progressing Healthy Failed (or a word another version of Capstan writes). */
         RolloutStatus: string;
+        /** @description The plan of one ApplicationSet. */
+        SetPlan: {
+            /** @description Applications it would create. */
+            created: string[];
+            /** @description Why its deletion budget would stop the deletions, if it would. */
+            deletionBudget?: string | null;
+            /** @description Why it could not be generated. */
+            error?: string | null;
+            /** @description Its name. */
+            name: string;
+            /** @description Applications it would delete. */
+            removed: string[];
+        };
         /** @description `GET /api/settings`. */
         Settings: {
             /** @description The SSO provider, when SSO is configured. */
@@ -3287,6 +3450,17 @@ export interface components {
         };
         /** @description One of `spec.validationActions`. */
         ValidationAction: "Deny" | "Warn" | "Audit";
+        /** @description One policy verdict of a plan. */
+        VerdictPlan: {
+            /** @description Its actions (`Deny`, `Warn`, `Audit`). */
+            actions: string[];
+            /** @description The message. */
+            message: string;
+            /** @description The object. */
+            object: string;
+            /** @description The policy. */
+            policy: string;
+        };
         /** @description `POST /api/webhook`: whether the event was taken (how many Applications it concerns is not told). */
         WebhookReply: {
             /** @description True when the push was read. */

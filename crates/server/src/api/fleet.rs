@@ -21,7 +21,7 @@ use crate::state::State;
 
 /// The project a set's Applications belong to; a templated project could be any, so it is `*`
 /// (only a grant on every project may read such a set).
-fn appset_project(set: &ApplicationSet) -> String {
+pub(crate) fn appset_project(set: &ApplicationSet) -> String {
     let project = serde_json::to_value(&set.spec.template)
         .ok()
         .and_then(|t| t.pointer("/spec/project").and_then(Value::as_str).map(str::to_string))

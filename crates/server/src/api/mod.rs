@@ -1,7 +1,7 @@
 //! The JSON API: the Application list ([`list`]: filters, pages), Applications ([`apps`]), their resource trees ([`tree`]), ApplicationSets and
 //! clusters ([`fleet`]), promotions between environments ([`promotions`]) and an Application's
 //! promotions ([`app_promotions`]), deployed commits ([`revision`]), policies and their verdicts
-//! ([`policies`], read-only), and the bodies they answer ([`model`]); [`access`] decides who
+//! ([`policies`], read-only), plans of a repository's revision ([`plan`]), and the bodies they answer ([`model`]); [`access`] decides who
 //! sees which Application.
 
 pub mod access;
@@ -10,6 +10,7 @@ pub mod apps;
 pub mod fleet;
 pub mod list;
 pub mod model;
+pub mod plan;
 pub mod policies;
 pub mod promotions;
 pub mod revision;
