@@ -7,7 +7,8 @@
 //! [`setup`] holds what the controller benchmarks share; each benchmark is a module of its own
 //! ([`first_sync`] 1–2, [`fleet`] 3, [`self_heal`] 4, [`untracked`] 5, [`appset`] 6, [`webhook`] 7,
 //! [`ui`] 8, [`charts`] 9, [`secrets`] 10, [`images`] 11, [`sandbox`] 12, [`scale`] 13 with
-//! [`flux`] beside it and [`scale_plot`] drawing it; 13 runs only when named, it takes hours).
+//! [`flux`] beside it and [`scale_plot`] drawing it; 13 runs only when named, it takes hours;
+//! [`guardrails`] 14–15: `policy` and `plan`).
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ mod charts;
 mod first_sync;
 mod fleet;
 mod flux;
+mod guardrails;
 mod images;
 mod sandbox;
 mod scale;
@@ -36,11 +38,11 @@ struct Args {
     /// The capstan binary to benchmark.
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
-    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images,sandbox
-    /// (the default), and scale (only when named).
+    /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images,sandbox,
+    /// policy,plan (the default), and scale (only when named).
     #[arg(
         long,
-        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images,sandbox"
+        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images,sandbox,policy,plan"
     )]
     only: String,
     /// ConfigMaps in the first-sync benchmark.
@@ -49,6 +51,9 @@ struct Args {
     /// Applications in the fleet benchmark.
     #[arg(long, default_value_t = 500)]
     apps: usize,
+    /// Applications a revision changes in the plan benchmark.
+    #[arg(long, default_value_t = 200)]
+    plan_apps: usize,
     /// Untracked ConfigMaps in the memory benchmark.
     #[arg(long, default_value_t = 10_000)]
     untracked: usize,
@@ -175,6 +180,12 @@ async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> 
     }
     if only.contains(&"images") {
         bench.images(args.image_services.max(2)).await?;
+    }
+    if only.contains(&"policy") {
+        bench.policy_cost(args.configmaps).await?;
+    }
+    if only.contains(&"plan") {
+        bench.plan_time(args.plan_apps).await?;
     }
     Ok(())
 }

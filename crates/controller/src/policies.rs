@@ -215,8 +215,7 @@ impl Policies {
             self.add_namespaces(scope.destination, &mut candidates).await;
         }
         let params = self.params(&policies).await;
-        let evaluation =
-            tokio::task::spawn_blocking(move || capstan_policy::evaluate(&policies, &target, &candidates, &params));
+        let evaluation = tokio::task::spawn_blocking(move || timed(&policies, &target, &candidates, &params));
         match tokio::time::timeout(EVALUATION_LIMIT, evaluation).await {
             Ok(Ok(evaluation)) => Ok(evaluation),
             Ok(Err(e)) => Err(PolicyError::Failed(e.to_string())),
@@ -320,8 +319,7 @@ impl Policies {
             self.add_namespaces(scope.destination, &mut candidates).await;
         }
         let params = self.params(&policies).await;
-        let evaluation =
-            tokio::task::spawn_blocking(move || capstan_policy::evaluate(&policies, &target, &candidates, &params));
+        let evaluation = tokio::task::spawn_blocking(move || timed(&policies, &target, &candidates, &params));
         match tokio::time::timeout(EVALUATION_LIMIT, evaluation).await {
             Ok(Ok(evaluation)) if !evaluation.verdicts.is_empty() => {
                 self.record_new(&scope.application, &scope.destination.name, &evaluation.verdicts, true)
@@ -398,6 +396,19 @@ impl Policies {
             }
         }
     }
+}
+
+/// [`capstan_policy::evaluate`], its duration recorded in the metrics.
+fn timed(
+    policies: &[Arc<CompiledPolicy>],
+    scope: &Scope,
+    candidates: &[Candidate],
+    params: &HashMap<String, Params>,
+) -> Evaluation {
+    let started = std::time::Instant::now();
+    let evaluation = capstan_policy::evaluate(policies, scope, candidates, params);
+    capstan_metrics::global().policy_evaluation(evaluation.evaluated, started.elapsed());
+    evaluation
 }
 
 fn namespace_of(c: &Candidate) -> Option<String> {
