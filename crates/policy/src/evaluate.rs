@@ -18,7 +18,7 @@ use serde_json::Value as Json;
 
 use crate::compile::{CompiledPolicy, Expression, one_line};
 use crate::cost;
-use crate::matching::{Resource, Subject};
+use crate::matching::{Resource, Subject, labels_of};
 use crate::value::{from_json, from_optional};
 
 /// The most all expressions of one policy may cost on one object (Kubernetes' per-request limit).
@@ -120,7 +120,7 @@ impl CompiledPolicy {
     /// Whether `candidate` is one of the objects it names (every object in scope when its
     /// `matchConstraints` are a mistake: fail closed).
     pub fn matches(&self, candidate: &Candidate) -> bool {
-        let labels = candidate.namespace_object.as_ref().map(labels_of);
+        let labels = candidate.namespace_object.as_ref().map(|n| labels_of(Some(n)));
         let subject = Subject {
             resource: &candidate.resource,
             operation: candidate.operation,
@@ -284,18 +284,6 @@ fn map(entries: &HashMap<Key, Value>) -> Value {
     Value::Map(Map {
         map: Arc::new(entries.clone()),
     })
-}
-
-fn labels_of(object: &Json) -> BTreeMap<String, String> {
-    object
-        .pointer("/metadata/labels")
-        .and_then(Json::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// `request`, as much of Kubernetes' admission request as a sync has.

@@ -142,18 +142,19 @@ impl Subject<'_> {
             .and_then(Json::as_str)
             .unwrap_or_default()
     }
+}
 
-    fn labels_of(object: Option<&Json>) -> BTreeMap<String, String> {
-        object
-            .and_then(|o| o.pointer("/metadata/labels"))
-            .and_then(Json::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
+/// The labels of `object` (none when absent).
+pub fn labels_of(object: Option<&Json>) -> BTreeMap<String, String> {
+    object
+        .and_then(|o| o.pointer("/metadata/labels"))
+        .and_then(Json::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Matcher {
@@ -213,8 +214,8 @@ impl Matcher {
         }
         // As the API server: the object's labels, or the old object's.
         if !self.object_selector.is_empty()
-            && !self.object_selector.matches(&Subject::labels_of(subject.object))
-            && !self.object_selector.matches(&Subject::labels_of(subject.old_object))
+            && !self.object_selector.matches(&labels_of(subject.object))
+            && !self.object_selector.matches(&labels_of(subject.old_object))
         {
             return false;
         }
@@ -222,7 +223,7 @@ impl Matcher {
             return true;
         }
         if r.group.is_empty() && r.kind == "Namespace" {
-            return self.namespace_selector.matches(&Subject::labels_of(subject.either()));
+            return self.namespace_selector.matches(&labels_of(subject.either()));
         }
         if !r.namespaced {
             // Other cluster-scoped objects are never skipped by a namespace selector.
