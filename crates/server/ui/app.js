@@ -1473,12 +1473,16 @@ function dialogView(page, d) {
   let body;
   if (d.kind === 'sync') {
     const resources = (page.app && page.app.status && page.app.status.resources) || [];
+    // A sync held by the project's deletion budget waits for a person to confirm the deletions.
+    const overBudget = ((page.app && page.app.status && page.app.status.conditions) || []).find((c) => c.type === 'DeletionBudgetExceeded');
     body = html`<form id="dialog-form" @submit=${submit(async (form) => {
       const selected = [...form.querySelectorAll('input[name=resource]:checked')].map((i) => /** @type {HTMLInputElement} */ (i).value);
-      await api('POST', `/api/applications/${name}/sync`, { prune: field(form, 'prune').checked, dryRun: field(form, 'dryRun').checked, resources: selected });
+      const allowDeletions = Boolean(overBudget) && field(form, 'allowDeletions').checked;
+      await api('POST', `/api/applications/${name}/sync`, { prune: field(form, 'prune').checked || allowDeletions, dryRun: field(form, 'dryRun').checked, resources: selected, allowDeletions });
     })}>
       <h2>Sync ${name}</h2>
       <div class="row"><label><input type="checkbox" name="prune" data-testid="sync-prune"> Prune (delete tracked objects no longer in Git)</label></div>
+      ${overBudget ? html`<div class="row"><label><input type="checkbox" name="allowDeletions" data-testid="sync-allow-deletions"> Allow the deletions above the deletion budget (prunes)</label><p class="muted">${overBudget.message}</p></div>` : nothing}
       <div class="row"><label><input type="checkbox" name="dryRun" data-testid="sync-dry-run"> Dry run</label></div>
       <div class="row">Only these objects (none checked: all)
         <div class="reslist">${resources.length ? repeat(resources, (r) => `${r.group}/${r.kind}/${r.namespace}/${r.name}`, (r) => html`<div><label><input type="checkbox" name="resource" value="${r.group}/${r.kind}/${r.namespace}/${r.name}"> ${r.kind}/${r.name} ${syncBadge(r.status)}</label></div>`)
