@@ -39,9 +39,9 @@ fn policy(name: &str, expression: &str) -> Value {
 }
 
 /// `capstan_policy_evaluation_duration_seconds` sum and `capstan_policy_evaluations` from the
-/// controller's `/metrics`.
-async fn evaluation_metrics(server: &str) -> anyhow::Result<(f64, f64)> {
-    let url = format!("{server}/metrics");
+/// controller's `/metrics` at `url`.
+async fn evaluation_metrics(url: &str) -> anyhow::Result<(f64, f64)> {
+    let url = url.to_string();
     let text = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(10)))
@@ -123,10 +123,14 @@ impl Bench {
             anyhow::ensure!(Instant::now() < deadline, "only {ready} policies Ready after 60 s");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let (seconds_before, judged_before) = evaluation_metrics(&self.server).await?;
+        let (seconds_before, judged_before) = evaluation_metrics(&self.metrics).await?;
         let with = self.timed_sync("guarded", "bench-guarded").await?;
-        let (seconds_after, judged_after) = evaluation_metrics(&self.server).await?;
+        let (seconds_after, judged_after) = evaluation_metrics(&self.metrics).await?;
         let evaluation = seconds_after - seconds_before;
+        // They judge every ConfigMap of the cluster: gone before the next benchmark.
+        for (name, _) in POLICIES {
+            policies.delete(name, &Default::default()).await?;
+        }
         println!(
             "14. policies on a sync of {n} ConfigMaps: {} policies, {:.0} judgements in {:.0} ms, {:.1} % of the sync's {:.2} s (goal < 10 %); the same sync without policies {:.2} s",
             POLICIES.len(),

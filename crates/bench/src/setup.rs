@@ -22,6 +22,8 @@ pub(crate) const POLL_SECONDS: u64 = 30;
 pub(crate) struct Bench {
     /// Base URL of the controller's HTTP server (`--listen`).
     pub(crate) server: String,
+    /// The controller's `/metrics` (its `--health-listen` address: no login).
+    pub(crate) metrics: String,
     pub(crate) cluster: TestCluster,
     pub(crate) git: GitServer,
     pub(crate) client: kube::Client,
@@ -93,6 +95,8 @@ impl Bench {
         let cache = tempfile::tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let listen = format!("127.0.0.1:{port}");
+        let health_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let health = format!("127.0.0.1:{health_port}");
         let controller = Command::new(&capstan)
             .args([
                 "controller",
@@ -102,6 +106,8 @@ impl Bench {
                 &POLL_SECONDS.to_string(),
                 "--listen",
                 &listen,
+                "--health-listen",
+                &health,
                 "--cache-dir",
             ])
             .arg(cache.path())
@@ -111,6 +117,7 @@ impl Bench {
             .context("starting capstan controller")?;
         Ok(Bench {
             server: format!("http://{listen}"),
+            metrics: format!("http://{health}/metrics"),
             cluster,
             git,
             client,

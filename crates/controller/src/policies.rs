@@ -50,8 +50,16 @@ pub struct Policies {
     client: kube::Client,
     namespace: String,
     store: OnceLock<Store<Policy>>,
+    /// Whether the watch has listed once (a watch channel: kube-runtime's `Store::wait_until_ready`
+    /// wakes only one of several waiters).
+    listed: tokio::sync::watch::Sender<bool>,
     compiled: Mutex<HashMap<String, Compiled>>,
+    /// The findings of the last audit of each Application, so an unchanged audit writes nothing.
+    audited: Mutex<HashMap<String, Vec<Finding>>>,
 }
+
+/// One finding of an audit: policy, object, message.
+type Finding = (String, String, String);
 
 /// A policy compiled, with the generation and spec (as JSON text) it was compiled from.
 struct Compiled {
@@ -81,7 +89,9 @@ impl Policies {
             client,
             namespace: namespace.to_string(),
             store: OnceLock::new(),
+            listed: tokio::sync::watch::Sender::new(false),
             compiled: Mutex::new(HashMap::new()),
+            audited: Mutex::new(HashMap::new()),
         }
     }
 
@@ -95,13 +105,15 @@ impl Policies {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-                .default_backoff()
-                .touched_objects();
+            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(policy) => this.report(&policy).await,
+                    Ok(watcher::Event::Apply(policy) | watcher::Event::InitApply(policy)) => this.report(&policy).await,
+                    Ok(watcher::Event::InitDone) => {
+                        this.listed.send_replace(true);
+                    }
+                    Ok(_) => {}
                     Err(err) => tracing::debug!(%err, "Policy watch error"),
                 }
             }
@@ -172,16 +184,18 @@ impl Policies {
 
     /// Every policy, compiled.
     pub async fn current(&self) -> Result<Vec<Arc<CompiledPolicy>>, PolicyError> {
-        let policies: Vec<Policy> = match self.store.get() {
-            Some(store) => {
-                if tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready())
-                    .await
-                    .is_err()
-                {
-                    return Err(PolicyError::Failed("the policy cache did not fill in 10 s".into()));
-                }
-                store.state().iter().map(|p| (**p).clone()).collect()
-            }
+        let mut listed = self.listed.subscribe();
+        let cached = match self.store.get() {
+            Some(store) => tokio::time::timeout(Duration::from_secs(10), listed.wait_for(|l| *l))
+                .await
+                .is_ok_and(|r| r.is_ok())
+                .then(|| store.state().iter().map(|p| (**p).clone()).collect::<Vec<Policy>>()),
+            None => None,
+        };
+        let policies: Vec<Policy> = match cached {
+            Some(policies) => policies,
+            // No watch, or one that has not listed (an install without the Policy CRD: a Helm
+            // upgrade does not install new CRDs): read them directly; no CRD means no policy.
             None => {
                 let api: Api<Policy> = Api::namespaced(self.client.clone(), &self.namespace);
                 match api.list(&Default::default()).await {
@@ -212,7 +226,7 @@ impl Policies {
         }
         let mut candidates: Vec<Candidate> = resources.iter().filter_map(|r| candidate(r, scope.prune)).collect();
         if policies.iter().any(|p| p.reads_namespaces()) {
-            self.add_namespaces(scope.destination, &mut candidates).await;
+            self.add_namespaces(scope.destination, &mut candidates).await?;
         }
         let params = self.params(&policies).await;
         let evaluation = tokio::task::spawn_blocking(move || timed(&policies, &target, &candidates, &params));
@@ -223,9 +237,12 @@ impl Policies {
         }
     }
 
-    /// Each candidate's namespace object on the destination (rendered in the same sync, or live).
-    async fn add_namespaces(&self, destination: &Destination, candidates: &mut [Candidate]) {
-        let mut objects: HashMap<String, Value> = candidates
+    /// Each candidate's namespace object on the destination: the live one; for a namespace the
+    /// sync creates, the rendered Namespace (or a bare one, for `CreateNamespace=true`) with the
+    /// label the API server gives every namespace (`kubernetes.io/metadata.name`). A namespace that
+    /// cannot be read is an error: the policies would otherwise skip what they should judge.
+    async fn add_namespaces(&self, destination: &Destination, candidates: &mut [Candidate]) -> Result<(), PolicyError> {
+        let rendered: HashMap<String, Value> = candidates
             .iter()
             .filter(|c| c.resource.group.is_empty() && c.resource.kind == "Namespace")
             .filter_map(|c| {
@@ -239,19 +256,30 @@ impl Policies {
             .iter()
             .filter(|c| c.resource.namespaced)
             .filter_map(namespace_of)
-            .filter(|n| !objects.contains_key(n))
             .collect();
         let api: Api<Namespace> = Api::all(destination.client.clone());
+        let mut objects: HashMap<String, Value> = HashMap::new();
         for name in wanted {
-            if let Ok(Some(ns)) = api.get_opt(&name).await
-                && let Ok(value) = serde_json::to_value(ns)
-            {
-                objects.insert(name, value);
-            }
+            let live = api.get_opt(&name).await.map_err(|e| {
+                PolicyError::Failed(format!(
+                    "namespace {name} could not be read for the policies' namespaceSelector: {}",
+                    capstan_kube::describe_kube_error(&e)
+                ))
+            })?;
+            let mut object = match live {
+                Some(ns) => serde_json::to_value(ns).unwrap_or_default(),
+                None => rendered
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})),
+            };
+            object["metadata"]["labels"]["kubernetes.io/metadata.name"] = Value::String(name.clone());
+            objects.insert(name, object);
         }
         for c in candidates.iter_mut().filter(|c| c.resource.namespaced) {
             c.namespace_object = namespace_of(c).and_then(|n| objects.get(&n).cloned());
         }
+        Ok(())
     }
 
     /// Each policy's `params`, read from Capstan's cluster in Capstan's namespace.
@@ -310,22 +338,41 @@ impl Policies {
         let mut candidates: Vec<Candidate> = resources
             .iter()
             .filter_map(|r| {
+                // The live object as it is, not a sync's prediction.
                 let mut live = r.clone();
                 live.desired = r.live.clone();
+                live.predicted = None;
                 candidate(&live, false)
             })
             .collect();
-        if policies.iter().any(|p| p.reads_namespaces()) {
-            self.add_namespaces(scope.destination, &mut candidates).await;
+        if policies.iter().any(|p| p.reads_namespaces())
+            && let Err(err) = self.add_namespaces(scope.destination, &mut candidates).await
+        {
+            tracing::debug!(%err, "policies not audited");
+            return;
         }
         let params = self.params(&policies).await;
         let evaluation = tokio::task::spawn_blocking(move || timed(&policies, &target, &candidates, &params));
         match tokio::time::timeout(EVALUATION_LIMIT, evaluation).await {
-            Ok(Ok(evaluation)) if !evaluation.verdicts.is_empty() => {
-                self.record_new(&scope.application, &scope.destination.name, &evaluation.verdicts, true)
-                    .await;
+            Ok(Ok(evaluation)) => {
+                let mut findings: Vec<Finding> = evaluation
+                    .verdicts
+                    .iter()
+                    .map(|v| (v.policy.clone(), v.object.clone(), v.message.clone()))
+                    .collect();
+                findings.sort();
+                let key = format!("{}@{}", scope.application, scope.destination.name);
+                let changed = {
+                    let mut audited = self.audited.lock().unwrap_or_else(|e| e.into_inner());
+                    audited
+                        .insert(key, findings.clone())
+                        .is_none_or(|before| before != findings)
+                };
+                if changed && !evaluation.verdicts.is_empty() {
+                    self.record_new(&scope.application, &scope.destination.name, &evaluation.verdicts, true)
+                        .await;
+                }
             }
-            Ok(Ok(_)) => {}
             Ok(Err(err)) => tracing::debug!(%err, "audit failed"),
             Err(_) => tracing::warn!(app = %scope.application, "the audit of live objects did not finish in time"),
         }
@@ -430,6 +477,20 @@ fn candidate(r: &ResourceState, prune: bool) -> Option<Candidate> {
         _ => return None,
     };
     let resource: &ApiResource = &r.info.resource;
+    // What the API server would judge: the object after the apply (the dry run's prediction; for an
+    // object already as Git says, the live one), else the rendered object.
+    let object = match operation {
+        Operation::Delete => None,
+        _ => r
+            .predicted
+            .clone()
+            .or_else(|| {
+                (r.sync == capstan_compare::SyncCode::Synced)
+                    .then(|| r.live.clone())
+                    .flatten()
+            })
+            .or_else(|| r.desired.clone()),
+    };
     Some(Candidate {
         key: r.key.to_string(),
         resource: Resource {
@@ -440,7 +501,7 @@ fn candidate(r: &ResourceState, prune: bool) -> Option<Candidate> {
             namespaced: r.info.namespaced,
         },
         operation,
-        object: r.desired.clone(),
+        object,
         old_object: r.live.clone(),
         namespace_object: None,
     })

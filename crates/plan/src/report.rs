@@ -9,6 +9,22 @@ use crate::model::{Action, AppPlan, Change, Plan};
 
 /// The most characters a Markdown report has (a forge's comment limit is 65,536).
 pub const MARKDOWN_LIMIT: usize = 60_000;
+/// The most characters of the summary tables; the rows beyond are counted in a note.
+pub const SUMMARY_LIMIT: usize = 40_000;
+/// The most names listed in one cell (an ApplicationSet's created or removed Applications).
+pub const NAMES_IN_A_CELL: usize = 20;
+
+/// At most [`NAMES_IN_A_CELL`] of `names`, and how many more.
+fn some(names: &[String]) -> String {
+    if names.len() <= NAMES_IN_A_CELL {
+        return list(names);
+    }
+    format!(
+        "{} and {} more",
+        names[..NAMES_IN_A_CELL].join(", "),
+        names.len() - NAMES_IN_A_CELL
+    )
+}
 
 fn counts(app: &AppPlan) -> (usize, usize, usize) {
     let n = |a: &[Action]| app.objects.iter().filter(|o| a.contains(&o.action)).count();
@@ -170,6 +186,12 @@ fn cell(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '&' => out.push_str("&amp;"),
             '`' => out.push('\''),
+            // No link, image or mention can be made of a name or a message.
+            '[' | ']' | '(' | ')' | '!' | '*' | '_' | '~' | '#' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '@' => out.push_str("&#64;"),
             '\n' | '\r' => out.push(' '),
             c => out.push(c),
         }
@@ -213,7 +235,15 @@ pub fn markdown(plan: &Plan) -> String {
         "| Application | Cluster | Change | Create | Update | Delete | Policies | Deletion budget |"
     );
     let _ = writeln!(head, "| --- | --- | --- | ---: | ---: | ---: | --- | --- |");
-    for app in &plan.applications {
+    for (i, app) in plan.applications.iter().enumerate() {
+        if head.len() > SUMMARY_LIMIT {
+            let _ = writeln!(
+                head,
+                "\n_{} more Application(s) are not listed, to keep this comment short: `capstan plan -o json` has them all._",
+                plan.applications.len() - i
+            );
+            break;
+        }
         let (c, u, d) = counts(app);
         let policies = policies_cell(app);
         let budget = if app.deletion_budget.is_some() {
@@ -242,8 +272,8 @@ pub fn markdown(plan: &Plan) -> String {
                 head,
                 "| {} | {} | {} | {budget} |",
                 cell(&set.name),
-                cell(&list(&set.created)),
-                cell(&list(&set.removed))
+                cell(&some(&set.created)),
+                cell(&some(&set.removed))
             );
         }
     }

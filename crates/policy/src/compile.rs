@@ -5,7 +5,10 @@
 use capstan_api::Policy;
 use capstan_api::policy::{FailurePolicy, ParameterNotFoundAction, ValidationAction};
 use capstan_kube::Selector;
+use std::collections::HashMap;
+
 use cel::IdedExpr;
+use cel::common::ast::{EntryExpr, Expr};
 use kube::ResourceExt;
 
 use crate::matching::Matcher;
@@ -26,7 +29,7 @@ pub struct Expression {
     pub(crate) expr: IdedExpr,
 }
 
-/// A named expression (`matchConditions[]`, `variables[]`).
+/// A named expression (`matchConditions[]`).
 #[derive(Debug, Clone)]
 pub struct Named {
     /// Its name.
@@ -61,8 +64,6 @@ pub struct CompiledPolicy {
     pub matcher: Option<Matcher>,
     /// `matchConditions`.
     pub match_conditions: Vec<Named>,
-    /// `variables`.
-    pub variables: Vec<Named>,
     /// `validations`.
     pub validations: Vec<CompiledValidation>,
     /// `validationActions` (default `[Deny]`).
@@ -90,8 +91,16 @@ pub struct ParamSource {
     pub not_found: ParameterNotFoundAction,
 }
 
-/// Why `source` cannot be compiled, or its compiled form.
-pub fn expression(source: &str, at: &str) -> Result<Expression, String> {
+/// The deepest an expression's tree may be, once its variables are put in (the interpreter
+/// recurses once per level; chains of operators such as `1+1+…` are one level per operator).
+pub const MAX_DEPTH: usize = 100;
+/// The most nodes an expression's tree may have once its variables are put in (a variable used
+/// twice in the next one, and so on, doubles at each step).
+pub const MAX_NODES: usize = 20_000;
+
+/// `source` parsed (macros expanded), or why it cannot be: empty, too long, nested too deep, not
+/// CEL.
+pub fn parse(source: &str, at: &str) -> Result<IdedExpr, String> {
     if source.trim().is_empty() {
         return Err(format!("{at}: the expression is empty"));
     }
@@ -105,13 +114,146 @@ pub fn expression(source: &str, at: &str) -> Result<Expression, String> {
         return Err(format!("{at}: the expression nests deeper than {MAX_NESTING} levels"));
     }
     let env = env::env()?;
-    let program = env
-        .compile(source)
-        .map_err(|e| format!("{at}: does not compile: {}", one_line(&e.to_string())))?;
+    let (source, at_owned) = (source.to_string(), at.to_string());
+    // The parser, and copying or dropping a tree, recurse once per level: a tree is bounded (with
+    // a stack of its own) before it is copied, and all of it happens on a thread with a large
+    // stack, so an expression at the limits cannot overflow the caller's.
+    std::thread::Builder::new()
+        .name("policy-compile".into())
+        .stack_size(PARSE_STACK)
+        .spawn(move || -> Result<IdedExpr, String> {
+            let program = env
+                .compile(&source)
+                .map_err(|e| format!("{at_owned}: does not compile: {}", one_line(&e.to_string())))?;
+            bounded(program.expression(), &at_owned)?;
+            Ok(program.expression().clone())
+        })
+        .map_err(|e| format!("{at}: could not be compiled: {e}"))?
+        .join()
+        .map_err(|_| format!("{at}: the compiler failed"))?
+}
+
+/// The stack of the thread an expression is parsed on.
+const PARSE_STACK: usize = 64 << 20;
+
+/// The children of one node of a tree.
+fn children(expr: &IdedExpr) -> Vec<&IdedExpr> {
+    match &expr.expr {
+        Expr::Call(c) => c.target.iter().map(|t| t.as_ref()).chain(c.args.iter()).collect(),
+        Expr::Comprehension(c) => vec![&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result],
+        Expr::List(l) => l.elements.iter().collect(),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .flat_map(|e| match &e.expr {
+                EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Struct(s) => s
+            .entries
+            .iter()
+            .flat_map(|e| match &e.expr {
+                EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Select(s) => vec![s.operand.as_ref()],
+        _ => Vec::new(),
+    }
+}
+
+/// Why `expr` is too deep or too large, if it is. Walked with a stack of its own, never recursion:
+/// the tree is what may be too deep.
+fn bounded(expr: &IdedExpr, at: &str) -> Result<(), String> {
+    let mut stack = vec![(expr, 1usize)];
+    let mut nodes = 0usize;
+    while let Some((e, depth)) = stack.pop() {
+        nodes += 1;
+        if depth > MAX_DEPTH {
+            return Err(format!("{at}: the expression is deeper than {MAX_DEPTH} levels"));
+        }
+        if nodes > MAX_NODES {
+            return Err(format!(
+                "{at}: the expression (with its variables) has more than {MAX_NODES} parts"
+            ));
+        }
+        stack.extend(children(e).into_iter().map(|c| (c, depth + 1)));
+    }
+    Ok(())
+}
+
+/// `expr` with every `variables.NAME` of `known` replaced by that variable's expression (CEL has
+/// no side effects, so this is what evaluating the variable first and reading it gives; and, as
+/// Kubernetes does, a variable no expression reads is never evaluated).
+fn inline(expr: &IdedExpr, known: &HashMap<String, IdedExpr>) -> IdedExpr {
+    let mut out = expr.clone();
+    let mut stack: Vec<&mut IdedExpr> = vec![&mut out];
+    while let Some(e) = stack.pop() {
+        if let Expr::Select(select) = &e.expr
+            && !select.test
+            && matches!(&select.operand.expr, Expr::Ident(v) if v == "variables")
+            && let Some(value) = known.get(&select.field)
+        {
+            *e = value.clone();
+            continue;
+        }
+        match &mut e.expr {
+            Expr::Call(c) => {
+                if let Some(t) = c.target.as_mut() {
+                    stack.push(t.as_mut());
+                }
+                stack.extend(c.args.iter_mut());
+            }
+            Expr::Comprehension(c) => {
+                let c = c.as_mut();
+                stack.extend([
+                    &mut c.iter_range,
+                    &mut c.accu_init,
+                    &mut c.loop_cond,
+                    &mut c.loop_step,
+                    &mut c.result,
+                ]);
+            }
+            Expr::List(l) => stack.extend(l.elements.iter_mut()),
+            Expr::Map(m) => {
+                for entry in m.entries.iter_mut() {
+                    match &mut entry.expr {
+                        EntryExpr::MapEntry(me) => stack.extend([&mut me.key, &mut me.value]),
+                        EntryExpr::StructField(f) => stack.push(&mut f.value),
+                    }
+                }
+            }
+            Expr::Struct(st) => {
+                for entry in st.entries.iter_mut() {
+                    match &mut entry.expr {
+                        EntryExpr::MapEntry(me) => stack.extend([&mut me.key, &mut me.value]),
+                        EntryExpr::StructField(f) => stack.push(&mut f.value),
+                    }
+                }
+            }
+            Expr::Select(s) => stack.push(s.operand.as_mut()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `source` compiled with the variables `known` put in, bounded, and instrumented.
+fn finish(source: &str, known: &HashMap<String, IdedExpr>, at: &str) -> Result<Expression, String> {
+    let parsed = parse(source, at)?;
+    let inlined = inline(&parsed, known);
+    // Bounded before it is instrumented (which walks it recursively).
+    bounded(&inlined, at)?;
     Ok(Expression {
         source: source.to_string(),
-        expr: cost::instrument(program.expression()),
+        expr: cost::instrument(&inlined),
     })
+}
+
+/// Why `source` cannot be compiled, or its compiled form (with no variables).
+pub fn expression(source: &str, at: &str) -> Result<Expression, String> {
+    finish(source, &HashMap::new(), at)
 }
 
 /// The deepest nesting of `(`, `[` and `{` outside string literals.
@@ -150,6 +292,34 @@ pub(crate) fn one_line(s: &str) -> String {
 pub fn compile(policy: &Policy) -> CompiledPolicy {
     let spec = &policy.spec;
     let mut errors = Vec::new();
+    let mut match_conditions = Vec::new();
+    for (i, c) in spec.match_conditions.iter().enumerate() {
+        match expression(&c.expression, &format!("spec.matchConditions[{i}] ({})", c.name)) {
+            Ok(expression) => match_conditions.push(Named {
+                name: c.name.clone(),
+                expression,
+            }),
+            Err(e) => errors.push(e),
+        }
+    }
+    // Each variable with the ones before it put in; the expressions below read them so.
+    let mut known: HashMap<String, IdedExpr> = HashMap::new();
+    for (i, v) in spec.variables.iter().enumerate() {
+        let at = format!("spec.variables[{i}] ({})", v.name);
+        let parsed = match parse(&v.expression, &at) {
+            Ok(p) => p,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        let inlined = inline(&parsed, &known);
+        if let Err(e) = bounded(&inlined, &at) {
+            errors.push(e);
+            continue;
+        }
+        known.insert(v.name.clone(), inlined);
+    }
     let mut keep = |r: Result<Expression, String>| match r {
         Ok(e) => Some(e),
         Err(e) => {
@@ -157,30 +327,6 @@ pub fn compile(policy: &Policy) -> CompiledPolicy {
             None
         }
     };
-    let match_conditions = spec
-        .match_conditions
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| {
-            let at = format!("spec.matchConditions[{i}] ({})", c.name);
-            Some(Named {
-                name: c.name.clone(),
-                expression: keep(expression(&c.expression, &at))?,
-            })
-        })
-        .collect();
-    let variables = spec
-        .variables
-        .iter()
-        .enumerate()
-        .filter_map(|(i, v)| {
-            let at = format!("spec.variables[{i}] ({})", v.name);
-            Some(Named {
-                name: v.name.clone(),
-                expression: keep(expression(&v.expression, &at))?,
-            })
-        })
-        .collect();
     let validations = spec
         .validations
         .iter()
@@ -190,9 +336,9 @@ pub fn compile(policy: &Policy) -> CompiledPolicy {
             let message_expression = v
                 .message_expression
                 .as_deref()
-                .and_then(|m| keep(expression(m, &format!("{at}.messageExpression"))));
+                .and_then(|m| keep(finish(m, &known, &format!("{at}.messageExpression"))));
             Some(CompiledValidation {
-                expression: keep(expression(&v.expression, &format!("{at}.expression")))?,
+                expression: keep(finish(&v.expression, &known, &format!("{at}.expression")))?,
                 message: v.message.clone().filter(|m| !m.is_empty()),
                 message_expression,
                 reason: v.reason.clone().unwrap_or_else(|| "Invalid".into()),
@@ -265,7 +411,6 @@ pub fn compile(policy: &Policy) -> CompiledPolicy {
         errors,
         matcher,
         match_conditions,
-        variables,
         validations,
         actions,
         failure: spec.failure_policy.unwrap_or(FailurePolicy::Fail),

@@ -5,7 +5,7 @@
 use std::sync::{Arc, LazyLock};
 
 use cel::Env;
-use cel::common::types::DYN_TYPE;
+use cel::common::types::{BOOL_TYPE, DYN_TYPE};
 
 use crate::cost;
 
@@ -16,6 +16,20 @@ static ENV: LazyLock<Result<Arc<Env>, String>> = LazyLock::new(|| {
     crate::library::register(&mut env)?;
     env.add_overload(cost::CHARGE, "capstan_cost_dyn", vec![DYN_TYPE], cost::charge)
         .map_err(|e| format!("{e:?}"))?;
+    env.add_overload(
+        cost::CHARGE,
+        "capstan_cost_range",
+        vec![DYN_TYPE, BOOL_TYPE],
+        cost::charge,
+    )
+    .map_err(|e| format!("{e:?}"))?;
+    env.add_overload(
+        cost::BOUND,
+        "capstan_replace_bound",
+        vec![DYN_TYPE, DYN_TYPE],
+        cost::bound,
+    )
+    .map_err(|e| format!("{e:?}"))?;
     Ok(Arc::new(env))
 });
 

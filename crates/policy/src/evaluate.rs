@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use capstan_api::policy::{FailurePolicy, ParameterNotFoundAction, ValidationAction};
-use cel::objects::{Key, Map};
+use cel::objects::Map;
 use cel::{Context, Value};
 use serde_json::Value as Json;
 
@@ -23,6 +23,9 @@ use crate::value::{from_json, from_optional};
 
 /// The most all expressions of one policy may cost on one object (Kubernetes' per-request limit).
 pub const PER_POLICY: u64 = 10_000_000;
+/// How long one evaluation (every policy on every object of a sync) may run; after it each
+/// expression still running fails (and so denies, under `failurePolicy: Fail`).
+pub const DEADLINE: std::time::Duration = std::time::Duration::from_secs(9);
 
 /// Where the objects of a sync go.
 #[derive(Debug, Clone, Default)]
@@ -191,40 +194,35 @@ impl CompiledPolicy {
             spent = spent.saturating_add(cost);
             result
         };
+        // As the API server: any condition false skips the object; otherwise an error fails it.
+        let mut condition_error = None;
         for condition in &self.match_conditions {
             match run(&condition.expression, &context) {
                 Ok(Value::Bool(true)) => {}
                 Ok(Value::Bool(false)) => return (Vec::new(), spent),
                 Ok(other) => {
-                    return (
-                        failed(format!(
-                            "matchCondition {:?} returned {:?}, not a boolean",
-                            condition.name,
-                            other.type_of()
-                        )),
-                        spent,
-                    );
+                    condition_error.get_or_insert(format!(
+                        "matchCondition {:?} returned {:?}, not a boolean",
+                        condition.name,
+                        other.type_of()
+                    ));
                 }
                 Err(e) => {
-                    return (
-                        failed(format!("matchCondition {:?} resulted in error: {e}", condition.name)),
-                        spent,
-                    );
+                    condition_error
+                        .get_or_insert(format!("matchCondition {:?} resulted in error: {e}", condition.name));
                 }
             }
         }
-        let mut variables: HashMap<Key, Value> = HashMap::new();
-        let mut variable_errors = Vec::new();
-        for variable in &self.variables {
-            context.add_variable_from_value("variables", map(&variables));
-            match run(&variable.expression, &context) {
-                Ok(v) => {
-                    variables.insert(Key::String(Arc::new(variable.name.clone())), v);
-                }
-                Err(e) => variable_errors.push(format!("variable {:?}: {e}", variable.name)),
-            }
+        if let Some(error) = condition_error {
+            return (failed(error), spent);
         }
-        context.add_variable_from_value("variables", map(&variables));
+        // Variables are put into the expressions that read them when compiled: none left here.
+        context.add_variable_from_value(
+            "variables",
+            Value::Map(Map {
+                map: Arc::new(HashMap::new()),
+            }),
+        );
         let mut verdicts = Vec::new();
         for validation in &self.validations {
             match run(&validation.expression, &context) {
@@ -246,17 +244,10 @@ impl CompiledPolicy {
                     validation.expression.source,
                     other.type_of()
                 ))),
-                Err(e) => {
-                    let because = if variable_errors.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", variable_errors.join("; "))
-                    };
-                    verdicts.extend(failed(format!(
-                        "expression '{}' resulted in error: {e}{because}",
-                        validation.expression.source
-                    )));
-                }
+                Err(e) => verdicts.extend(failed(format!(
+                    "expression '{}' resulted in error: {e}",
+                    validation.expression.source
+                ))),
             }
         }
         (verdicts, spent)
@@ -278,12 +269,6 @@ fn execute(e: &Expression, context: &Context, budget: u64) -> (Result<Value, Str
         );
     }
     (result.map_err(|err| one_line(&err.to_string())), spent)
-}
-
-fn map(entries: &HashMap<Key, Value>) -> Value {
-    Value::Map(Map {
-        map: Arc::new(entries.clone()),
-    })
 }
 
 /// `request`, as much of Kubernetes' admission request as a sync has.
@@ -316,6 +301,8 @@ pub fn evaluate(
     params: &HashMap<String, Params>,
 ) -> Evaluation {
     let mut out = Evaluation::default();
+    // Past the deadline every further charge fails: the evaluation stops itself (failing closed).
+    cost::set_deadline(Some(std::time::Instant::now() + DEADLINE));
     for policy in policies.iter().filter(|p| p.in_scope(scope)) {
         for candidate in candidates.iter().filter(|c| policy.matches(c)) {
             let (verdicts, cost) = policy.judge(candidate, params.get(&policy.name));
@@ -324,5 +311,6 @@ pub fn evaluate(
             out.verdicts.extend(verdicts);
         }
     }
+    cost::set_deadline(None);
     out
 }

@@ -86,7 +86,9 @@ impl Rule {
         })
     }
 
-    fn matches(&self, r: &Resource, name: &str, op: Operation) -> bool {
+    /// Whether the rule names `r`; with `equivalent` (`matchPolicy: Equivalent`, the default) any
+    /// version of its group and resource is named.
+    fn matches(&self, r: &Resource, name: &str, op: Operation, equivalent: bool) -> bool {
         let any = |list: &[String], value: &str| list.iter().any(|x| x == "*" || x == value);
         // `deployments/*` names subresources only; `*/*` every resource and subresource.
         let resource = self
@@ -99,7 +101,7 @@ impl Rule {
             _ => true,
         };
         any(&self.groups, &r.group)
-            && any(&self.versions, &r.version)
+            && (equivalent || any(&self.versions, &r.version))
             && resource
             && any(&self.operations, op.as_str())
             && (self.names.is_empty() || self.names.iter().any(|n| n == name))
@@ -110,6 +112,8 @@ impl Rule {
 /// A policy's `matchConstraints`, checked.
 #[derive(Debug, Clone)]
 pub struct Matcher {
+    /// `matchPolicy` is `Equivalent` (the default), not `Exact`.
+    equivalent: bool,
     rules: Vec<Rule>,
     exclude: Vec<Rule>,
     namespace_selector: Selector,
@@ -180,8 +184,9 @@ impl Matcher {
             .enumerate()
             .map(|(i, r)| Rule::new(r, &format!("spec.matchConstraints.excludeResourceRules[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
-        // Capstan compares objects at the version they are rendered in: both policies name the
-        // same objects there.
+        // `Equivalent`: the API server converts an object to the version a rule names; Capstan
+        // cannot convert, so a rule names every version of its resources and the object is judged
+        // at the version it is rendered in (rendering it at another version does not escape it).
         if let Some(policy) = &c.match_policy
             && policy != "Exact"
             && policy != "Equivalent"
@@ -195,6 +200,7 @@ impl Matcher {
             None => Ok(Selector::default()),
         };
         Ok(Matcher {
+            equivalent: c.match_policy.as_deref() != Some("Exact"),
             rules,
             exclude,
             namespace_selector: selector(&c.namespace_selector, "namespaceSelector")?,
@@ -206,17 +212,21 @@ impl Matcher {
     pub fn matches(&self, subject: &Subject) -> bool {
         let name = subject.name();
         let (r, op) = (subject.resource, subject.operation);
-        if !self.rules.iter().any(|rule| rule.matches(r, name, op)) {
+        if !self.rules.iter().any(|rule| rule.matches(r, name, op, self.equivalent)) {
             return false;
         }
-        if self.exclude.iter().any(|rule| rule.matches(r, name, op)) {
+        if self
+            .exclude
+            .iter()
+            .any(|rule| rule.matches(r, name, op, self.equivalent))
+        {
             return false;
         }
         // As the API server: the object's labels, or the old object's.
-        if !self.object_selector.is_empty()
-            && !self.object_selector.matches(&labels_of(subject.object))
-            && !self.object_selector.matches(&labels_of(subject.old_object))
-        {
+        // A missing object (the old one of a create, the new one of a delete) is not considered
+        // to match, as the API server says.
+        let selected = |o: Option<&Json>| o.is_some_and(|o| self.object_selector.matches(&labels_of(Some(o))));
+        if !self.object_selector.is_empty() && !selected(subject.object) && !selected(subject.old_object) {
             return false;
         }
         if self.namespace_selector.is_empty() {

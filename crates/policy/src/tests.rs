@@ -249,3 +249,116 @@ fn the_kubernetes_libraries_are_there_through_a_policy() {
     assert!(p.errors.is_empty(), "{:?}", p.errors);
     assert_eq!(messages(&p, c, &scope("x")), ["too big"]);
 }
+
+#[test]
+fn a_long_operator_chain_is_refused_when_compiled_not_a_stack_overflow() {
+    let chain = format!("{} == 2550", vec!["1"; 2550].join("+"));
+    let p = policy(json!({"matchConstraints": claims_rule(), "validations": [{"expression": chain}]}));
+    assert!(p.errors[0].contains("deeper than 100 levels"), "{:?}", p.errors);
+    let short = format!("{} == 40", vec!["1"; 40].join("+"));
+    let p = policy(json!({"matchConstraints": claims_rule(), "validations": [{"expression": short}]}));
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert!(messages(&p, claim(true, 2), &scope("x")).is_empty());
+}
+
+#[test]
+fn variables_that_double_are_refused_and_literals_are_charged() {
+    // Each variable twice in the next: 2^k parts once put in.
+    let mut variables = vec![json!({"name": "v0", "expression": "object.metadata.name"})];
+    for i in 1..=22 {
+        variables.push(
+            json!({"name": format!("v{i}"), "expression": format!("[variables.v{}, variables.v{}]", i - 1, i - 1)}),
+        );
+    }
+    let p = policy(json!({"matchConstraints": claims_rule(), "variables": variables,
+        "validations": [{"expression": "size(variables.v22) == 2"}]}));
+    assert!(
+        p.errors.iter().any(|e| e.contains("more than 20000 parts")),
+        "{:?}",
+        p.errors
+    );
+    // A large literal built in one expression is charged its whole size.
+    let big = format!("[{}]", vec!["1"; 1200].join(","));
+    let p = policy(
+        json!({"matchConstraints": claims_rule(), "variables": [{"name": "big", "expression": big}],
+        "validations": [{"expression": "variables.big.all(a, variables.big.size() > 0)"}]}),
+    );
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    let m = messages(&p, claim(true, 2), &scope("x"));
+    assert!(m[0].contains("actual cost limit exceeded"), "{m:?}");
+}
+
+#[test]
+fn filter_and_map_are_charged_linearly_and_replace_before_it_allocates() {
+    let mut c = claim(true, 2);
+    let keys: serde_json::Map<String, serde_json::Value> =
+        (0..5000).map(|i| (format!("forbidden-{i}"), json!("x"))).collect();
+    if let Some(spec) = c.object.as_mut().and_then(|o| o.get_mut("spec")) {
+        spec["data"] = serde_json::Value::Object(keys);
+        spec["text"] = json!("a".repeat(700));
+    }
+    let filter = policy(json!({"matchConstraints": claims_rule(), "failurePolicy": "Ignore",
+        "validations": [{"expression": "object.spec.data.filter(k, k.startsWith('forbidden-')).size() == 0", "message": "forbidden keys"}]}));
+    assert_eq!(
+        messages(&filter, c.clone(), &scope("x")),
+        ["forbidden keys"],
+        "5,000 kept: not over the budget"
+    );
+    let replace = policy(json!({"matchConstraints": claims_rule(), "validations": [
+        {"expression": "object.spec.text.replace('', object.spec.text).replace('', object.spec.text).size() > 0"}]}));
+    let started = std::time::Instant::now();
+    let m = messages(&replace, c, &scope("x"));
+    assert!(m[0].contains("actual cost limit exceeded"), "{m:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn a_quantity_in_a_variable_and_condition_semantics() {
+    let mut c = claim(true, 2);
+    if let Some(spec) = c.object.as_mut().and_then(|o| o.get_mut("spec")) {
+        spec["memory"] = json!("8Gi");
+    }
+    let p = policy(json!({"matchConstraints": claims_rule(),
+        "variables": [{"name": "mem", "expression": "quantity(object.spec.memory)"}],
+        "validations": [{"expression": "variables.mem.isLessThan(quantity('4Gi'))", "message": "at most 4Gi"}]}));
+    assert_eq!(messages(&p, c.clone(), &scope("x")), ["at most 4Gi"]);
+    // A false condition skips the object even when another condition errors.
+    let p = policy(json!({"matchConstraints": claims_rule(),
+        "matchConditions": [{"name": "broken", "expression": "object.spec.missing.field"}, {"name": "never", "expression": "false"}],
+        "validations": [{"expression": "false"}]}));
+    assert!(messages(&p, c, &scope("x")).is_empty());
+}
+
+#[test]
+fn equivalent_match_names_every_version_and_a_missing_object_never_matches_a_selector() {
+    let mut c = claim(true, 1);
+    c.resource.version = "v1beta9".into();
+    let p = policy(
+        json!({"matchConstraints": {"resourceRules": [{"apiGroups": ["database.example.org"], "apiVersions": ["v1"],
+        "resources": ["postgresqlinstances"], "operations": ["CREATE"]}]},
+        "validations": [{"expression": "object.spec.replicas >= 2", "message": "two"}]}),
+    );
+    assert_eq!(
+        messages(&p, c.clone(), &scope("x")),
+        ["two"],
+        "Equivalent: another version is judged"
+    );
+    let exact = policy(
+        json!({"matchConstraints": {"matchPolicy": "Exact", "resourceRules": [{"apiGroups": ["database.example.org"], "apiVersions": ["v1"],
+        "resources": ["postgresqlinstances"], "operations": ["CREATE"]}]},
+        "validations": [{"expression": "false"}]}),
+    );
+    assert!(messages(&exact, c.clone(), &scope("x")).is_empty());
+    // DoesNotExist on a create: the new object has no such label and matches; the missing old
+    // object is not considered.
+    let p = policy(
+        json!({"matchConstraints": {"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "operations": ["*"]}],
+        "objectSelector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]}},
+        "validations": [{"expression": "false", "message": "judged"}]}),
+    );
+    assert_eq!(messages(&p, c.clone(), &scope("x")), ["judged"]);
+    if let Some(o) = c.object.as_mut() {
+        o["metadata"]["labels"] = json!({"skip": "yes"});
+    }
+    assert!(messages(&p, c, &scope("x")).is_empty(), "labelled skip: not selected");
+}

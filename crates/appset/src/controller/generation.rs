@@ -82,8 +82,9 @@ pub(super) async fn reconcile(set: Arc<ApplicationSet>, ctx: Arc<Ctx>) -> Result
             if let Some(why) = &outcome.held {
                 deletion_held_event(&ctx, &set, why).await;
             }
-            if outcome.confirmed {
-                // The confirmation is spent: the next excess needs a new one.
+            if outcome.confirmed || set.annotations().contains_key(ALLOW_DELETIONS_ANNOTATION) {
+                // The confirmation is spent, used or not: it confirms the pass that sees it, never
+                // a later excess.
                 let patch = json!({"metadata": {"annotations": {ALLOW_DELETIONS_ANNOTATION: null}}});
                 if let Err(err) = api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
                     tracing::warn!(set = %name, %err, "the deletion confirmation could not be removed");

@@ -8,6 +8,7 @@ use capstan_api::Application;
 use capstan_api::project::DeletionBudget;
 use capstan_compare::Comparison;
 use capstan_kube::ObjectKey;
+use capstan_sync::SyncOptions;
 use kube::ResourceExt;
 
 use crate::context::Ctx;
@@ -20,11 +21,23 @@ use crate::projects::Project;
 pub fn over_budget(budget: Option<&DeletionBudget>, comparison: &Comparison, selected: &[ObjectKey]) -> Option<String> {
     let budget = budget?;
     let chosen = |key: &ObjectKey| selected.is_empty() || selected.contains(key);
-    let pruned = comparison
+    // What a prune deletes: not the objects that say `Prune=false`.
+    let pruned: Vec<_> = comparison
         .resources
         .iter()
         .filter(|r| r.requires_pruning && !r.hook && chosen(&r.key))
-        .count();
+        .filter(|r| r.live.as_ref().is_none_or(|l| SyncOptions::of_object(l).prune))
+        .collect();
+    // Deleting a Namespace or a CustomResourceDefinition deletes everything in it: over any budget.
+    let containers: Vec<String> = pruned
+        .iter()
+        .filter(|r| {
+            (r.key.group.is_empty() && r.key.kind == "Namespace")
+                || (r.key.group == "apiextensions.k8s.io" && r.key.kind == "CustomResourceDefinition")
+        })
+        .map(|r| r.key.to_string())
+        .collect();
+    let pruned = pruned.len();
     let tracked = comparison
         .resources
         .iter()
@@ -40,6 +53,9 @@ pub fn over_budget(budget: Option<&DeletionBudget>, comparison: &Comparison, sel
         && pruned * 100 > max as usize * tracked
     {
         exceeded.push(format!("maxPercent {max} of {tracked} tracked objects"));
+    }
+    if !containers.is_empty() {
+        exceeded.push(format!("{} deletes everything in it", containers.join(", ")));
     }
     (!exceeded.is_empty()).then(|| {
         format!(
@@ -70,6 +86,9 @@ pub async fn policies(
 ) -> Result<Passed, String> {
     let destination = &state.destination;
     let application = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+    // The cluster labels the policies' clusterSelector reads come from the cluster Secrets: read
+    // once before judging (right after a start, `in-cluster`'s would otherwise look empty).
+    ctx.pipeline.clusters.wait_ready().await;
     let scope = SyncScope {
         application: application.clone(),
         project: &project.name,
@@ -178,6 +197,19 @@ mod tests {
             )
         );
         assert_eq!(over_budget(Some(&budget(None, Some(80))), &comparison, &[]), None);
+        // An object that says Prune=false is not deleted, so not counted.
+        let mut kept = resource("kept", true, true);
+        kept.live = Some(serde_json::json!({"metadata": {"annotations": {"capstan.dev/sync-options": "Prune=false"}}}));
+        let mut with_kept = comparison.clone();
+        with_kept.resources.push(kept);
+        assert_eq!(over_budget(Some(&budget(Some(8), None)), &with_kept, &[]), None);
+        // A Namespace deletes everything in it: over any budget.
+        let mut ns = resource("team", true, true);
+        ns.key = ObjectKey::parse("/Namespace//team").expect("key");
+        let mut with_ns = comparison.clone();
+        with_ns.resources.push(ns);
+        let over = over_budget(Some(&budget(Some(100), None)), &with_ns, &[]).unwrap_or_default();
+        assert!(over.contains("/Namespace//team deletes everything in it"), "{over}");
         let one = [ObjectKey::parse("/ConfigMap/n/p0").expect("key")];
         assert_eq!(
             over_budget(Some(&budget(Some(1), None)), &comparison, &one),
