@@ -362,3 +362,25 @@ fn equivalent_match_names_every_version_and_a_missing_object_never_matches_a_sel
     }
     assert!(messages(&p, c, &scope("x")).is_empty(), "labelled skip: not selected");
 }
+
+#[test]
+fn two_policies_that_contradict_each_other_are_both_reported() {
+    let at_least = policy(json!({"matchConstraints": claims_rule(),
+        "validations": [{"expression": "object.spec.replicas >= 2", "message": "at least 2"}]}));
+    let mut at_most = (*policy(json!({"matchConstraints": claims_rule(),
+        "validations": [{"expression": "object.spec.replicas <= 1", "message": "at most 1"}]})))
+    .clone();
+    at_most.name = "q".into();
+    let both = [at_least, Arc::new(at_most)];
+    for replicas in [1, 2] {
+        let out = evaluate(&both, &scope("x"), &[claim(true, replicas)], &HashMap::new());
+        assert_eq!(out.evaluated, 2);
+        assert_eq!(
+            out.verdicts.len(),
+            1,
+            "one of the two refuses {replicas}: {:?}",
+            out.verdicts
+        );
+        assert!(out.verdicts[0].denies());
+    }
+}
