@@ -24,6 +24,7 @@ pub enum PlanFormat {
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
+    /// The kubeconfig of Capstan's cluster (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use.
