@@ -121,11 +121,30 @@ pub async fn policies(
     let line = |v: &capstan_policy::Verdict| format!("policy {} on {}: {}", v.policy, v.object, v.message);
     let denials: Vec<String> = evaluation.denials().map(line).collect();
     if !denials.is_empty() {
-        return Err(denials.join("; "));
+        return Err(at_most(denials));
     }
+    let warnings: Vec<String> = evaluation.verdicts.iter().filter(|v| v.warns()).map(line).collect();
     Ok(Passed {
-        warnings: evaluation.verdicts.iter().filter(|v| v.warns()).map(line).collect(),
+        warnings: if warnings.is_empty() {
+            warnings
+        } else {
+            vec![at_most(warnings)]
+        },
     })
+}
+
+/// The verdicts listed in one condition or Event (the rest counted): a sync of thousands of objects
+/// that all break a policy must not make a status too large to write.
+pub const LISTED: usize = 20;
+
+/// `lines` joined, at most [`LISTED`] of them and how many more.
+fn at_most(lines: Vec<String>) -> String {
+    let more = lines.len().saturating_sub(LISTED);
+    let mut text = lines.into_iter().take(LISTED).collect::<Vec<_>>().join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more"));
+    }
+    text
 }
 
 /// Judge the live objects of `state` by the `Audit` policies in scope, in the background: what
@@ -177,6 +196,15 @@ mod tests {
             owned_by_other: None,
             error: None,
         }
+    }
+
+    #[test]
+    fn thousands_of_verdicts_are_listed_twenty_and_counted() {
+        let lines: Vec<String> = (0..2000).map(|i| format!("policy p on o{i}: no")).collect();
+        let text = at_most(lines);
+        assert!(text.starts_with("policy p on o0: no; policy p on o1: no"), "{text}");
+        assert!(text.ends_with("policy p on o19: no; and 1980 more"), "{text}");
+        assert_eq!(at_most(vec!["one".into()]), "one");
     }
 
     #[test]
