@@ -13,6 +13,11 @@
 //!
 //! Pods being deleted are removed at once (there are no containers to stop). Pod and node IPs are
 //! status fields only: nothing sends traffic to them.
+//!
+//! Container logs: kwok's server plays the kubelets' API, and a `ClusterLogs` rule maps every
+//! container's log to one file ([`PodLogs`], in the CRI log format a kubelet reads), so
+//! `GET pods/NAME/log` through the API server answers real lines: what the playground and tests
+//! append there ([`PodLogs::append`]). `previous=true` reads a second file.
 
 use std::collections::BTreeMap;
 
@@ -211,8 +216,63 @@ fn pod_stage(outcome: &str) -> Value {
     })
 }
 
-/// kwok's configuration: every stage, as YAML documents (JSON is YAML).
-pub fn stages_config() -> String {
+/// The files every simulated container's log is read from.
+#[derive(Debug, Clone)]
+pub struct PodLogs {
+    /// The running container's log.
+    pub current: std::path::PathBuf,
+    /// The previous (restarted) container's log.
+    pub previous: std::path::PathBuf,
+}
+
+impl PodLogs {
+    /// The files of the playground in `dir`.
+    pub fn under(dir: &std::path::Path) -> PodLogs {
+        let d = dir.join("pod-logs");
+        PodLogs {
+            current: d.join("current.log"),
+            previous: d.join("previous.log"),
+        }
+    }
+
+    /// Create both files with a first line each, if they do not exist.
+    pub fn create(&self) -> Result<()> {
+        for (path, line) in [
+            (&self.current, "simulated container started"),
+            (&self.previous, "simulated container before its restart"),
+        ] {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(Error::io(format!("creating {}", parent.display())))?;
+            }
+            if !path.exists() {
+                std::fs::write(path, cri_line(line)).map_err(Error::io(format!("writing {}", path.display())))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Append `lines` to the running containers' log (every simulated container shows them).
+    pub fn append(&self, lines: &[&str]) -> Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.current)
+            .map_err(Error::io(format!("opening {}", self.current.display())))?;
+        let text: String = lines.iter().map(|l| cri_line(l)).collect();
+        file.write_all(text.as_bytes())
+            .map_err(Error::io(format!("writing {}", self.current.display())))
+    }
+}
+
+/// One line in the CRI log format (`TIME STREAM F TEXT`), stamped now.
+fn cri_line(text: &str) -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    format!("{now} stdout F {}\n", text.replace(['\n', '\r'], " "))
+}
+
+/// kwok's configuration: every stage, as YAML documents (JSON is YAML), and the log rule.
+pub fn stages_config(logs: &PodLogs) -> String {
     let node_initialize = json!({
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Stage",
@@ -237,7 +297,17 @@ pub fn stages_config() -> String {
             "next": {"delete": true},
         },
     });
-    let mut docs = vec![node_initialize, pod_delete];
+    let cluster_logs = json!({
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "ClusterLogs",
+        "metadata": {"name": "capstan-pod-logs"},
+        "spec": {"logs": [{
+            "logsFile": logs.current.display().to_string(),
+            "previousLogsFile": logs.previous.display().to_string(),
+            "follow": true,
+        }]},
+    });
+    let mut docs = vec![node_initialize, pod_delete, cluster_logs];
     docs.extend(OUTCOMES.iter().map(|o| pod_stage(o)));
     docs.iter().map(Value::to_string).collect::<Vec<_>>().join("\n---\n") + "\n"
 }
@@ -265,6 +335,11 @@ addresses:
 {{ with NodeName }}
 - address: {{ . | Quote }}
   type: Hostname
+{{ end }}
+{{ with NodePort }}
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ . }}
 {{ end }}
 allocatable:
 {{ with .status.allocatable }}
@@ -296,12 +371,13 @@ mod tests {
 
     #[test]
     fn one_pod_stage_per_outcome_and_each_template_sets_its_phase() {
-        let config = stages_config();
+        let config = stages_config(&PodLogs::under(std::path::Path::new("/pg")));
         let docs: Vec<Value> = config
             .split("\n---\n")
             .map(|d| serde_json::from_str(d).expect("each document is JSON"))
             .collect();
-        assert_eq!(docs.len(), 2 + OUTCOMES.len());
+        assert_eq!(docs.len(), 3 + OUTCOMES.len());
+        assert_eq!(docs[2]["spec"]["logs"][0]["logsFile"], "/pg/pod-logs/current.log");
         for (outcome, phase) in [
             ("ready", "Running"),
             ("never-ready", "Running"),

@@ -89,13 +89,17 @@ pub struct Ports {
     pub etcd_peer: u16,
     /// kube-apiserver secure port.
     pub apiserver: u16,
+    /// The simulated kubelets' port (kwok's server: container logs); 0 in a state file written
+    /// before it existed, which makes the playground pick new ports.
+    #[serde(default)]
+    pub kubelet: u16,
 }
 
 impl Ports {
     fn free() -> Result<Ports> {
-        // Hold all three listeners at once so the three ports differ.
+        // Hold all four listeners at once so the ports differ.
         let bind = || TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(Error::io("finding a free loopback port"));
-        let (a, b, c) = (bind()?, bind()?, bind()?);
+        let (a, b, c, d) = (bind()?, bind()?, bind()?, bind()?);
         let port = |l: &TcpListener| {
             l.local_addr()
                 .map(|a| a.port())
@@ -105,13 +109,15 @@ impl Ports {
             etcd_client: port(&a)?,
             etcd_peer: port(&b)?,
             apiserver: port(&c)?,
+            kubelet: port(&d)?,
         })
     }
 
     fn all_free(&self) -> bool {
-        [self.etcd_client, self.etcd_peer, self.apiserver]
-            .iter()
-            .all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, *p)).is_ok())
+        self.kubelet != 0
+            && [self.etcd_client, self.etcd_peer, self.apiserver, self.kubelet]
+                .iter()
+                .all(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, *p)).is_ok())
     }
 
     /// The API server URL.
@@ -455,6 +461,9 @@ impl Started<'_> {
             // The default reconciler would publish 127.0.0.1 in the `kubernetes` Endpoints, which
             // validation refuses; nothing in the playground needs those endpoints.
             .arg("--endpoint-reconciler-type=none")
+            // The simulated kubelets (kwok's server, which serves container logs) are reached on
+            // the nodes' InternalIP, 127.0.0.1: their host names resolve nowhere.
+            .arg("--kubelet-preferred-address-types=InternalIP")
             .arg("--profiling=false")
             .arg(format!("--cert-dir={}", dir.join("pki").display()));
         if legacy {
@@ -524,7 +533,10 @@ impl Started<'_> {
         spawn_component(dir, "kube-scheduler", scheduler)?;
 
         let stages = dir.join("kwok.yaml");
-        std::fs::write(&stages, kwok::stages_config()).map_err(Error::io(format!("writing {}", stages.display())))?;
+        let logs = kwok::PodLogs::under(dir);
+        logs.create()?;
+        std::fs::write(&stages, kwok::stages_config(&logs))
+            .map_err(Error::io(format!("writing {}", stages.display())))?;
         let mut sim = Command::new(&self.bins.kwok);
         sim.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .arg(format!("--config={}", stages.display()))
@@ -535,6 +547,12 @@ impl Started<'_> {
             ))
             .arg("--cidr=10.244.0.0/16")
             .arg("--node-ip=127.0.0.1")
+            // kwok's server plays the kubelets' API (container logs through the API server), with
+            // the API server's certificate (the API server does not verify kubelets here).
+            .arg(format!("--node-port={}", ports.kubelet))
+            .arg(format!("--server-address=127.0.0.1:{}", ports.kubelet))
+            .arg(format!("--tls-cert-file={}", pki.server_cert.display()))
+            .arg(format!("--tls-private-key-file={}", pki.server_key.display()))
             // Every status patch is logged at INFO; warnings and errors are what a reader needs.
             .arg("--v=WARN")
             // kwok reads ~/.kwok/kwok.yaml unless told otherwise: its home is the playground's.

@@ -226,6 +226,52 @@ async fn the_simulate_annotation_controls_pod_outcomes() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// kwok's server plays the kubelets: a Pod's log, read through the API server as `kubectl logs`
+/// does, holds the lines written to the playground's log file (with `tailLines`, and the previous
+/// container's file for `previous=true`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_logs_are_read_through_the_api_server() -> anyhow::Result<()> {
+    let cluster = TestCluster::start().await?;
+    let client = cluster.client().await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    create(
+        &pods,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talker"},
+               "spec": {"containers": [{"name": "main", "image": "x"}, {"name": "side", "image": "y"}]}}),
+    )
+    .await?;
+    eventually("pod talker to run", Duration::from_secs(30), || async {
+        let pod = pods.get("talker").await?;
+        Ok((pod.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(()))
+    })
+    .await?;
+    let logs = capstan_playground::kwok::PodLogs::under(&cluster.dir());
+    logs.append(&["first line", "second line"])?;
+    let params = kube::api::LogParams {
+        container: Some("side".into()),
+        ..Default::default()
+    };
+    let text = pods.logs("talker", &params).await?;
+    assert!(text.contains("first line\nsecond line"), "{text:?}");
+    let tail = kube::api::LogParams {
+        container: Some("main".into()),
+        tail_lines: Some(1),
+        ..Default::default()
+    };
+    assert_eq!(pods.logs("talker", &tail).await?.trim_end(), "second line");
+    let previous = kube::api::LogParams {
+        container: Some("main".into()),
+        previous: true,
+        ..Default::default()
+    };
+    let text = pods.logs("talker", &previous).await?;
+    assert!(
+        text.contains("before its restart") && !text.contains("second line"),
+        "{text:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_run_side_by_side_and_stop_cleanly() -> anyhow::Result<()> {
     let a = TestCluster::start().await?;
