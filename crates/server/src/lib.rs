@@ -44,7 +44,7 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{app_promotions, apps, fleet, list, model, plan, policies, promotions, revision, tree};
+    use api::{actions, app_promotions, apps, fleet, list, logs, model, plan, policies, promotions, revision, tree};
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -159,6 +159,25 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             "/api/applications/{name}/events",
             get_with(apps::events, |op| {
                 op.summary("Events of the Application and its objects").tag("applications")
+            }),
+        )
+        .api_route(
+            "/api/applications/{name}/logs",
+            get_with(logs::logs, |op| {
+                op.summary("Container logs of its Pods (one Pod, a resource's Pods, or all; followed with follow=true), one JSON object per line; only Pods of its tree")
+                    .tag("applications")
+                    .response_with::<200, String, _>(|r| r.description("application/x-ndjson: one LogLine per line"))
+            }),
+        )
+        .api_route(
+            "/api/applications/{name}/actions",
+            get_with(actions::list, |op| {
+                op.summary("The resource actions of one object of its tree (restart, suspend, resume)")
+                    .tag("operations")
+            })
+            .post_with(actions::run, |op| {
+                op.summary("Run a resource action on one object of its tree (role `action`); recorded in an Event naming the user")
+                    .tag("operations")
             }),
         )
         .api_route(

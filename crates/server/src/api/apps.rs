@@ -87,6 +87,7 @@ pub fn summary(app: &Application, role: Role) -> AppSummary {
             .collect(),
         permissions: Permissions {
             sync: role >= Role::Sync,
+            action: role >= Role::Action,
             admin: role >= Role::Admin,
         },
     }

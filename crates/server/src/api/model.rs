@@ -124,6 +124,8 @@ pub struct ConditionSummary {
 pub struct Permissions {
     /// Sync, refresh, roll back, terminate.
     pub sync: bool,
+    /// Run resource actions (restart, suspend, resume).
+    pub action: bool,
     /// Everything.
     pub admin: bool,
 }

@@ -84,6 +84,7 @@ impl Auth {
                     match needed {
                         Role::Admin => "administer Applications",
                         Role::Promote => "promote to Applications",
+                        Role::Action => "run resource actions on Applications",
                         Role::Sync => "sync Applications",
                         _ => "read Applications",
                     }

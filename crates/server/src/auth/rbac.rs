@@ -28,6 +28,9 @@ pub enum Role {
     ReadOnly,
     /// Also sync, refresh, roll back and terminate.
     Sync,
+    /// Also run resource actions on the Application's objects (restart a Deployment, StatefulSet or
+    /// DaemonSet, suspend or resume a CronJob): `POST /api/applications/{name}/actions`.
+    Action,
     /// Also promote: change a later environment's file to an earlier one's values
     /// (`POST /api/promotions`, checked against the target environment's Application).
     Promote,

@@ -1,0 +1,258 @@
+//! Logs and resource actions through the HTTP server, end to end: two teams' Applications on the
+//! shared plane, their Pods on kwok nodes whose container logs the API server reads from the
+//! playground's log file. A developer of one team reads their Pods' logs (a resource's Pods, one
+//! container, the last line, the previous container, followed live) and is refused another team's
+//! Pod (403) and Application (404); runs `restart`, `suspend` and `resume` with the `action` role
+//! (recorded in an Event naming them), while a read-only user is refused; an unknown action names
+//! the ones that exist.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use capstan_playground::kwok::PodLogs;
+use capstan_testkit::capstan::unique_namespace;
+use capstan_testkit::{GitServer, TestCluster};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+
+use common::http::Http;
+use common::{capstan, capstan_in, kubectl, text, until};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn project(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: AppProject\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  sourceRepos: ['*']\n  destinations: [{{server: '*', namespace: '*'}}]\n  clusterResourceWhitelist: [{{group: '', kind: Namespace}}]\n"
+    )
+}
+
+fn application(ns: &str, name: &str, project: &str, repo: &str, dest: &str) -> String {
+    format!(
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  project: {project}\n  source: {{repoURL: '{repo}', targetRevision: main, path: {name}}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {dest}}}\n  syncPolicy: {{automated: {{prune: true}}, syncOptions: [CreateNamespace=true]}}\n"
+    )
+}
+
+const SHOP: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}, {name: sidecar, image: envoy}]}\n---\napiVersion: batch/v1\nkind: CronJob\nmetadata: {name: nightly}\nspec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec: {restartPolicy: Never, containers: [{name: job, image: busybox}]}\n";
+
+const BILLING: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: ledger}\nspec:\n  selector: {matchLabels: {app: ledger}}\n  template:\n    metadata: {labels: {app: ledger}}\n    spec: {containers: [{name: ledger, image: postgres}]}\n";
+
+/// The NDJSON lines of a logs answer.
+fn log_lines(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> {
+    let cluster = TestCluster::shared().await?;
+    let client = cluster.client().await?;
+    let git = GitServer::start().await?;
+    let kc = cluster.kubeconfig().to_string_lossy().to_string();
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
+    assert!(out.status.success(), "{}", text(&out));
+    let password = common::admin_password(&out);
+    let cache = tempfile::tempdir()?;
+    let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
+
+    for (user, pass) in [("dev", "dev-password-1"), ("viewer", "viewer-password-1")] {
+        let out = capstan_in(&kc, &ns, &["account", "set-password", user, "--password", pass]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    common::create_policy(
+        &kc,
+        &ns,
+        "default: none\ngrants:\n  - {role: action, projects: [team-a], users: [dev]}\n  - {role: read-only, projects: [team-a], users: [viewer]}\n",
+    );
+
+    git.create_repo("teams")?;
+    git.commit(
+        "teams",
+        "main",
+        &[("shop/all.yaml", Some(SHOP)), ("billing/all.yaml", Some(BILLING))],
+        "two teams",
+    )?;
+    let (shop_ns, billing_ns) = (format!("shop-{ns}"), format!("billing-{ns}"));
+    let file = cache.path().join("apps.yaml");
+    std::fs::write(
+        &file,
+        [
+            project(&ns, "team-a"),
+            project(&ns, "team-b"),
+            application(&ns, "shop", "team-a", &git.git_url("teams"), &shop_ns),
+            application(&ns, "billing", "team-b", &git.git_url("teams"), &billing_ns),
+        ]
+        .join("---\n"),
+    )?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let mut admin = Http::new(&base);
+    until("the server to be ready", Duration::from_secs(30), || {
+        admin.get("/readyz").status == 200
+    });
+    assert_eq!(admin.login("admin", &password).status, 200);
+    until("both Applications Synced and Healthy", WAIT, || {
+        ["shop", "billing"].iter().all(|a| {
+            let app = admin.get(&format!("/api/applications/{a}")).json();
+            app["status"]["sync"]["status"] == "Synced" && app["status"]["health"]["status"] == "Healthy"
+        })
+    });
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &shop_ns);
+    let web_pods: Vec<String> = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(web_pods.len(), 2, "{web_pods:?}");
+    let billing_pods: Api<Pod> = Api::namespaced(client.clone(), &billing_ns);
+    let ledger = billing_pods.list(&ListParams::default()).await?.items;
+    let ledger = ledger.first().and_then(|p| p.metadata.name.clone()).expect("a ledger Pod");
+
+    let mut dev = Http::new(&base);
+    assert_eq!(dev.login("dev", "dev-password-1").status, 200);
+    let mut viewer = Http::new(&base);
+    assert_eq!(viewer.login("viewer", "viewer-password-1").status, 200);
+
+    // Logs: the lines written to the simulated containers' log, read through the API server.
+    let marker = format!("order accepted {ns}");
+    PodLogs::under(&cluster.dir()).append(&[&marker, "order shipped"])?;
+    let deployment_logs =
+        format!("/api/applications/shop/logs?group=apps&kind=Deployment&resourceName=web&namespace={shop_ns}");
+    let answer = viewer.get(&format!("{deployment_logs}&container=sidecar&tailLines=2"));
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let lines = log_lines(&answer.body);
+    assert_eq!(lines.len(), 4, "two lines of each web Pod's sidecar: {lines:?}");
+    for line in &lines {
+        assert_eq!(line["container"], "sidecar");
+        assert!(web_pods.iter().any(|p| line["pod"] == p.as_str()), "{line}");
+        assert!(!line["timestamp"].as_str().unwrap_or("").is_empty(), "{line}");
+    }
+    assert!(lines.iter().any(|l| l["content"] == marker.as_str()), "{lines:?}");
+    let pod = &web_pods[0];
+    let last = log_lines(&dev.get(&format!("/api/applications/shop/logs?pod={pod}&container=web&tailLines=1")).body);
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0]["content"], "order shipped");
+    let both = log_lines(&dev.get(&format!("/api/applications/shop/logs?pod={pod}&tailLines=1")).body);
+    let containers: Vec<&str> = both.iter().filter_map(|l| l["container"].as_str()).collect();
+    assert_eq!(containers, ["web", "sidecar"], "every container of the Pod");
+    let previous = log_lines(&dev.get(&format!("/api/applications/shop/logs?pod={pod}&container=web&previous=true")).body);
+    assert!(
+        previous.iter().any(|l| l["content"] == "simulated container before its restart")
+            && !previous.iter().any(|l| l["content"] == marker.as_str()),
+        "{previous:?}"
+    );
+    let missing = dev.get(&format!("/api/applications/shop/logs?pod={pod}&container=nope"));
+    assert_eq!(missing.status, 400, "{}", missing.body);
+    assert!(missing.body.contains("sidecar"), "names the containers there are: {}", missing.body);
+
+    // Another team's Pod through one's own Application: 403; their Application: 404.
+    let other = dev.get(&format!("/api/applications/shop/logs?pod={ledger}"));
+    assert_eq!(other.status, 403, "{}", other.body);
+    assert!(other.body.contains("not part of Application"), "{}", other.body);
+    assert_eq!(dev.get("/api/applications/billing/logs").status, 404);
+    let too_many = dev.get("/api/applications/shop/logs?tailLines=100000");
+    assert_eq!(too_many.status, 400, "{}", too_many.body);
+
+    // Followed: lines written after the answer started arrive on it.
+    let follow_url = format!("{base}/api/applications/shop/logs?pod={pod}&container=web&tailLines=1&follow=true");
+    let cookie = dev.cookie.clone().unwrap_or_default();
+    let later = format!("payment captured {ns}");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let mut answer = agent.get(&follow_url).header("Cookie", &cookie).call().expect("follow");
+        let lines = BufReader::new(answer.body_mut().as_reader()).lines();
+        for line in lines.map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(30))?;
+    assert!(first.contains("order shipped"), "the last line first: {first}");
+    PodLogs::under(&cluster.dir()).append(&[&later])?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l.contains(&later)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        seen.push(rx.recv_timeout(left).map_err(|e| anyhow::anyhow!("{e}: only {seen:?}"))?);
+    }
+    drop(rx);
+    drop(reader);
+
+    // Actions: offered per kind and state, run with the `action` role only.
+    let target = |kind: &str, name: &str| {
+        let group = if kind == "CronJob" { "batch" } else { "apps" };
+        json!({"group": group, "kind": kind, "namespace": shop_ns, "name": name})
+    };
+    let offered = dev.get(&format!(
+        "/api/applications/shop/actions?group=apps&kind=Deployment&namespace={shop_ns}&name=web"
+    ));
+    assert_eq!(offered.status, 200, "{}", offered.body);
+    assert_eq!(offered.json()["items"], json!([{"name": "restart", "disabled": ""}]));
+    let with = |mut t: Value, action: &str| {
+        t["action"] = json!(action);
+        t
+    };
+    let refused = viewer.post("/api/applications/shop/actions", with(target("Deployment", "web"), "restart"));
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let unknown = dev.post("/api/applications/shop/actions", with(target("Deployment", "web"), "explode"));
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert!(unknown.body.contains("restart"), "{}", unknown.body);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &shop_ns);
+    let restarted = |d: &Deployment| {
+        d.spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get("kubectl.kubernetes.io/restartedAt").cloned())
+    };
+    assert_eq!(restarted(&deployments.get("web").await?), None);
+    let done = dev.post("/api/applications/shop/actions", with(target("Deployment", "web"), "restart"));
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(restarted(&deployments.get("web").await?).is_some(), "the pod template is annotated");
+    until("the Event naming the user", Duration::from_secs(30), || {
+        dev.get("/api/applications/shop/events")
+            .body
+            .contains("dev ran restart on Deployment")
+    });
+    let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &shop_ns);
+    let suspended = |c: &CronJob| c.spec.suspend.unwrap_or(false);
+    let resume = dev.post("/api/applications/shop/actions", with(target("CronJob", "nightly"), "resume"));
+    assert_eq!(resume.status, 409, "not suspended: {}", resume.body);
+    let suspend = dev.post("/api/applications/shop/actions", with(target("CronJob", "nightly"), "suspend"));
+    assert_eq!(suspend.status, 200, "{}", suspend.body);
+    assert!(suspended(&cronjobs.get("nightly").await?));
+    let items = dev
+        .get(&format!(
+            "/api/applications/shop/actions?group=batch&kind=CronJob&namespace={shop_ns}&name=nightly"
+        ))
+        .json();
+    assert_eq!(items["items"][0]["disabled"], "already suspended", "{items}");
+    let resume = dev.post("/api/applications/shop/actions", with(target("CronJob", "nightly"), "resume"));
+    assert_eq!(resume.status, 200, "{}", resume.body);
+    assert!(!suspended(&cronjobs.get("nightly").await?));
+    // Another team's object through one's own Application is not in its tree.
+    let foreign = json!({"group": "apps", "kind": "Deployment", "namespace": billing_ns, "name": "ledger", "action": "restart"});
+    assert_eq!(dev.post("/api/applications/shop/actions", foreign).status, 404);
+    assert_eq!(
+        dev.post("/api/applications/billing/actions", with(target("Deployment", "ledger"), "restart")).status,
+        404
+    );
+    Ok(())
+}
