@@ -10,6 +10,7 @@ mod commands;
 mod kube_client;
 mod logging;
 mod output;
+mod remote;
 mod shutdown;
 
 use std::process::ExitCode;
@@ -59,6 +60,12 @@ enum Command {
     Server(commands::server::ServerArgs),
     /// Local accounts and API tokens of the HTTP server.
     Account(commands::account::AccountArgs),
+    /// Log in to Capstan's HTTP server (password or API token); `app` commands then go through it.
+    Login(commands::login::LoginArgs),
+    /// Log out of a server (the current one by default).
+    Logout(commands::login::LogoutArgs),
+    /// List the servers logged in to, or choose the one commands go to.
+    Context(commands::login::ContextArgs),
     /// Inspect and operate Applications.
     App(commands::app::AppArgs),
     /// Inspect ApplicationSets and preview what they generate.
@@ -148,6 +155,9 @@ fn main() -> ExitCode {
             Command::Project(args) => commands::project::run(args).await,
             Command::Promote(args) => commands::promote::run(args).await,
             Command::Plan(args) => commands::plan::run(args).await,
+            Command::Login(args) => commands::login::login(args).await,
+            Command::Logout(args) => commands::login::logout(args).await,
+            Command::Context(args) => commands::login::context(args).await,
             Command::Crds(args) => commands::crds::run(args),
         }
     });
@@ -158,7 +168,15 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            // A login that is no longer good is the caller's to renew, as other usage errors.
+            if err
+                .downcast_ref::<remote::RemoteError>()
+                .is_some_and(|e| matches!(e, remote::RemoteError::Expired { .. }))
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -117,7 +117,10 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
     assert_eq!(web_pods.len(), 2, "{web_pods:?}");
     let billing_pods: Api<Pod> = Api::namespaced(client.clone(), &billing_ns);
     let ledger = billing_pods.list(&ListParams::default()).await?.items;
-    let ledger = ledger.first().and_then(|p| p.metadata.name.clone()).expect("a ledger Pod");
+    let ledger = ledger
+        .first()
+        .and_then(|p| p.metadata.name.clone())
+        .expect("a ledger Pod");
 
     let mut dev = Http::new(&base);
     assert_eq!(dev.login("dev", "dev-password-1").status, 200);
@@ -140,21 +143,40 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
     }
     assert!(lines.iter().any(|l| l["content"] == marker.as_str()), "{lines:?}");
     let pod = &web_pods[0];
-    let last = log_lines(&dev.get(&format!("/api/applications/shop/logs?pod={pod}&container=web&tailLines=1")).body);
+    let last = log_lines(
+        &dev.get(&format!(
+            "/api/applications/shop/logs?pod={pod}&container=web&tailLines=1"
+        ))
+        .body,
+    );
     assert_eq!(last.len(), 1);
     assert_eq!(last[0]["content"], "order shipped");
-    let both = log_lines(&dev.get(&format!("/api/applications/shop/logs?pod={pod}&tailLines=1")).body);
+    let both = log_lines(
+        &dev.get(&format!("/api/applications/shop/logs?pod={pod}&tailLines=1"))
+            .body,
+    );
     let containers: Vec<&str> = both.iter().filter_map(|l| l["container"].as_str()).collect();
     assert_eq!(containers, ["web", "sidecar"], "every container of the Pod");
-    let previous = log_lines(&dev.get(&format!("/api/applications/shop/logs?pod={pod}&container=web&previous=true")).body);
+    let previous = log_lines(
+        &dev.get(&format!(
+            "/api/applications/shop/logs?pod={pod}&container=web&previous=true"
+        ))
+        .body,
+    );
     assert!(
-        previous.iter().any(|l| l["content"] == "simulated container before its restart")
+        previous
+            .iter()
+            .any(|l| l["content"] == "simulated container before its restart")
             && !previous.iter().any(|l| l["content"] == marker.as_str()),
         "{previous:?}"
     );
     let missing = dev.get(&format!("/api/applications/shop/logs?pod={pod}&container=nope"));
     assert_eq!(missing.status, 400, "{}", missing.body);
-    assert!(missing.body.contains("sidecar"), "names the containers there are: {}", missing.body);
+    assert!(
+        missing.body.contains("sidecar"),
+        "names the containers there are: {}",
+        missing.body
+    );
 
     // Another team's Pod through one's own Application: 403; their Application: 404.
     let other = dev.get(&format!("/api/applications/shop/logs?pod={ledger}"));
@@ -189,7 +211,10 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
     let mut seen = Vec::new();
     while !seen.iter().any(|l: &String| l.contains(&later)) {
         let left = deadline.saturating_duration_since(Instant::now());
-        seen.push(rx.recv_timeout(left).map_err(|e| anyhow::anyhow!("{e}: only {seen:?}"))?);
+        seen.push(
+            rx.recv_timeout(left)
+                .map_err(|e| anyhow::anyhow!("{e}: only {seen:?}"))?,
+        );
     }
     drop(rx);
     drop(reader);
@@ -208,9 +233,15 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
         t["action"] = json!(action);
         t
     };
-    let refused = viewer.post("/api/applications/shop/actions", with(target("Deployment", "web"), "restart"));
+    let refused = viewer.post(
+        "/api/applications/shop/actions",
+        with(target("Deployment", "web"), "restart"),
+    );
     assert_eq!(refused.status, 403, "{}", refused.body);
-    let unknown = dev.post("/api/applications/shop/actions", with(target("Deployment", "web"), "explode"));
+    let unknown = dev.post(
+        "/api/applications/shop/actions",
+        with(target("Deployment", "web"), "explode"),
+    );
     assert_eq!(unknown.status, 400, "{}", unknown.body);
     assert!(unknown.body.contains("restart"), "{}", unknown.body);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &shop_ns);
@@ -223,9 +254,15 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
             .and_then(|a| a.get("kubectl.kubernetes.io/restartedAt").cloned())
     };
     assert_eq!(restarted(&deployments.get("web").await?), None);
-    let done = dev.post("/api/applications/shop/actions", with(target("Deployment", "web"), "restart"));
+    let done = dev.post(
+        "/api/applications/shop/actions",
+        with(target("Deployment", "web"), "restart"),
+    );
     assert_eq!(done.status, 200, "{}", done.body);
-    assert!(restarted(&deployments.get("web").await?).is_some(), "the pod template is annotated");
+    assert!(
+        restarted(&deployments.get("web").await?).is_some(),
+        "the pod template is annotated"
+    );
     until("the Event naming the user", Duration::from_secs(30), || {
         dev.get("/api/applications/shop/events")
             .body
@@ -233,9 +270,15 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
     });
     let cronjobs: Api<CronJob> = Api::namespaced(client.clone(), &shop_ns);
     let suspended = |c: &CronJob| c.spec.suspend.unwrap_or(false);
-    let resume = dev.post("/api/applications/shop/actions", with(target("CronJob", "nightly"), "resume"));
+    let resume = dev.post(
+        "/api/applications/shop/actions",
+        with(target("CronJob", "nightly"), "resume"),
+    );
     assert_eq!(resume.status, 409, "not suspended: {}", resume.body);
-    let suspend = dev.post("/api/applications/shop/actions", with(target("CronJob", "nightly"), "suspend"));
+    let suspend = dev.post(
+        "/api/applications/shop/actions",
+        with(target("CronJob", "nightly"), "suspend"),
+    );
     assert_eq!(suspend.status, 200, "{}", suspend.body);
     assert!(suspended(&cronjobs.get("nightly").await?));
     let items = dev
@@ -244,15 +287,167 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
         ))
         .json();
     assert_eq!(items["items"][0]["disabled"], "already suspended", "{items}");
-    let resume = dev.post("/api/applications/shop/actions", with(target("CronJob", "nightly"), "resume"));
+    let resume = dev.post(
+        "/api/applications/shop/actions",
+        with(target("CronJob", "nightly"), "resume"),
+    );
     assert_eq!(resume.status, 200, "{}", resume.body);
     assert!(!suspended(&cronjobs.get("nightly").await?));
     // Another team's object through one's own Application is not in its tree.
-    let foreign = json!({"group": "apps", "kind": "Deployment", "namespace": billing_ns, "name": "ledger", "action": "restart"});
+    let foreign =
+        json!({"group": "apps", "kind": "Deployment", "namespace": billing_ns, "name": "ledger", "action": "restart"});
     assert_eq!(dev.post("/api/applications/shop/actions", foreign).status, 404);
     assert_eq!(
-        dev.post("/api/applications/billing/actions", with(target("Deployment", "ledger"), "restart")).status,
+        dev.post(
+            "/api/applications/billing/actions",
+            with(target("Deployment", "ledger"), "restart")
+        )
+        .status,
         404
     );
+
+    // The CLI logged in to the server: the developer's roles, the kubeconfig's outputs.
+    let config = tempfile::tempdir()?;
+    let cli = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_capstan"));
+        cmd.args(args)
+            .env("CAPSTAN_CONFIG_DIR", config.path())
+            .env_remove("KUBECONFIG")
+            .env_remove("CAPSTAN_SERVER")
+            .env_remove("CAPSTAN_TOKEN")
+            .env("HOME", config.path());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run capstan")
+    };
+    let out = cli(
+        &["login", &base, "--username", "dev", "--password", "wrong-password"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("wrong user name or password"), "{}", text(&out));
+    let out = cli(
+        &["login", &base, "--username", "dev"],
+        &[("CAPSTAN_PASSWORD", "dev-password-1")],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("as dev"), "{}", text(&out));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(config.path().join("sessions.json"))?
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the session is the user's only");
+    let listed = text(&cli(&["app", "list"], &[]));
+    assert!(listed.contains("shop") && !listed.contains("billing"), "{listed}");
+    // The same table as through the kubeconfig, for what both may read.
+    let by_kube = text(&capstan_in(&kc, &ns, &["app", "history", "shop"]));
+    let by_server = text(&cli(&["app", "history", "shop"], &[]));
+    assert_eq!(by_server, by_kube);
+    let out = cli(&["app", "get", "billing"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not found"), "{}", text(&out));
+    let ns_flag = shop_ns.as_str();
+    let out = cli(
+        &[
+            "app",
+            "logs",
+            "shop",
+            "--kind",
+            "Deployment",
+            "--name",
+            "web",
+            "--resource-namespace",
+            ns_flag,
+            "-c",
+            "web",
+            "--tail",
+            "1",
+            "--prefix",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(printed.lines().count(), 2, "{printed}");
+    assert!(
+        printed
+            .lines()
+            .all(|l| l.starts_with("[web-") && l.ends_with(&format!("/web] {later}"))),
+        "{printed}"
+    );
+    let out = cli(&["app", "logs", "shop", "--name", &ledger], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("not part of Application"), "{}", text(&out));
+    let out = cli(
+        &[
+            "app",
+            "actions",
+            "list",
+            "shop",
+            "--kind",
+            "Deployment",
+            "--name",
+            "web",
+            "--resource-namespace",
+            ns_flag,
+        ],
+        &[],
+    );
+    assert!(out.status.success() && text(&out).contains("restart"), "{}", text(&out));
+    let out = cli(
+        &[
+            "app",
+            "actions",
+            "run",
+            "shop",
+            "restart",
+            "--kind",
+            "Deployment",
+            "--name",
+            "web",
+            "--resource-namespace",
+            ns_flag,
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("dev ran restart on Deployment"), "{}", text(&out));
+    let out = cli(&["app", "sync", "shop", "--wait", "--timeout", "120"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("Synced"), "{}", text(&out));
+    let out = cli(&["context"], &[]);
+    let current = text(&out);
+    assert!(
+        current
+            .lines()
+            .any(|l| l.starts_with('*') && l.contains(&base) && l.contains("dev")),
+        "{current}"
+    );
+    let out = cli(&["logout"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = cli(&["app", "logs", "shop"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("capstan login"), "{}", text(&out));
+
+    // A token: from a file, and for CI from the environment; once expired, exit code 2.
+    let out = capstan_in(&kc, &ns, &["account", "generate-token", "dev", "--expires-in", "5s"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let token_file = config.path().join("token");
+    std::fs::write(&token_file, &token)?;
+    let out = cli(&["login", &base, "--token-file", &token_file.to_string_lossy()], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&cli(&["app", "list"], &[])).contains("shop"));
+    let ci = [("CAPSTAN_SERVER", base.as_str()), ("CAPSTAN_TOKEN", token.as_str())];
+    assert!(text(&cli(&["app", "list"], &ci)).contains("shop"));
+    until("the token to expire", Duration::from_secs(30), || {
+        cli(&["app", "list"], &[]).status.code() == Some(2)
+    });
+    let out = cli(&["app", "list"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("log in again"), "{}", text(&out));
+    let out = cli(&["app", "list"], &ci);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     Ok(())
 }

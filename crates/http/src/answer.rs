@@ -72,6 +72,17 @@ impl Answer {
         })
     }
 
+    /// The next piece of a body read as it streams (a followed log, server-sent events); `None` at
+    /// its end. The caller bounds what it keeps.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        while let Some(frame) = self.body.frame().await {
+            if let Ok(data) = frame.map_err(Error::Body)?.into_data() {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
+    }
+
     /// The `Content-Length`, unless this answers a `HEAD`.
     fn declared_length(&self) -> Option<u64> {
         if self.head {

@@ -911,6 +911,214 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/applications/{name}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Container logs of its Pods (one Pod, a resource's Pods, or all; followed with follow=true), one JSON object per line; only Pods of its tree */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Only this container (default: every container of each Pod). */
+                    container?: string;
+                    /** @description Keep the answer open and send new lines as they are written. */
+                    follow?: boolean;
+                    /** @description API group of the resource whose Pods are read (`apps` for a Deployment). */
+                    group?: string;
+                    /** @description Kind of the resource whose Pods are read (`Deployment`, `StatefulSet`, `Job`, …). */
+                    kind?: string;
+                    /** @description Namespace of `pod` or of the resource. */
+                    namespace?: string;
+                    /** @description One Pod of the tree (with `namespace` when its name is not unique). */
+                    pod?: string;
+                    /** @description The previous (restarted) container's log. */
+                    previous?: boolean;
+                    /** @description Name of that resource. */
+                    resourceName?: string;
+                    /** @description Only lines of the last this many seconds. */
+                    sinceSeconds?: number;
+                    /** @description The last lines per container (default 1000, at most 10000). */
+                    tailLines?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description application/x-ndjson: one LogLine per line */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain; charset=utf-8": unknown;
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/applications/{name}/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The resource actions of one object of its tree (restart, suspend, resume) */
+        get: {
+            parameters: {
+                query: {
+                    /** @description API group (`apps`, `batch`). */
+                    group?: string;
+                    /** @description Kind. */
+                    kind: string;
+                    /** @description Name. */
+                    name: string;
+                    /** @description Namespace. */
+                    namespace?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A list answer. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ActionItemList"];
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /** Run a resource action on one object of its tree (role `action`); recorded in an Event naming the user */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Body of `POST /api/applications/{name}/actions`. */
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["RunAction"];
+                };
+            };
+            responses: {
+                /** @description Answer of a run action. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ActionDone"];
+                    };
+                };
+                /** @description Failed to parse the request body as JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description Expected request with `Content-Type: application/json` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Failed to deserialize the JSON body into the target type */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/applications/{name}/history": {
         parameters: {
             query?: never;
@@ -2002,6 +2210,43 @@ export interface components {
     schemas: {
         /** @description What would happen to one object. */
         Action: "Create" | "Update" | "Delete" | "RequiresPruning";
+        /** @description Answer of a run action. */
+        ActionDone: {
+            /** @description What was done, for a person. */
+            message: string;
+        };
+        /** @description One action offered for an object. */
+        ActionItem: {
+            /**
+             * @description Why it cannot run now; empty when it can.
+             * @default
+             */
+            disabled: string;
+            /** @description Its name (`restart`, `suspend`, `resume`). */
+            name: string;
+        };
+        /** @description A list answer. */
+        ActionItemList: {
+            /** @description The items. */
+            items: components["schemas"]["ActionItem"][];
+        };
+        /** @description The object an action is about. */
+        ActionTarget: {
+            /**
+             * @description API group (`apps`, `batch`).
+             * @default
+             */
+            group: string;
+            /** @description Kind. */
+            kind: string;
+            /** @description Name. */
+            name: string;
+            /**
+             * @description Namespace.
+             * @default
+             */
+            namespace: string;
+        };
         /** @description The plan of one Application. */
         AppPlan: {
             /** @description How it would change. */
@@ -2745,6 +2990,59 @@ export interface components {
             /** @description A path of this server to return to after logging in. */
             return_to?: string | null;
         };
+        /** @description Query of `GET /api/applications/{name}/logs`. */
+        LogsQuery: {
+            /**
+             * @description Only this container (default: every container of each Pod).
+             * @default
+             */
+            container: string;
+            /**
+             * @description Keep the answer open and send new lines as they are written.
+             * @default false
+             */
+            follow: boolean;
+            /**
+             * @description API group of the resource whose Pods are read (`apps` for a Deployment).
+             * @default
+             */
+            group: string;
+            /**
+             * @description Kind of the resource whose Pods are read (`Deployment`, `StatefulSet`, `Job`, …).
+             * @default
+             */
+            kind: string;
+            /**
+             * @description Namespace of `pod` or of the resource.
+             * @default
+             */
+            namespace: string;
+            /**
+             * @description One Pod of the tree (with `namespace` when its name is not unique).
+             * @default
+             */
+            pod: string;
+            /**
+             * @description The previous (restarted) container's log.
+             * @default false
+             */
+            previous: boolean;
+            /**
+             * @description Name of that resource.
+             * @default
+             */
+            resourceName: string;
+            /**
+             * Format: int64
+             * @description Only lines of the last this many seconds.
+             */
+            sinceSeconds?: number | null;
+            /**
+             * Format: int64
+             * @description The last lines per container (default 1000, at most 10000).
+             */
+            tailLines?: number | null;
+        };
         /** @description `GET /api/applications/{name}/manifests`. */
         Manifests: {
             /** @description The desired objects (secret values masked). */
@@ -2851,6 +3149,8 @@ export interface components {
         };
         /** @description What the caller may do with an Application. */
         Permissions: {
+            /** @description Run resource actions (restart, suspend, resume). */
+            action: boolean;
             /** @description Everything. */
             admin: boolean;
             /** @description Sync, refresh, roll back, terminate. */
@@ -3264,6 +3564,25 @@ export interface components {
         };
         /** @description One of: Waiting Pending Progressing Healthy Failed (or a word another version of Capstan writes). */
         RolloutStatus: string;
+        /** @description Body of `POST /api/applications/{name}/actions`. */
+        RunAction: {
+            /** @description The action's name. */
+            action: string;
+            /**
+             * @description API group (`apps`, `batch`).
+             * @default
+             */
+            group: string;
+            /** @description Kind. */
+            kind: string;
+            /** @description Name. */
+            name: string;
+            /**
+             * @description Namespace.
+             * @default
+             */
+            namespace: string;
+        };
         /** @description The plan of one ApplicationSet. */
         SetPlan: {
             /** @description Applications it would create. */

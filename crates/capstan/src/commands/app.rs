@@ -1,9 +1,11 @@
-//! `capstan app …`: Applications from the command line, through the Kubernetes API only. Reading
-//! commands show status; `sync` and `rollback` write an operation request (annotation
-//! `capstan.dev/operation`) that the controller executes; `diff` runs the read-only half of the
-//! pipeline locally.
+//! `capstan app …`: Applications from the command line, through the Kubernetes API, or through
+//! Capstan's HTTP server after `capstan login` ([`remote`]: same outputs and exit codes, the
+//! server's roles). Reading commands show status; `sync` and `rollback` write an operation request
+//! (annotation `capstan.dev/operation`) that the controller executes; `diff` runs the read-only
+//! half of the pipeline locally. `logs` and `actions` exist only through the server.
 
 mod diff;
+mod remote;
 mod show;
 mod wait;
 
@@ -210,6 +212,14 @@ enum AppCommand {
         #[arg(long, default_value = "300", value_parser = super::seconds)]
         timeout: u64,
     },
+    /// Show the container logs of the Application's Pods (through the server: `capstan login`).
+    Logs(LogsArgs),
+    /// Resource actions on the Application's objects: restart a Deployment, StatefulSet or
+    /// DaemonSet, suspend or resume a CronJob (through the server: `capstan login`).
+    Actions {
+        #[command(subcommand)]
+        command: ActionsCommand,
+    },
     /// Delete an Application (with --cascade, the default, its objects too). Asks first, unless
     /// --yes; without a terminal to ask on, refuses unless --yes.
     Delete {
@@ -227,8 +237,95 @@ enum AppCommand {
     },
 }
 
+/// Arguments of `capstan app logs`.
+#[derive(Debug, clap::Args)]
+struct LogsArgs {
+    /// Name of the Application.
+    name: String,
+    /// Only the Pods of this resource of the Application (with --name), e.g. Deployment.
+    #[arg(long)]
+    kind: Option<String>,
+    /// API group of --kind (default: apps for Deployment, StatefulSet, DaemonSet, ReplicaSet;
+    /// batch for Job, CronJob).
+    #[arg(long)]
+    group: Option<String>,
+    /// Name of the resource given by --kind, or without --kind the name of one Pod.
+    #[arg(long = "name")]
+    resource: Option<String>,
+    /// Namespace of that Pod or resource.
+    #[arg(long)]
+    resource_namespace: Option<String>,
+    /// Only this container (default: every container).
+    #[arg(long, short = 'c')]
+    container: Option<String>,
+    /// Keep following the logs.
+    #[arg(long, short = 'f')]
+    follow: bool,
+    /// The last lines of each container (default 1000, at most 10000).
+    #[arg(long)]
+    tail: Option<i64>,
+    /// Only lines of this last while: seconds, or 90s, 5m, 1h.
+    #[arg(long, value_parser = super::seconds)]
+    since: Option<u64>,
+    /// The previous (restarted) container's logs.
+    #[arg(long, short = 'p')]
+    previous: bool,
+    /// Start each line with `[POD/CONTAINER]`.
+    #[arg(long)]
+    prefix: bool,
+    /// Start each line with the time the container wrote it.
+    #[arg(long)]
+    timestamps: bool,
+}
+
+/// The object an action is about.
+#[derive(Debug, clap::Args)]
+struct ActionObject {
+    /// Its kind (Deployment, StatefulSet, DaemonSet, CronJob).
+    #[arg(long)]
+    kind: String,
+    /// Its name.
+    #[arg(long = "name")]
+    resource: String,
+    /// Its namespace.
+    #[arg(long)]
+    resource_namespace: Option<String>,
+    /// Its API group (default: apps, or batch for a CronJob).
+    #[arg(long)]
+    group: Option<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum ActionsCommand {
+    /// The actions of one object of the Application, and why any cannot run now.
+    List {
+        /// Name of the Application.
+        name: String,
+        #[command(flatten)]
+        object: ActionObject,
+    },
+    /// Run an action (needs the `action` role in the Application's project).
+    Run {
+        /// Name of the Application.
+        name: String,
+        /// The action: restart, suspend or resume.
+        action: String,
+        #[command(flatten)]
+        object: ActionObject,
+    },
+}
+
+/// Why `logs` and `actions` need a login.
+const THROUGH_SERVER: &str = "`capstan app logs` and `capstan app actions` go through Capstan's server, which checks your project role: log in first (`capstan login SERVER`)";
+
 /// Run an `app` subcommand.
 pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
+    if let Some(server) = crate::remote::Remote::current()? {
+        return remote::run(&server, args.command).await;
+    }
+    if matches!(args.command, AppCommand::Logs(_) | AppCommand::Actions { .. }) {
+        bail!("{THROUGH_SERVER}");
+    }
     let kube = KubeArgs {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
@@ -297,26 +394,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
         }
         AppCommand::History { name } => {
             let app = get(&api, &name).await?;
-            let history = app.status.map(|s| s.history).unwrap_or_default();
-            let mut rows = vec![vec!["ID".into(), "DEPLOYED".into(), "REVISION".into(), "PATH".into()]];
-            for h in history.iter().rev() {
-                rows.push(vec![
-                    h.id.to_string(),
-                    h.deployed_at.clone(),
-                    h.revision.clone(),
-                    if h.sources.is_empty() {
-                        h.source.path.clone()
-                    } else {
-                        let each: Vec<&str> = h
-                            .sources
-                            .iter()
-                            .map(|s| if s.is_chart() { &*s.chart } else { &*s.path })
-                            .collect();
-                        each.join(",")
-                    },
-                ]);
-            }
-            print_table(&rows);
+            print_history(&app);
             promotions(&client, &args.namespace, &name).await;
             Ok(ExitCode::SUCCESS)
         }
@@ -353,6 +431,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
             outln!("{}", summary_line(&app));
             Ok(ExitCode::SUCCESS)
         }
+        AppCommand::Logs(_) | AppCommand::Actions { .. } => bail!("{THROUGH_SERVER}"),
         AppCommand::Delete {
             name,
             cascade,
@@ -366,6 +445,30 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
             delete(&api, &app, cascade, wait).await
         }
     }
+}
+
+/// `app history`'s table of sync history entries, newest first.
+fn print_history(app: &Application) {
+    let history = app.status.as_ref().map(|s| s.history.clone()).unwrap_or_default();
+    let mut rows = vec![vec!["ID".into(), "DEPLOYED".into(), "REVISION".into(), "PATH".into()]];
+    for h in history.iter().rev() {
+        rows.push(vec![
+            h.id.to_string(),
+            h.deployed_at.clone(),
+            h.revision.clone(),
+            if h.sources.is_empty() {
+                h.source.path.clone()
+            } else {
+                let each: Vec<&str> = h
+                    .sources
+                    .iter()
+                    .map(|s| if s.is_chart() { &*s.chart } else { &*s.path })
+                    .collect();
+                each.join(",")
+            },
+        ]);
+    }
+    print_table(&rows);
 }
 
 /// The promotions into or out of `name` recorded in the namespace's PromotionPipelines, as a second
@@ -449,17 +552,36 @@ async fn list(api: &Api<Application>, output: Output, filter: &ListFilter) -> an
             out!("{}", serde_saphyr::to_string(&all_printable(&apps))?)
         }
         Output::Table | Output::Wide => {
-            let mut header = vec!["NAME", "CLUSTER", "NAMESPACE", "PROJECT", "SYNC", "HEALTH", "REVISION"];
-            if output == Output::Wide {
-                header.extend(["REPO", "PATH", "TARGET"]);
-            }
-            header.push("MESSAGE");
-            let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+            let mut rows = vec![list_header(output)];
             rows.extend(list_pages(api, filter, |app| list_row(&app, output)).await?);
             print_table(&rows);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `app list`'s output of Applications already read.
+fn print_list(apps: &[Application], output: Output) -> anyhow::Result<ExitCode> {
+    match output {
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&all_printable(apps))?),
+        Output::Yaml => out!("{}", serde_saphyr::to_string(&all_printable(apps))?),
+        Output::Table | Output::Wide => {
+            let mut rows = vec![list_header(output)];
+            rows.extend(apps.iter().map(|app| list_row(app, output)));
+            print_table(&rows);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The header of `app list`'s table.
+fn list_header(output: Output) -> Vec<String> {
+    let mut header = vec!["NAME", "CLUSTER", "NAMESPACE", "PROJECT", "SYNC", "HEALTH", "REVISION"];
+    if output == Output::Wide {
+        header.extend(["REPO", "PATH", "TARGET"]);
+    }
+    header.push("MESSAGE");
+    header.into_iter().map(String::from).collect()
 }
 
 /// One row of `app list`'s table.
@@ -570,6 +692,14 @@ async fn request(
         outln!("{what} of {name} requested");
         return Ok(ExitCode::SUCCESS);
     }
+    let spec = wait_spec(&app, op);
+    let app = wait_for(api, name, &spec, Duration::from_secs(timeout)).await?;
+    report_operation(&app, what);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `--wait` waits for after requesting `op` on `app`.
+fn wait_spec(app: &Application, op: &Operation) -> WaitFor {
     let dry_run = op.sync.as_ref().is_some_and(|s| s.dry_run);
     // A sync without prune never makes an Application Synced while objects removed from Git are
     // left: unless automated sync will prune them, say so instead of waiting for the timeout.
@@ -579,13 +709,16 @@ async fn request(
         .as_ref()
         .and_then(|p| p.automated.as_ref())
         .is_some_and(|a| a.prune);
-    let spec = WaitFor {
+    WaitFor {
         operation: Some(op.id.clone()),
         sync: !dry_run && op.rollback.is_none(),
         health: !dry_run,
         stop_when_only_pruning_left: op.sync.as_ref().is_some_and(|s| !s.prune) && !automated_prune,
-    };
-    let app = wait_for(api, name, &spec, Duration::from_secs(timeout)).await?;
+    }
+}
+
+/// The finished operation's result per object, then the Application's state.
+fn report_operation(app: &Application, what: &str) {
     if let Some(os) = app.status.as_ref().and_then(|s| s.operation_state.as_ref()) {
         outln!("{what} {}: {}", os.phase, os.message);
         let mut rows = vec![
@@ -608,8 +741,7 @@ async fn request(
             print_table(&rows);
         }
     }
-    outln!("{}", summary_line(&app));
-    Ok(ExitCode::SUCCESS)
+    outln!("{}", summary_line(app));
 }
 
 /// Refuse `op` before it is written when it cannot run (as the HTTP server does): another

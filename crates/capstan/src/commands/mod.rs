@@ -11,6 +11,7 @@ pub mod controller_status;
 pub mod crds;
 pub mod install;
 pub mod local;
+pub mod login;
 pub mod plan;
 pub mod project;
 pub mod promote;

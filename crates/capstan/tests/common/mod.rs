@@ -20,11 +20,18 @@ impl Drop for Controller {
     }
 }
 
-/// Run the `capstan` binary with `KUBECONFIG` set to `kubeconfig`.
+/// Run the `capstan` binary with `KUBECONFIG` set to `kubeconfig` (and no `capstan login` of the
+/// person running the tests: commands go through the kubeconfig).
 pub fn capstan(kubeconfig: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args(args)
         .env("KUBECONFIG", kubeconfig)
+        .env(
+            "CAPSTAN_CONFIG_DIR",
+            std::env::temp_dir().join("capstan-tests-no-login"),
+        )
+        .env_remove("CAPSTAN_SERVER")
+        .env_remove("CAPSTAN_TOKEN")
         .output()
         .expect("run capstan")
 }

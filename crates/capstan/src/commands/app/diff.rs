@@ -58,20 +58,24 @@ pub(super) async fn diff_inner(
         let mut live = r.live.clone();
         capstan_redact::objects::redact_pair(&mut live, &mut r.predicted);
         capstan_redact::objects::redact_pair(&mut r.live, &mut r.desired);
-        let text = capstan_compare::render_diff(&r);
-        for line in text.lines() {
-            if !colour {
-                outln!("{line}");
-            } else if line.starts_with('+') {
-                outln!("\x1b[32m{line}\x1b[0m");
-            } else if line.starts_with('-') {
-                outln!("\x1b[31m{line}\x1b[0m");
-            } else if line.starts_with("@@") {
-                outln!("\x1b[36m{line}\x1b[0m");
-            } else {
-                outln!("{line}");
-            }
-        }
+        print_diff(&capstan_compare::render_diff(&r), colour);
     }
     Ok(any)
+}
+
+/// One object's unified diff, coloured on a terminal that wants colour.
+pub(super) fn print_diff(text: &str, colour: bool) {
+    for line in text.lines() {
+        if !colour {
+            outln!("{line}");
+        } else if line.starts_with('+') {
+            outln!("\x1b[32m{line}\x1b[0m");
+        } else if line.starts_with('-') {
+            outln!("\x1b[31m{line}\x1b[0m");
+        } else if line.starts_with("@@") {
+            outln!("\x1b[36m{line}\x1b[0m");
+        } else {
+            outln!("{line}");
+        }
+    }
 }

@@ -22,6 +22,16 @@ pub(super) struct WaitFor {
     pub(super) stop_when_only_pruning_left: bool,
 }
 
+/// A new version of the Application being waited for, or why there is none.
+pub(super) enum Update {
+    /// Its new version.
+    Applied(Box<Application>),
+    /// It was deleted.
+    Deleted,
+    /// Following it failed for now (it is retried); the text is shown at the timeout.
+    Failed(String),
+}
+
 /// Wait until `spec` holds for Application `name`, following it with a watch (a large Application
 /// read again and again would load the API server for nothing).
 pub(super) async fn wait_for(
@@ -32,6 +42,34 @@ pub(super) async fn wait_for(
 ) -> anyhow::Result<Application> {
     use futures::StreamExt;
     use kube::runtime::watcher;
+    let app = get(api, name).await?;
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let updates = watcher(api.clone(), config).filter_map(|e| async move {
+        match e {
+            Ok(watcher::Event::Apply(a) | watcher::Event::InitApply(a)) => Some(Update::Applied(Box::new(a))),
+            Ok(watcher::Event::Delete(_)) => Some(Update::Deleted),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(err = %e, "watching the Application");
+                // The watcher retries by itself; a pause keeps a failing API server from being hammered.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Some(Update::Failed(e.to_string()))
+            }
+        }
+    });
+    wait_on(app, updates, name, spec, timeout).await
+}
+
+/// Wait until `spec` holds, from `app` on, with each new version from `updates` (a watch, or the
+/// server's live stream).
+pub(super) async fn wait_on(
+    mut app: Application,
+    updates: impl futures::Stream<Item = Update>,
+    name: &str,
+    spec: &WaitFor,
+    timeout: Duration,
+) -> anyhow::Result<Application> {
+    use futures::StreamExt;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.enable_steady_tick(Duration::from_millis(120));
@@ -43,11 +81,9 @@ pub(super) async fn wait_for(
         }
     };
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut app = get(api, name).await?;
-    let mut operation_done = spec.operation.is_none();
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher(api.clone(), config));
+    let mut events = std::pin::pin!(updates);
     let mut watch_error = None;
+    let mut operation_done = spec.operation.is_none();
     loop {
         let status = app.status.clone().unwrap_or_default();
         let op = status.operation_state.clone();
@@ -134,17 +170,12 @@ pub(super) async fn wait_for(
         // The next version of the Application from the watch (which retries failed requests).
         let next = loop {
             match tokio::time::timeout_at(deadline, events.next()).await {
-                Ok(Some(Ok(watcher::Event::Apply(a) | watcher::Event::InitApply(a)))) => break Some(a),
-                Ok(Some(Ok(watcher::Event::Delete(_)))) => {
+                Ok(Some(Update::Applied(a))) => break Some(*a),
+                Ok(Some(Update::Deleted)) => {
                     finish_bar();
                     bail!("Application {name} was deleted while waiting for it");
                 }
-                Ok(Some(Ok(_))) => {}
-                Ok(Some(Err(e))) => {
-                    tracing::debug!(err = %e, "watching the Application");
-                    watch_error = Some(e.to_string());
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
+                Ok(Some(Update::Failed(e))) => watch_error = Some(e),
                 Ok(None) | Err(_) => break None,
             }
         };
