@@ -217,10 +217,9 @@ async fn diff(remote: &Remote, name: &str, revision: Option<String>) -> anyhow::
         .map_err(|e| not_found_as_kube_says(e, name))?;
     let colour = crate::output::color(crate::output::Stream::Stdout);
     let mut any = false;
+    // Every object the server lists is out of sync (changed, missing, or requiring pruning), as
+    // the kubeconfig path prints them.
     for object in answer["objects"].as_array().into_iter().flatten() {
-        if object["status"] != "OutOfSync" {
-            continue;
-        }
         any = true;
         print_diff(object["diff"].as_str().unwrap_or_default(), colour);
     }
