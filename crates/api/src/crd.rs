@@ -3,7 +3,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{AppProject, Application, ApplicationSet, ImageUpdater, Policy, PromotionPipeline};
+use crate::{AppProject, Application, ApplicationSet, ImageUpdater, NotificationChannel, Policy, PromotionPipeline};
 
 /// Every CRD Capstan installs, paired with the file name it has under `deploy/crds/`.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
@@ -15,6 +15,10 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ),
         ("appprojects.capstan.dev.yaml", without_defaults(AppProject::crd())),
         ("policies.capstan.dev.yaml", without_defaults(Policy::crd())),
+        (
+            "notificationchannels.capstan.dev.yaml",
+            without_defaults(NotificationChannel::crd()),
+        ),
         (
             "imageupdaters.capstan.dev.yaml",
             requiring_project(without_defaults(ImageUpdater::crd())),

@@ -16,6 +16,8 @@
 //!   versions written and watched per Application, terminate signals, Events.
 //! - [`poller`]: one Git poller per repository, triggering the Applications that use it.
 //! - [`pipeline`]: one read-only pass (resolve, render, prepare, read live state, compare).
+//! - [`notifications`]: what each NotificationChannel is told about the Applications this replica
+//!   owns, recorded on each Application so a change is sent once; delivered off the reconcile path.
 //! - [`policies`]: Policies, compiled and cached, whose verdicts every sync passes.
 //! - [`clusters`]: destination clusters — `in-cluster` and those registered with cluster Secrets —
 //!   each with its client, discovery and watches, probed for reachability.
@@ -43,6 +45,7 @@ pub mod finalize;
 pub mod gates;
 pub mod health_config;
 pub mod managed_cache;
+pub mod notifications;
 pub mod operation;
 pub mod pipeline;
 pub mod policies;
@@ -168,6 +171,8 @@ pub async fn run(
         }
         Some(true) => {}
     }
+    let notifier = notifications::Notifications::new(client.clone(), &config.namespace, config.ownership.clone());
+    notifier.spawn(reader.clone());
     let forget = ctx.clone();
     let cached = reader.clone();
     // The cache keeps Applications without their managedFields (see `capstan_kube::cache`).
@@ -201,12 +206,18 @@ pub async fn run(
                 forget.record_observed(app);
                 forget.observe(app);
                 wake_related(&forget, app, &dependency_tx);
+                notifier.observe(|| {
+                    cached
+                        .get(&kube::runtime::reflector::ObjectRef::from_obj(app))
+                        .unwrap_or_else(|| Arc::new(app.clone()))
+                });
             }
             watcher::Event::InitApply(app) => {
                 if let Some(shared) = &shared {
                     shared.send(|| shared_apps::AppEvent::Applied(Arc::new(app.clone())));
                 }
-                forget.observe(app)
+                forget.observe(app);
+                notifier.observe(|| Arc::new(app.clone()));
             }
             // Listed once: ready (a Pod's readiness probe asks).
             watcher::Event::InitDone => {

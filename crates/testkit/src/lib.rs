@@ -20,6 +20,8 @@
 //!   root token), with helpers for KV secrets, policies, tokens, sealing and Kubernetes auth against
 //!   a [`TestCluster`] ([`openbao`]).
 //!
+//! - [`receiver`]: a webhook receiver answering as told (200, an error, a redirect, or never) and
+//!   keeping what it got.
 //! - [`sops`]: age keys and files encrypted by the real `sops`.
 //! - [`capstan`]: installing Capstan's CRDs on such a cluster and reading Application status.
 //!
@@ -30,6 +32,7 @@ pub mod charts;
 pub mod cluster;
 pub mod git;
 pub mod openbao;
+pub mod receiver;
 pub mod registry;
 pub mod sops;
 pub mod ssh;

@@ -128,7 +128,7 @@ fn service_account(ns: &str, name: &str) -> Value {
     })
 }
 
-const CAPSTAN_KINDS: [&str; 12] = [
+const CAPSTAN_KINDS: [&str; 14] = [
     "applications",
     "applications/status",
     "applicationsets",
@@ -141,6 +141,8 @@ const CAPSTAN_KINDS: [&str; 12] = [
     "appprojects/status",
     "policies",
     "policies/status",
+    "notificationchannels",
+    "notificationchannels/status",
 ];
 
 const ALL_VERBS: [&str; 7] = ["get", "list", "watch", "create", "update", "patch", "delete"];

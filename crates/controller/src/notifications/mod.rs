@@ -1,0 +1,214 @@
+//! Notifications, driven by the Application watch: every version of an Application this replica
+//! owns is compared with what its channels were last told (`capstan-notify`'s record on the
+//! Application), the record is written first (with the Application's resourceVersion as a
+//! precondition, so two replicas or a restart never send one change twice), then the events go to
+//! the channel's worker ([`worker`]), which batches bursts and delivers off the reconcile path: a
+//! slow or broken destination delays only its own channel, never a sync.
+//!
+//! Channels are watched in Capstan's namespace; without the CRD (an install not upgraded yet)
+//! there are none.
+
+mod worker;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use capstan_api::Application;
+use capstan_api::notification::{NOTIFIED_ANNOTATION, NotificationChannel};
+use capstan_notify::record::{self, ChannelRecord};
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+/// Application versions waiting to be looked at; beyond, a version is skipped (a later one follows
+/// with every change, and the record makes the comparison whole again).
+const QUEUE: usize = 4096;
+
+/// The notifier of one controller replica.
+pub struct Notifications {
+    client: Client,
+    namespace: String,
+    ownership: Option<capstan_replicas::Ownership>,
+    channels: OnceLock<reflector::Store<NotificationChannel>>,
+    queue: OnceLock<mpsc::Sender<Arc<Application>>>,
+    workers: Mutex<HashMap<String, mpsc::Sender<capstan_notify::Event>>>,
+    settings: worker::Settings,
+}
+
+impl Notifications {
+    /// A notifier for the Applications of `namespace` (not started: see [`Notifications::spawn`]).
+    pub fn new(client: Client, namespace: &str, ownership: Option<capstan_replicas::Ownership>) -> Arc<Self> {
+        Arc::new(Notifications {
+            client,
+            namespace: namespace.to_string(),
+            ownership,
+            channels: OnceLock::new(),
+            queue: OnceLock::new(),
+            workers: Mutex::default(),
+            settings: worker::Settings::default(),
+        })
+    }
+
+    /// Start watching channels and looking at Application versions. Every Application of `apps`
+    /// is looked at again when the channels are first listed and whenever one changes (a new
+    /// channel records where each Application stands at once).
+    pub fn spawn(self: &Arc<Self>, apps: reflector::Store<Application>) {
+        let (reader, writer) = reflector::store();
+        if self.channels.set(reader).is_err() {
+            return;
+        }
+        let sweep = Arc::new(tokio::sync::Notify::new());
+        let api: Api<NotificationChannel> = Api::namespaced(self.client.clone(), &self.namespace);
+        let changed = sweep.clone();
+        tokio::spawn(async move {
+            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                        changed.notify_one()
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::debug!(%err, "NotificationChannel watch error"),
+                }
+            }
+        });
+        let (tx, mut rx) = mpsc::channel::<Arc<Application>>(QUEUE);
+        let _ = self.queue.set(tx);
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    app = rx.recv() => match app {
+                        Some(app) => this.look(&app).await,
+                        None => return,
+                    },
+                    () = sweep.notified() => {
+                        for app in apps.state() {
+                            this.look(&app).await;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// A new version of an Application (from the watch), given lazily: nothing is done, not even
+    /// the Application shared, while no channel exists. Never waits.
+    pub fn observe(&self, app: impl FnOnce() -> Arc<Application>) {
+        let Some(queue) = self.queue.get() else { return };
+        if self.channels.get().is_none_or(|s| s.is_empty()) {
+            return;
+        }
+        let app = app();
+        if queue.try_send(app.clone()).is_err() {
+            tracing::debug!(app = %app.name_any(), "notification queue full: this version is skipped");
+        }
+    }
+
+    /// The channels that concern `app`.
+    fn channels_of(&self, app: &Application) -> Vec<Arc<NotificationChannel>> {
+        let Some(store) = self.channels.get() else {
+            return Vec::new();
+        };
+        let project = if app.spec.project.is_empty() {
+            "default"
+        } else {
+            &app.spec.project
+        };
+        store
+            .state()
+            .into_iter()
+            .filter(|c| !c.spec.suspend && !c.spec.triggers.is_empty())
+            .filter(|c| c.spec.projects.is_empty() || c.spec.projects.iter().any(|p| p == project))
+            .filter(|c| {
+                c.spec
+                    .selector
+                    .as_ref()
+                    .is_none_or(|s| capstan_kube::selector::Selector::new(s).is_ok_and(|s| s.matches(app.labels())))
+            })
+            .collect()
+    }
+
+    /// Compare `app` with its record; write the new record, then send what is due.
+    async fn look(&self, app: &Application) {
+        if app.metadata.deletion_timestamp.is_some() {
+            return;
+        }
+        let channels = self.channels_of(app);
+        let previous = record::parse(app.annotations().get(NOTIFIED_ANNOTATION).map(String::as_str));
+        if channels.is_empty() && previous.is_empty() {
+            return;
+        }
+        // Only the replica that owns the Application speaks for it.
+        let _permit = match &self.ownership {
+            Some(o) => match o.enter(&app.namespace().unwrap_or_default(), &app.name_any()) {
+                Some(p) => Some(p),
+                None => return,
+            },
+            None => None,
+        };
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let facts = capstan_notify::facts(app, &now);
+        let mut next = record::Record::new();
+        let mut due: Vec<(String, capstan_notify::Event)> = Vec::new();
+        for channel in &channels {
+            let name = channel.name_any();
+            let triggers: BTreeSet<_> = channel.spec.triggers.iter().copied().collect();
+            let (send, rec): (Vec<_>, ChannelRecord) = record::due(previous.get(&name), &triggers, &facts);
+            due.extend(send.into_iter().map(|e| (name.clone(), e)));
+            next.insert(name, rec);
+        }
+        if next == previous {
+            return;
+        }
+        // The record first, on this very version: if another writer got there first, the write
+        // fails and the next version is looked at instead (nothing is sent twice).
+        let api: Api<Application> = Api::namespaced(self.client.clone(), &app.namespace().unwrap_or_default());
+        let value = if next.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(record::render(&next))
+        };
+        let patch = json!({"metadata": {
+            "resourceVersion": app.resource_version(),
+            "annotations": {NOTIFIED_ANNOTATION: value},
+        }});
+        if let Err(err) = api
+            .patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(app = %app.name_any(), %err, "recording notifications (a newer version follows)");
+            return;
+        }
+        for (channel, event) in due {
+            self.send(&channel, event);
+        }
+    }
+
+    /// Hand `event` to `channel`'s worker, starting it if needed.
+    fn send(&self, channel: &str, event: capstan_notify::Event) {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = workers.entry(channel.to_string()).or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(worker::QUEUE);
+            let w = worker::Worker {
+                client: self.client.clone(),
+                namespace: self.namespace.clone(),
+                channel: channel.to_string(),
+                channels: self.channels.get().cloned(),
+                settings: self.settings.clone(),
+            };
+            tokio::spawn(w.run(rx));
+            tx
+        });
+        if let Err(err) = tx.try_send(event) {
+            tracing::warn!(channel, "notification dropped: the channel's queue is full ({err})");
+        }
+    }
+}
+
+/// How deliveries are batched and retried.
+pub use worker::Settings;
