@@ -6,7 +6,7 @@
 #                                             docker-registry, OpenBao, git
 #   bash scripts/setup.sh --with-test-tools   also what only the tests and checks use (`make setup-test`
 #                                             adds it): cargo-nextest, cargo-machete, sops, sshd,
-#                                             chromium, the OIDC provider, the web UI's type tools
+#                                             Gitea, chromium, the OIDC provider, the web UI's type tools
 #   bash scripts/setup.sh --with-image-tools  what `make image` needs (--with-test-tools includes it: the
 #                                             image tests build it): crane, mmdebstrap, musl-tools and
 #                                             the x86_64-unknown-linux-musl Rust target
@@ -31,6 +31,9 @@
 #                                       is built from Debian bookworm's `kubernetes` source package,
 #                                       with Debian's etcd 3.4 and kubectl.
 #   bin/kwok                            sigs.k8s.io/kwok from the Go module proxy: simulated nodes
+#   bin/gitea, gitea/static/            code.gitea.io/gitea from the Go module proxy (cgo, SQLite) and
+#                                       its locales and templates: the forge of the commit-status
+#                                       notification tests (--with-test-tools)
 #   bin/crane                           github.com/google/go-containerregistry/cmd/crane from the Go
 #                                       module proxy: assembles and pushes the image (scripts/image.sh)
 #   image/rootfs/KEY/rootfs.tar.gz      the image's Debian layer, made by scripts/image.sh (mmdebstrap)
@@ -258,13 +261,13 @@ go_build() {
   local t0; t0=$(date +%s)
   (
     cd "$work"
-    export GOFLAGS=-mod=mod GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=0 GOWORK=off
+    export GOFLAGS=-mod=mod GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED="${GO_CGO:-0}" GOWORK=off
     export GOMODCACHE="$CACHE/go/mod" GOCACHE="$work/gocache" GOTMPDIR="$work/tmp"
     mkdir -p "$GOTMPDIR"
     # shellcheck disable=SC2086 # GO_TIDY_FLAGS: words of their own (e.g. -e)
     go mod tidy ${GO_TIDY_FLAGS:-} >"$work/tidy.log" 2>&1 || { tail -n 30 "$work/tidy.log" >&2; exit 1; }
     log "go: modules of $module@$version ready in $(($(date +%s) - t0)) s; building ${pkgs[*]##*/}"
-    go build -trimpath -ldflags "-s -w ${GO_LDFLAGS:-}" -o "$dest/" "${pkgs[@]}" >"$work/build.log" 2>&1 ||
+    go build -trimpath -tags "${GO_TAGS:-}" -ldflags "-s -w ${GO_LDFLAGS:-}" -o "$dest/" "${pkgs[@]}" >"$work/build.log" 2>&1 ||
       { tail -n 40 "$work/build.log" >&2; exit 1; }
   ) || { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"; die "building ${pkgs[*]} from $module@$version failed"; }
   chmod -R u+w "$work" 2>/dev/null
@@ -344,6 +347,40 @@ step_kwok() {
   install -m 0755 "$d/kwok" "$BIN/kwok"
   rm -rf "$d"
   log "kwok: $("$BIN/kwok" --version 2>&1 | head -n1)"
+}
+
+# --- Gitea: the real forge commit-status notifications are tested against -----------------------
+# Built from the Go module proxy like the other Go tools, with Gitea's own `replace` lines (a module
+# that depends on it must repeat them) and SQLite (mattn/go-sqlite3: cgo), as Gitea's release builds
+# are; its locales and templates go to "$CACHE/gitea/static". The tests start it on a loopback port
+# with a throwaway SQLite database (crates/testkit/src/forge.rs).
+step_gitea() {
+  if [ -x "$BIN/gitea" ] && "$BIN/gitea" --version 2>/dev/null | grep -q "version ${GITEA_VERSION#v} " \
+    && [ -f "$CACHE/gitea/static/VERSION" ] && [ "$(cat "$CACHE/gitea/static/VERSION")" = "$GITEA_VERSION" ]; then
+    log "gitea: cached ($GITEA_VERSION)"
+    return
+  fi
+  log "gitea $GITEA_VERSION: building from the Go module proxy (once per version, several minutes)"
+  local replaces
+  replaces=$(go_mod_of code.gitea.io/gitea "$GITEA_VERSION" | grep '^replace ') || die "gitea's go.mod has no replace lines"
+  mkdir -p "$CACHE/go/work"
+  local d; d=$(mktemp -d "$CACHE/go/work/gitea.XXXXXX")
+  GO_MOD_EXTRA="$replaces" GO_LDFLAGS="-X main.Version=${GITEA_VERSION#v}" GO_CGO=1 \
+    GO_TAGS="sqlite sqlite_unlock_notify" go_build "$d" code.gitea.io/gitea "$GITEA_VERSION"
+  install -m 0755 "$d/gitea" "$BIN/gitea"
+  rm -rf "$d"
+  # Built without Gitea's `bindata` (generated files the module does not carry), it reads its
+  # locales and templates from STATIC_ROOT_PATH: they are copied from the module's source.
+  local src
+  src=$(GOMODCACHE="$CACHE/go/mod" GOSUMDB=off GOFLAGS=-mod=mod GOTOOLCHAIN=local \
+    go mod download -json "code.gitea.io/gitea@$GITEA_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [ -d "$src/options" ] && [ -d "$src/templates" ] || die "gitea: no options/ and templates/ in $src"
+  rm -rf "$CACHE/gitea"
+  mkdir -p "$CACHE/gitea/static"
+  cp -r "$src/options" "$src/templates" "$CACHE/gitea/static/"
+  chmod -R u+w "$CACHE/gitea"
+  printf '%s\n' "$GITEA_VERSION" >"$CACHE/gitea/static/VERSION"
+  log "gitea: $("$BIN/gitea" --version 2>&1 | head -n1)"
 }
 
 # --- crane: assembles and pushes Capstan's image (make image, scripts/image.sh) --------------------------
@@ -684,6 +721,7 @@ main() {
     step_machete
     step_sshd
     step_sops
+    step_gitea
     step_chromium
     step_oidc
     step_ui_tools

@@ -157,8 +157,8 @@ mod tests {
     /// `deploy/crds/` as it was) only by the added `enum` lists of string fields, so every object
     /// stored before still validates, and nothing else in the schema moved. Only closed words get one.
     /// Fields added since are added to the fixture too, as they are (AppProject's
-    /// `destinationServiceAccounts`, the deletion budgets, `allowDeletions`; the Policy CRD as it was
-    /// introduced).
+    /// `destinationServiceAccounts`, the deletion budgets, `allowDeletions`; the Policy and
+    /// NotificationChannel CRDs as they were introduced).
     #[test]
     fn crds_differ_from_those_before_the_status_enums_only_by_added_enums() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds-before-status-enums");

@@ -306,3 +306,85 @@ async fn each_change_is_notified_once_and_broken_channels_hold_nothing_back() ->
     }
     Ok(())
 }
+
+/// Commit statuses on a real forge (Gitea, built from the Go module proxy): the Application
+/// follows a Gitea repository, and the channel posts a status on each commit it deploys — pending
+/// when synced, success once Healthy, failure when Degraded — once per change, also across a
+/// controller restart; a repository on another host gets none (its token is not sent there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commit_statuses_reach_a_real_forge_once_per_change() -> anyhow::Result<()> {
+    let cluster = TestCluster::shared().await?;
+    let kc = cluster.kubeconfig().to_string_lossy().to_string();
+    let forge = capstan_testkit::forge::Forge::start().await?;
+    let ns = unique_namespace();
+    let out = common::capstan(&kc, &["install", "-n", &ns]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = tempfile::tempdir()?;
+    let repo = forge.create_repo("shop")?;
+    let v1 = forge.commit("shop", "main", &[("app/all.yaml", Some(&manifests("blue", "")))], "v1")?;
+    let objects = [
+        secret(&ns, "forge-secret", &[("token", &forge.token)]),
+        format!(
+            "apiVersion: capstan.dev/v1alpha1\nkind: NotificationChannel\nmetadata: {{name: forge, namespace: {ns}}}\nspec:\n  type: gitea\n  address: '{}'\n  secretRef: {{name: forge-secret}}\n  triggers: [SyncSucceeded, HealthDegraded, Deployed]\n",
+            forge.url
+        ),
+        format!(
+            "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: shop, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{repo}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: forge-{ns}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n"
+        ),
+    ];
+    apply(&kc, dir.path(), "objects", &objects.join("---\n"));
+    let cache = tempfile::tempdir()?;
+    let (controller, _, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
+    until("the Application's notification record", WAIT, || {
+        let out = kubectl(
+            &kc,
+            &[
+                "get",
+                "application",
+                "shop",
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.metadata.annotations.capstan\\.dev/notified}",
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout).contains("forge")
+    });
+    let out = capstan_in(&kc, &ns, &["app", "sync", "shop", "--wait", "--timeout", "120"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let states = |sha: &str| -> Vec<String> {
+        forge
+            .statuses("shop", sha)
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| s["context"] == "capstan/shop")
+            .filter_map(|s| s["status"].as_str().or(s["state"].as_str()).map(String::from))
+            .collect()
+    };
+    until("the success status on v1", WAIT, || {
+        states(&v1).contains(&"success".to_string())
+    });
+
+    // A restart sends nothing twice; the next commit gets its own statuses.
+    drop(controller);
+    let (_controller, _, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
+    let v2 = forge.commit(
+        "shop",
+        "main",
+        &[("app/all.yaml", Some(&manifests("red", "fail")))],
+        "v2 breaks",
+    )?;
+    let out = capstan_in(&kc, &ns, &["app", "sync", "shop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    until("the failure status on v2", WAIT, || {
+        states(&v2).contains(&"failure".to_string())
+    });
+    let mut on_v1 = states(&v1);
+    on_v1.sort();
+    assert_eq!(on_v1, ["pending", "success"], "one status per change on v1");
+    assert!(!states(&v2).contains(&"success".to_string()), "v2 never became Healthy");
+    let status = status_of(&kc, &ns, "forge");
+    assert!(status["lastDelivery"].is_object(), "{status}");
+    assert!(!status.to_string().contains(&forge.token), "the token is never written");
+    Ok(())
+}

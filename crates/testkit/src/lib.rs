@@ -20,6 +20,8 @@
 //!   root token), with helpers for KV secrets, policies, tokens, sealing and Kubernetes auth against
 //!   a [`TestCluster`] ([`openbao`]).
 //!
+//! - [`forge::Forge`]: a real Gitea (SQLite, an admin and a token) whose repositories are pushed
+//!   to over HTTP and whose commit statuses are read back.
 //! - [`receiver`]: a webhook receiver answering as told (200, an error, a redirect, or never) and
 //!   keeping what it got.
 //! - [`sops`]: age keys and files encrypted by the real `sops`.
@@ -30,6 +32,7 @@
 pub mod capstan;
 pub mod charts;
 pub mod cluster;
+pub mod forge;
 pub mod git;
 pub mod openbao;
 pub mod receiver;
