@@ -14,6 +14,10 @@ use crate::{WriteError, WriterConfig};
 /// The longest reason accepted, in characters.
 pub const MAX_REASON_CHARS: usize = 1000;
 
+/// The most commits one revert may undo: a longer range is more than a rollback (and more than
+/// one command line should carry).
+pub const MAX_COMMITS: usize = 200;
+
 /// One revert to make.
 #[derive(Debug, Clone)]
 pub struct RevertRequest {
@@ -119,6 +123,16 @@ pub enum RevertError {
         /// The paths.
         paths: Vec<String>,
     },
+    /// More than [`MAX_COMMITS`] commits would be reverted.
+    #[error("{count} commits after {base} change the Application's paths: more than the {max} one revert undoes")]
+    TooManyCommits {
+        /// The revision.
+        base: String,
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
     /// Reverting conflicts with later changes.
     #[error("reverting {} conflicts with later changes in: {}", .commits.join(", "), .files.join(", "))]
     Conflict {
@@ -153,6 +167,7 @@ impl RevertError {
             | RevertError::NotABranch { .. }
             | RevertError::NotAncestor { .. }
             | RevertError::MergeInRange { .. }
+            | RevertError::TooManyCommits { .. }
             | RevertError::NothingToRevert { .. } => RevertErrorKind::Refused,
             RevertError::Write(_) => RevertErrorKind::Failed,
         }
@@ -429,6 +444,13 @@ async fn revert_once(
     };
     if commits.is_empty() {
         return Err(nothing());
+    }
+    if commits.len() > MAX_COMMITS {
+        return Err(RevertError::TooManyCommits {
+            base: base.to_string(),
+            count: commits.len(),
+            max: MAX_COMMITS,
+        });
     }
     let shas: Vec<String> = commits.iter().map(|(sha, _)| sha.clone()).collect();
     let name = format!("user.name={}", config.author_name);
