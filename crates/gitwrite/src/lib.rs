@@ -9,13 +9,15 @@
 //! meanwhile, it fetches the new head, applies the same edits to the new content and pushes again,
 //! a bounded number of times. Git runs through `capstan-source`'s [`capstan_source::GitCommand`]
 //! (isolated configuration, credentials in the environment, redacted errors, timeouts). [`read`]
-//! reads the value an edit would replace, for callers that compare before they write.
+//! reads the value an edit would replace, for callers that compare before they write. [`revert`]
+//! makes the one commit of a rollback by Git revert ([`GitWriter::revert`]).
 
 pub mod edit;
 mod error;
 mod paths;
 pub mod read;
 mod request;
+pub mod revert;
 mod scalar;
 mod writer;
 
@@ -23,4 +25,5 @@ pub use error::WriteError;
 pub use paths::resolve as resolve_in_checkout;
 pub use read::{ReadError, kustomize_image_tag, scalar_at};
 pub use request::{Change, Edit, KeyPath, Segment, WriteOutcome, WriteRequest};
+pub use revert::{RevertError, RevertErrorKind, RevertRequest, Reverted};
 pub use writer::{BeforePush, GitWriter, WriterConfig};

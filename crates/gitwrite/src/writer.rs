@@ -123,16 +123,13 @@ impl GitWriter {
         self.write(first, &message, &edits).await
     }
 
+    /// The configuration it commits with.
+    pub(crate) fn config(&self) -> &WriterConfig {
+        &self.config
+    }
+
     fn validate(&self, request: &WriteRequest) -> Result<(), WriteError> {
-        let identity = [&self.config.author_name, &self.config.author_email];
-        if identity
-            .iter()
-            .any(|v| v.trim().is_empty() || v.contains(|c: char| c.is_control() || c == '<' || c == '>'))
-        {
-            return Err(WriteError::InvalidRequest(
-                "the writer's author name and e-mail must be set, on one line, without < or >".into(),
-            ));
-        }
+        validate_identity(&self.config)?;
         capstan_source::check_url(&request.repo_url, self.config.allow_local)?;
         for branch in std::iter::once(&request.branch).chain(&request.push_branch) {
             if !valid_branch(branch) {
@@ -149,7 +146,7 @@ impl GitWriter {
     }
 
     /// The lock for one repository branch (entries nobody holds are dropped on the way).
-    fn lock_for(&self, url: &str, branch: &str) -> BranchLock {
+    pub(crate) fn lock_for(&self, url: &str, branch: &str) -> BranchLock {
         let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
         locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         locks.entry((url.to_string(), branch.to_string())).or_default().clone()
@@ -265,16 +262,30 @@ impl GitWriter {
     }
 }
 
+/// Refuse an author name or e-mail that is empty, spans lines or holds `<`/`>`.
+pub(crate) fn validate_identity(config: &WriterConfig) -> Result<(), WriteError> {
+    let identity = [&config.author_name, &config.author_email];
+    if identity
+        .iter()
+        .any(|v| v.trim().is_empty() || v.contains(|c: char| c.is_control() || c == '<' || c == '>'))
+    {
+        return Err(WriteError::InvalidRequest(
+            "the writer's author name and e-mail must be set, on one line, without < or >".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A checkout and how to run git in it.
-struct Repo<'a> {
-    dir: &'a Path,
-    url: &'a str,
-    credentials: &'a Credentials,
-    config: &'a WriterConfig,
+pub(crate) struct Repo<'a> {
+    pub(crate) dir: &'a Path,
+    pub(crate) url: &'a str,
+    pub(crate) credentials: &'a Credentials,
+    pub(crate) config: &'a WriterConfig,
 }
 
 impl Repo<'_> {
-    async fn git(&self, operation: &str, args: &[&str]) -> Result<String, SourceError> {
+    pub(crate) async fn git(&self, operation: &str, args: &[&str]) -> Result<String, SourceError> {
         debug!(url = self.url, ?args, "git");
         let command = GitCommand {
             url: self.url,
@@ -287,7 +298,7 @@ impl Repo<'_> {
         Ok(String::from_utf8_lossy(&out).trim().to_string())
     }
 
-    async fn has_branch(&self, branch: &str) -> Result<bool, SourceError> {
+    pub(crate) async fn has_branch(&self, branch: &str) -> Result<bool, SourceError> {
         let head = format!("refs/heads/{branch}");
         let out = self
             .git("listing branches of", &["ls-remote", "--heads", "origin", &head])
@@ -348,7 +359,7 @@ fn apply_edits(root: &Path, edits: &[Edit]) -> Result<(bool, Vec<String>), Write
 
 /// git's message if `err` is a push the server refused (not up to date, or a hook's refusal), which
 /// another attempt on a fresh head may get through.
-fn rejection(err: &SourceError) -> Option<String> {
+pub(crate) fn rejection(err: &SourceError) -> Option<String> {
     match err {
         SourceError::Git { message, .. } if message.contains("[rejected]") || message.contains("[remote rejected]") => {
             Some(message.clone())
@@ -375,7 +386,7 @@ fn batch_message(requests: &[WriteRequest]) -> String {
 
 /// Whether `name` is a branch name git accepts (the rules of `git check-ref-format`, checked here to
 /// refuse bad names before any git command sees them).
-fn valid_branch(name: &str) -> bool {
+pub(crate) fn valid_branch(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with(['-', '/', '.'])
         && !name.ends_with(['/', '.'])

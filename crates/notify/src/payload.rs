@@ -187,7 +187,10 @@ mod tests {
             text,
             "team-a/shop sync failed at 0123456: &lt;!channel&gt; apply failed &amp; more"
         );
-        assert_eq!(teams(std::slice::from_ref(&e))["attachments"][0]["content"]["type"], "AdaptiveCard");
+        assert_eq!(
+            teams(std::slice::from_ref(&e))["attachments"][0]["content"]["type"],
+            "AdaptiveCard"
+        );
         let gitea = commit_status(ChannelType::Gitea, &event(Trigger::Deployed, "")).expect("status");
         assert_eq!(
             gitea.path,

@@ -7,7 +7,8 @@
 //! file at a revision, fetched shallowly), [`plan`] (what a promotion would change, computed without
 //! committing: the dry run), [`promote`] (the commit of a plan through `capstan-gitwrite`, the
 //! history entry in the pipeline's status), [`history`] and [`places`] (which service and environment
-//! an Application deploys, where it can be promoted to, the promotions concerning it).
+//! an Application deploys, where it can be promoted to, the promotions concerning it), and
+//! [`rollback`] (an Application's rollback by Git revert, made on the user's behalf like a promotion).
 //!
 //! Every pipeline belongs to an AppProject (`spec.project`): the project must permit the repository
 //! (`sourceRepos`), the target file and the branch (`sourceRepoPaths`), and both environments'
@@ -21,9 +22,11 @@ mod plan;
 mod project;
 mod promote;
 pub mod read;
+pub mod rollback;
 mod values;
 
 pub use check::{check_names, check_order, check_source};
 pub use error::{ErrorKind, PromoteError};
 pub use plan::{Plan, unified};
 pub use promote::{Outcome, PromoteRequest, Promoter, find_pipeline};
+pub use rollback::{RevertTarget, RollbackError, revert_target};

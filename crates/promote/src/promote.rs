@@ -212,7 +212,7 @@ fn message(service: &str, from: &str, to: &str, changes: &[FieldChange], user: &
 }
 
 /// `USER@DOMAIN`, the user's name reduced to what an e-mail's local part safely holds.
-fn email(user: &str, domain: &str) -> String {
+pub(crate) fn email(user: &str, domain: &str) -> String {
     let local: String = user
         .trim()
         .chars()

@@ -202,7 +202,8 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
         .api_route(
             "/api/applications/{name}/rollback",
             post_with(apps::rollback, |op| {
-                op.summary("Request a rollback to a history entry").tag("operations")
+                op.summary("Request a rollback to a history entry, or roll back by a Git revert commit (`revert`)")
+                    .tag("operations")
             }),
         )
         .api_route(

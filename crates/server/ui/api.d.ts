@@ -1354,7 +1354,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Request a rollback to a history entry */
+        /** Request a rollback to a history entry, or roll back by a Git revert commit (`revert`) */
         post: {
             parameters: {
                 query?: never;
@@ -1369,6 +1369,15 @@ export interface paths {
                 };
             };
             responses: {
+                /** @description `POST …/rollback` with `revert: true`: the revert commit pushed to the Application's branch. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Reverted"];
+                    };
+                };
                 /** @description `POST …/sync` and `…/rollback`: the request written onto the Application. */
                 202: {
                     headers: {
@@ -3480,6 +3489,15 @@ export interface components {
              */
             limit: number;
         };
+        /** @description `POST …/rollback` with `revert: true`: the revert commit pushed to the Application's branch. */
+        Reverted: {
+            /** @description The branch it was pushed to. */
+            branch: string;
+            /** @description The new commit. */
+            commit: string;
+            /** @description The commits it reverts, newest first. */
+            reverted: string[];
+        };
         /** @description One successful sync in the Application's history. */
         RevisionHistory: {
             /** @description When it was deployed (RFC 3339). */
@@ -3526,10 +3544,23 @@ export interface components {
              */
             id: number;
             /**
-             * @description Delete objects that entry did not have.
+             * @description Delete objects that entry did not have (not with `revert`).
              * @default false
              */
             prune: boolean;
+            /**
+             * @description Why (with `revert`: the commit message's body and the Event; at most 1000 characters).
+             * @default null
+             */
+            reason: string | null;
+            /**
+             * @description Roll back by a Git revert commit on the Application's branch instead of syncing the old
+             *     revision: allowed while automated sync is on (the sync then follows the branch). Answers
+             *     200 with the commit, 409 on a conflict, 422 when refused (a Helm chart source, sources in
+             *     several repositories, a merge commit in the range, nothing to revert ...).
+             * @default false
+             */
+            revert: boolean;
         };
         /** @description Parameters of a rollback. */
         RollbackOperation: {

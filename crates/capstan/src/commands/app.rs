@@ -6,6 +6,7 @@
 
 mod diff;
 mod remote;
+mod revert;
 mod show;
 mod wait;
 
@@ -179,15 +180,22 @@ enum AppCommand {
         /// Name of the Application.
         name: String,
     },
-    /// Roll back to a history entry (not allowed while automated sync is enabled).
+    /// Roll back to a history entry (without --revert, not allowed while automated sync is enabled).
     Rollback {
         /// Name of the Application.
         name: String,
         /// The history entry to go back to (see `capstan app history`).
         id: i64,
         /// Delete the objects that entry did not have.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "revert")]
         prune: bool,
+        /// Roll back by one Git revert commit on the Application's branch (allowed with automated
+        /// sync); prints the commit, exits 1 when refused.
+        #[arg(long, conflicts_with = "wait")]
+        revert: bool,
+        /// Why (with --revert: the commit message's body; at most 1000 characters).
+        #[arg(long, requires = "revert")]
+        reason: Option<String>,
         /// Wait for the rollback to finish and the Application to be Healthy.
         #[arg(long)]
         wait: bool,
@@ -402,9 +410,14 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
             name,
             id,
             prune,
+            revert,
+            reason,
             wait,
             timeout,
         } => {
+            if revert {
+                return Ok(revert::run(client, &args.namespace, &name, id, reason).await);
+            }
             let op = Operation {
                 sync: None,
                 rollback: Some(RollbackOperation { id, prune }),

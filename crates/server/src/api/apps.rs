@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 
 use super::model::{
     Accept, AppSummary, ConditionSummary, Diff, DiffStatus, EventItem, Items, Manifests, ObjectDiff, OperationSummary,
-    Permissions, RefreshKind, Refreshing, Requested, SUMMARY_CONDITIONS, SUMMARY_MESSAGE, Terminating,
+    Permissions, RefreshKind, Refreshing, Requested, Reverted, RollbackAnswer, SUMMARY_CONDITIONS, SUMMARY_MESSAGE,
+    Terminating,
 };
 
 use super::access::{authorized, cluster_of, project_of};
@@ -455,9 +456,18 @@ pub async fn sync(
 pub struct RollbackBody {
     /// The history entry to go back to.
     id: i64,
-    /// Delete objects that entry did not have.
+    /// Delete objects that entry did not have (not with `revert`).
     #[serde(default)]
     prune: bool,
+    /// Roll back by a Git revert commit on the Application's branch instead of syncing the old
+    /// revision: allowed while automated sync is on (the sync then follows the branch). Answers
+    /// 200 with the commit, 409 on a conflict, 422 when refused (a Helm chart source, sources in
+    /// several repositories, a merge commit in the range, nothing to revert ...).
+    #[serde(default)]
+    revert: bool,
+    /// Why (with `revert`: the commit message's body and the Event; at most 1000 characters).
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 /// `POST /api/applications/{name}/rollback`.
@@ -466,8 +476,14 @@ pub async fn rollback(
     AxState(state): AxState<Arc<State>>,
     Path(name): Path<String>,
     Json(body): Json<RollbackBody>,
-) -> Result<Accept<Requested>, ApiError> {
+) -> Result<RollbackAnswer, ApiError> {
     let app = authorized(&state, &auth, &name, Role::Sync)?;
+    if body.revert {
+        return revert(&state, &auth, &name, &body).await.map(RollbackAnswer::Reverted);
+    }
+    if body.reason.is_some() {
+        return Err(ApiError::bad_request("reason is only recorded with revert"));
+    }
     // Refused now, with the reason, rather than recorded and refused by the controller later (an
     // Event nobody sees): 409 while automated sync is on (the Application's state conflicts),
     // 422 for an entry that is not in the history.
@@ -490,7 +506,45 @@ pub async fn rollback(
         id: capstan_api::operation::new_request_id(),
         initiated_by: auth.principal.name.clone(),
     };
-    request(&state, &name, op).await
+    let Accept(requested) = request(&state, &name, op).await?;
+    Ok(RollbackAnswer::Requested(requested))
+}
+
+/// A rollback by revert commit, with the repository credentials promotions use, authored by the
+/// caller.
+async fn revert(state: &State, auth: &Auth, name: &str, body: &RollbackBody) -> Result<Reverted, ApiError> {
+    if body.prune {
+        return Err(ApiError::bad_request(
+            "prune does not apply to a revert: the sync that follows prunes as its policy says",
+        ));
+    }
+    let reason = body.reason.as_deref().unwrap_or_default();
+    if reason.chars().count() > capstan_promote::rollback::MAX_REASON_CHARS {
+        return Err(ApiError::bad_request(format!(
+            "reason is longer than {} characters",
+            capstan_promote::rollback::MAX_REASON_CHARS
+        )));
+    }
+    let promoter = capstan_promote::Promoter::new(state.client.clone(), state.config.namespace.clone());
+    let reverted = promoter
+        .revert_rollback(name, body.id, &auth.principal.name, reason, "capstan-server")
+        .await
+        .map_err(|err| {
+            let status = match err.kind() {
+                capstan_promote::ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+                capstan_promote::ErrorKind::NotFound => StatusCode::NOT_FOUND,
+                capstan_promote::ErrorKind::Conflict => StatusCode::CONFLICT,
+                capstan_promote::ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+                capstan_promote::ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+                capstan_promote::ErrorKind::Internal => StatusCode::BAD_GATEWAY,
+            };
+            ApiError::new(status, err.to_string())
+        })?;
+    Ok(Reverted {
+        commit: reverted.sha,
+        reverted: reverted.reverted,
+        branch: reverted.branch,
+    })
 }
 
 /// Body of `POST /api/applications/{name}/refresh` (optional).

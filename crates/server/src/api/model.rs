@@ -241,6 +241,55 @@ pub struct Requested {
     pub requested: capstan_api::operation::Operation,
 }
 
+/// `POST …/rollback` with `revert: true`: the revert commit pushed to the Application's branch.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Reverted {
+    /// The new commit.
+    pub commit: String,
+    /// The commits it reverts, newest first.
+    pub reverted: Vec<String>,
+    /// The branch it was pushed to.
+    pub branch: String,
+}
+
+/// What `POST …/rollback` answers: `202` with the operation requested, or `200` with the revert
+/// commit pushed (`revert: true`).
+#[derive(Debug)]
+pub enum RollbackAnswer {
+    /// A rollback operation written onto the Application.
+    Requested(Requested),
+    /// A revert commit pushed.
+    Reverted(Reverted),
+}
+
+impl IntoResponse for RollbackAnswer {
+    fn into_response(self) -> axum::response::Response {
+        match self {
+            RollbackAnswer::Requested(requested) => Accept(requested).into_response(),
+            RollbackAnswer::Reverted(reverted) => (StatusCode::OK, Json(reverted)).into_response(),
+        }
+    }
+}
+
+impl OperationOutput for RollbackAnswer {
+    type Inner = Requested;
+
+    fn operation_response(ctx: &mut GenContext, operation: &mut Operation) -> Option<Response> {
+        Json::<Requested>::operation_response(ctx, operation)
+    }
+
+    fn inferred_responses(
+        ctx: &mut GenContext,
+        operation: &mut Operation,
+    ) -> Vec<(Option<aide::openapi::StatusCode>, Response)> {
+        let requested = Json::<Requested>::operation_response(ctx, operation)
+            .map(|r| (Some(aide::openapi::StatusCode::Code(202)), r));
+        let reverted = Json::<Reverted>::operation_response(ctx, operation)
+            .map(|r| (Some(aide::openapi::StatusCode::Code(200)), r));
+        requested.into_iter().chain(reverted).collect()
+    }
+}
+
 /// How thorough a refresh is.
 #[derive(Debug, Clone, Copy, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]

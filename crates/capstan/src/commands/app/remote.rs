@@ -80,9 +80,14 @@ pub(super) async fn run(remote: &Remote, command: AppCommand) -> anyhow::Result<
             name,
             id,
             prune,
+            revert,
+            reason,
             wait,
             timeout,
         } => {
+            if revert {
+                return Ok(revert_rollback(remote, &name, id, reason).await);
+            }
             request(
                 remote,
                 &name,
@@ -250,6 +255,41 @@ async fn request(
     let app = wait(remote, name, &spec, timeout).await?;
     report_operation(&app, what);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rollback --revert` through the server: the same output and exit codes as through the
+/// kubeconfig (the commit on stdout; 1 when refused, 2 when something fails).
+async fn revert_rollback(remote: &Remote, name: &str, id: i64, reason: Option<String>) -> ExitCode {
+    let body = json!({"id": id, "revert": true, "reason": reason.unwrap_or_default()});
+    match remote
+        .post::<Value>(&format!("{}/rollback", app_path(name)), &body)
+        .await
+    {
+        Ok(answer) => {
+            outln!("{}", answer["commit"].as_str().unwrap_or_default());
+            let short: Vec<&str> = answer["reverted"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(|s| s.get(..12).unwrap_or(s))
+                .collect();
+            eprintln!(
+                "rolled {name} back to history {id}: reverted {} on {}; automated sync (if on) follows",
+                short.join(", "),
+                answer["branch"].as_str().unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(RemoteError::Refused { status, message }) if matches!(status, 409 | 422) => {
+            eprintln!("refused: {message}");
+            ExitCode::from(1)
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Wait as [`wait_on`] does, following the server's stream of the Application.

@@ -1,0 +1,428 @@
+//! Rollback by Git revert of one Application, shared by the HTTP API and the CLI: which repository,
+//! branch, paths and revision an Application's history entry means ([`revert_target`], refusing
+//! Helm chart sources and sources from several repositories), the revert commit through
+//! [`GitWriter::revert`] authored by the requesting user with the repository's credentials, then an
+//! Event on the Application and a refresh request so the sync follows quickly.
+
+use capstan_api::Application;
+use capstan_api::application::RollbackRefused;
+use capstan_api::labels::REFRESH_ANNOTATION;
+use capstan_gitwrite::{GitWriter, RevertError, RevertErrorKind, RevertRequest, Reverted, WriterConfig};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::warn;
+
+use crate::{ErrorKind, Promoter};
+
+pub use capstan_gitwrite::revert::MAX_REASON_CHARS;
+
+/// What an Application's history entry means in Git: the revert to make, without credentials,
+/// author or reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevertTarget {
+    /// The repository of the Application's (Git) sources.
+    pub repo_url: String,
+    /// The branch they track (`HEAD`: the default branch).
+    pub branch: String,
+    /// Their paths (`.`: the whole repository).
+    pub paths: Vec<String>,
+    /// The revision the history entry deployed.
+    pub base: String,
+}
+
+/// Why a rollback by revert was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    /// The request is unusable (no user).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The Application does not exist.
+    #[error("Application {0:?} not found")]
+    NotFound(String),
+    /// The history entry does not exist.
+    #[error("Application {app:?}: {source}")]
+    History {
+        /// The Application.
+        app: String,
+        /// Why.
+        source: RollbackRefused,
+    },
+    /// The sources cannot be reverted together (they track different revisions).
+    #[error("Application {app:?}: {message}")]
+    Unsupported {
+        /// The Application.
+        app: String,
+        /// Why.
+        message: String,
+    },
+    /// The revert was refused or failed.
+    #[error("Application {app:?}: {source}")]
+    Revert {
+        /// The Application.
+        app: String,
+        /// Why.
+        source: RevertError,
+    },
+    /// The cluster refused or failed.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: kube::Error,
+    },
+}
+
+impl RollbackError {
+    /// The class of this error: `Conflict` for a conflicting revert or every push rejected,
+    /// `Unprocessable` for the refusals.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RollbackError::BadRequest(_) => ErrorKind::BadRequest,
+            RollbackError::NotFound(_) => ErrorKind::NotFound,
+            RollbackError::History { .. } | RollbackError::Unsupported { .. } => ErrorKind::Unprocessable,
+            RollbackError::Revert { source, .. } => match source.kind() {
+                RevertErrorKind::BadRequest => ErrorKind::BadRequest,
+                RevertErrorKind::Conflict => ErrorKind::Conflict,
+                RevertErrorKind::Refused => ErrorKind::Unprocessable,
+                RevertErrorKind::Failed => ErrorKind::Internal,
+            },
+            RollbackError::Kube { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// Whether Capstan refused (a conflict or a refusal), as opposed to failing.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::Conflict | ErrorKind::Unprocessable | ErrorKind::BadRequest | ErrorKind::NotFound
+        )
+    }
+}
+
+/// The repository, branch, paths and revision a rollback of `app` to history entry `id` reverts
+/// to; refused for a missing entry, a Helm chart source and sources in several repositories.
+pub fn revert_target(app: &Application, id: i64) -> Result<RevertTarget, RollbackError> {
+    let name = app.name_any();
+    let history = app.status.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
+    let entry = history
+        .iter()
+        .find(|h| h.id == id)
+        .ok_or_else(|| RollbackError::History {
+            app: name.clone(),
+            source: RollbackRefused::NoHistoryEntry {
+                id,
+                known: history.iter().map(|h| h.id).collect(),
+            },
+        })?;
+    let refused = |source: RevertError| RollbackError::Revert {
+        app: name.clone(),
+        source,
+    };
+    let sources = app.spec.sources();
+    if let Some(chart) = sources.iter().find(|s| s.is_chart()) {
+        return Err(refused(RevertError::ChartSource {
+            chart: chart.chart.clone(),
+        }));
+    }
+    let Some(first) = sources.first() else {
+        return Err(RollbackError::Unsupported {
+            app: name,
+            message: "the Application has no source".into(),
+        });
+    };
+    let same_repo = |a: &str, b: &str| {
+        let norm = |u: &str| u.trim_end_matches('/').trim_end_matches(".git").to_string();
+        norm(a) == norm(b)
+    };
+    if sources.iter().any(|s| !same_repo(&s.repo_url, &first.repo_url)) {
+        let mut repos: Vec<String> = sources
+            .iter()
+            .map(|s| capstan_source::redact(&s.repo_url, &[]))
+            .collect();
+        repos.dedup();
+        return Err(refused(RevertError::SeveralRepositories {
+            repos: repos.join(", "),
+        }));
+    }
+    let branch_of = |rev: &str| {
+        if rev.is_empty() {
+            "HEAD".to_string()
+        } else {
+            rev.to_string()
+        }
+    };
+    if sources
+        .iter()
+        .any(|s| branch_of(&s.target_revision) != branch_of(&first.target_revision))
+    {
+        return Err(RollbackError::Unsupported {
+            app: name,
+            message: "its sources track different target revisions: a revert commit can only be made on one branch"
+                .into(),
+        });
+    }
+    let base = if app.spec.is_multi_source() {
+        entry
+            .revisions
+            .iter()
+            .find(|r| !r.is_empty())
+            .cloned()
+            .unwrap_or_else(|| entry.revision.clone())
+    } else {
+        entry.revision.clone()
+    };
+    // A `ref` source without a path only lends its files to the others: their paths are reverted.
+    let mut paths: Vec<String> = sources
+        .iter()
+        .filter(|s| !s.path.is_empty() || s.ref_name.is_empty())
+        .map(|s| if s.path.is_empty() { ".".into() } else { s.path.clone() })
+        .collect();
+    if paths.is_empty() {
+        paths.push(".".into());
+    }
+    Ok(RevertTarget {
+        repo_url: first.repo_url.clone(),
+        branch: branch_of(&first.target_revision),
+        paths,
+        base,
+    })
+}
+
+impl Promoter {
+    /// Roll `app` back to history entry `id` by one revert commit authored by `user` (see
+    /// [`GitWriter::revert`]), then record an Event on the Application (reported as `reporter`)
+    /// and ask the controller to refresh it. Allowed while automated sync is on: the sync follows
+    /// the branch, which now holds the old content.
+    pub async fn revert_rollback(
+        &self,
+        app: &str,
+        id: i64,
+        user: &str,
+        reason: &str,
+        reporter: &str,
+    ) -> Result<Reverted, RollbackError> {
+        if user.trim().is_empty() {
+            return Err(RollbackError::BadRequest("the requesting user is unknown".into()));
+        }
+        let apps: Api<Application> = Api::namespaced(self.client.clone(), &self.namespace);
+        let application = apps
+            .get_opt(app)
+            .await
+            .map_err(|source| RollbackError::Kube {
+                context: format!("reading Application {app}"),
+                source,
+            })?
+            .ok_or_else(|| RollbackError::NotFound(app.to_string()))?;
+        let target = revert_target(&application, id)?;
+        let credentials = capstan_cluster::repository::for_repo(&self.client, &self.namespace, &target.repo_url)
+            .await
+            .unwrap_or_default();
+        let mut config = WriterConfig::new(user.trim(), crate::promote::email(user, &self.email_domain));
+        config.allow_local = self.allow_local;
+        config.timeout = self.timeout;
+        let request = RevertRequest {
+            repo_url: target.repo_url,
+            credentials,
+            branch: target.branch,
+            paths: target.paths,
+            base: target.base,
+            app: app.to_string(),
+            history_id: id,
+            reason: reason.to_string(),
+        };
+        let reverted = GitWriter::new(config)
+            .revert(&request)
+            .await
+            .map_err(|source| RollbackError::Revert {
+                app: app.to_string(),
+                source,
+            })?;
+        let short = |s: &str| s.get(..12).unwrap_or(s).to_string();
+        let reverted_list: Vec<String> = reverted.reverted.iter().map(|s| short(s)).collect();
+        let mut note = format!(
+            "{user} rolled back to history {id} ({}) by reverting {} in commit {} on {}",
+            short(&request.base),
+            reverted_list.join(", "),
+            short(&reverted.sha),
+            reverted.branch
+        );
+        if !reason.trim().is_empty() {
+            note.push_str(&format!(": {}", reason.trim()));
+        }
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "RollbackReverted".into(),
+            note: Some(capstan_redact::scrub(&truncate(&note, 1000))),
+            action: "Rollback".into(),
+            secondary: None,
+        };
+        let recorder = Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: reporter.into(),
+                instance: None,
+            },
+        );
+        if let Err(err) = recorder.publish(&event, &application.object_ref(&())).await {
+            warn!(%err, app, "recording the rollback Event");
+        }
+        let refresh = json!({"metadata": {"annotations": {REFRESH_ANNOTATION: "normal"}}});
+        if let Err(err) = apps.patch(app, &PatchParams::default(), &Patch::Merge(&refresh)).await {
+            warn!(%err, app, "asking for a refresh after the revert");
+        }
+        Ok(reverted)
+    }
+}
+
+/// `text` cut to at most `max` characters.
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_api::application::{ApplicationSource, RevisionHistory};
+
+    fn app(sources: Vec<ApplicationSource>, history: Vec<RevisionHistory>) -> Application {
+        let mut app: Application = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": "web", "namespace": "capstan"},
+            "spec": {"destination": {"namespace": "web"}, "source": {"repoURL": ""}},
+        }))
+        .expect("application");
+        if let [one] = sources.as_slice() {
+            app.spec.source = one.clone();
+        } else {
+            app.spec.sources = sources;
+        }
+        app.status = Some(Default::default());
+        if let Some(status) = app.status.as_mut() {
+            status.history = history;
+        }
+        app
+    }
+
+    fn git(repo: &str, path: &str, rev: &str) -> ApplicationSource {
+        ApplicationSource {
+            repo_url: repo.into(),
+            path: path.into(),
+            target_revision: rev.into(),
+            ..Default::default()
+        }
+    }
+
+    fn entry(id: i64, revision: &str, revisions: &[&str]) -> RevisionHistory {
+        RevisionHistory {
+            id,
+            revision: revision.into(),
+            deployed_at: String::new(),
+            source: Default::default(),
+            revisions: revisions.iter().map(|r| r.to_string()).collect(),
+            sources: vec![],
+        }
+    }
+
+    #[test]
+    fn a_git_path_source_reverts_its_path_on_its_branch() {
+        let sha = "a".repeat(40);
+        let target = revert_target(
+            &app(
+                vec![git("https://g/r.git", "apps/web", "main")],
+                vec![entry(3, &sha, &[])],
+            ),
+            3,
+        )
+        .expect("target");
+        assert_eq!(
+            target,
+            RevertTarget {
+                repo_url: "https://g/r.git".into(),
+                branch: "main".into(),
+                paths: vec!["apps/web".into()],
+                base: sha.clone(),
+            }
+        );
+        let whole =
+            revert_target(&app(vec![git("https://g/r.git", "", "")], vec![entry(1, &sha, &[])]), 1).expect("target");
+        assert_eq!((whole.branch.as_str(), whole.paths), ("HEAD", vec![".".to_string()]));
+        let missing = revert_target(
+            &app(vec![git("https://g/r.git", "x", "main")], vec![entry(1, &sha, &[])]),
+            2,
+        )
+        .expect_err("no entry");
+        assert_eq!(missing.kind(), ErrorKind::Unprocessable);
+    }
+
+    #[test]
+    fn multi_source_from_one_repository_reverts_every_path() {
+        let sha = "b".repeat(40);
+        let mut values = git("https://g/r", "", "main");
+        values.ref_name = "values".into();
+        let target = revert_target(
+            &app(
+                vec![
+                    git("https://g/r.git", "apps/web", "main"),
+                    git("https://g/r", "apps/common", "main"),
+                    values,
+                ],
+                vec![entry(5, "", &[&sha, &sha, &sha])],
+            ),
+            5,
+        )
+        .expect("target");
+        assert_eq!(target.paths, vec!["apps/web".to_string(), "apps/common".into()]);
+        assert_eq!(target.base, sha);
+    }
+
+    #[test]
+    fn charts_several_repositories_and_several_branches_are_refused() {
+        let sha = "c".repeat(40);
+        let mut chart = git("https://charts.example", "", "1.2.0");
+        chart.chart = "nginx".into();
+        let err = revert_target(&app(vec![chart], vec![entry(1, "1.2.0", &[])]), 1).expect_err("chart");
+        assert!(
+            matches!(
+                &err,
+                RollbackError::Revert {
+                    source: RevertError::ChartSource { .. },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.kind(), ErrorKind::Unprocessable);
+        let err = revert_target(
+            &app(
+                vec![git("https://g/a.git", "x", "main"), git("https://g/b.git", "y", "main")],
+                vec![entry(1, "", &[&sha, &sha])],
+            ),
+            1,
+        )
+        .expect_err("two repositories");
+        assert!(err.to_string().contains("several repositories"), "{err}");
+        assert_eq!(err.kind(), ErrorKind::Unprocessable);
+        let err = revert_target(
+            &app(
+                vec![git("https://g/a.git", "x", "main"), git("https://g/a.git", "y", "dev")],
+                vec![entry(1, "", &[&sha, &sha])],
+            ),
+            1,
+        )
+        .expect_err("two branches");
+        assert_eq!(err.kind(), ErrorKind::Unprocessable);
+    }
+
+    #[test]
+    fn long_notes_are_cut() {
+        assert_eq!(truncate("abc", 3), "abc");
+        assert_eq!(truncate("abcd", 3), "abc…");
+    }
+}
