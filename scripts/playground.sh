@@ -18,7 +18,7 @@
 #      with a repository Secret, and notifying the controller's /api/webhook/registry of every push
 #   3. label the cluster Capstan runs in `env=staging` (a metadata-only cluster Secret for `in-cluster`,
 #      which the example ApplicationSets' generators select on), then apply the Policies in
-#      examples/policies/, the Applications in examples/apps/, the ApplicationSets and the PromotionPipeline in examples/appsets/ and the
+#      examples/policies/, the notification channels in examples/notifications/, the Applications in examples/apps/, the ApplicationSets and the PromotionPipeline in examples/appsets/ and the
 #      ImageUpdaters in examples/images/ (namespace `capstan`), pointed at that repository and registry
 #   4. exec `capstan controller` (Ctrl-C stops it; `make playground-down` stops everything else).
 #      With PLAYGROUND_MODE=in-cluster, Capstan runs as its installation's Pods run it instead
@@ -444,6 +444,8 @@ step "Applying Capstan's settings (examples/settings/: custom health rules)"
 "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f examples/settings/
 step "Applying the example Policies (examples/policies/: guardrails before every sync)"
 "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f examples/policies/
+step "Applying the example notification channels (examples/notifications/: suspended until given a destination)"
+"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f examples/notifications/
 step "Applying the example Applications (examples/apps/) with repoURL $REPO_URL"
 for f in examples/apps/*.yaml; do
   sed "s|HELM_REPOSITORY|$HELM_REPOSITORY|g; s|REPO_URL|$REPO_URL|g" "$f" | "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" apply -f -

@@ -247,6 +247,17 @@ async fn the_playground_example_applications_become_synced_and_healthy() -> anyh
     // condition), and they must compile.
     let out = kubectl(&kc, &["apply", "-f", &examples().join("policies").to_string_lossy()]);
     assert!(out.status.success(), "kubectl apply examples/policies/: {}", text(&out));
+    // And the example notification channels (suspended: nothing to send to here), which the API
+    // server must accept as they are written.
+    let out = kubectl(
+        &kc,
+        &["apply", "-f", &examples().join("notifications").to_string_lossy()],
+    );
+    assert!(
+        out.status.success(),
+        "kubectl apply examples/notifications/: {}",
+        text(&out)
+    );
     for (path, contents) in files
         .iter()
         .filter(|(p, _)| p.starts_with("apps/") && p.ends_with(".yaml"))

@@ -211,7 +211,7 @@ impl Worker {
         };
         for event in batch {
             // A repository the forge does not host gets no status there (its token is not sent).
-            if !same_host(&event.repo_url, &base) {
+            if !same_host(&event.repo_url, &base, kind) {
                 continue;
             }
             let Some(status) = payload::commit_status(kind, event) else {
@@ -283,12 +283,17 @@ fn header(name: &str, value: &str) -> Option<(HeaderName, HeaderValue)> {
     ))
 }
 
-/// Whether `repo_url` is on the host (and port) of `base`.
-fn same_host(repo_url: &str, base: &Uri) -> bool {
+/// Whether `repo_url` is on the host (and port) of `base` — for GitHub, also a repository on
+/// `HOST` when the API is `api.HOST` (github.com's API is api.github.com).
+fn same_host(repo_url: &str, base: &Uri, kind: ChannelType) -> bool {
     let Ok(repo) = repo_url.parse::<Uri>() else {
         return false;
     };
-    repo.host().is_some_and(|h| Some(h) == base.host()) && repo.port_u16() == base.port_u16()
+    let (Some(host), Some(api)) = (repo.host(), base.host()) else {
+        return false;
+    };
+    let github_api = kind == ChannelType::Github && api.strip_prefix("api.") == Some(host);
+    (host == api && repo.port_u16() == base.port_u16()) || github_api
 }
 
 #[cfg(test)]
@@ -298,9 +303,22 @@ mod tests {
     #[test]
     fn statuses_go_only_to_the_forge_hosting_the_repository() {
         let base: Uri = "http://127.0.0.1:3000".parse().expect("uri");
-        assert!(same_host("http://127.0.0.1:3000/team/shop.git", &base));
-        assert!(!same_host("http://127.0.0.1:3001/team/shop.git", &base));
-        assert!(!same_host("https://github.com/team/shop.git", &base));
-        assert!(!same_host("git@127.0.0.1:team/shop.git", &base));
+        let gitea = ChannelType::Gitea;
+        assert!(same_host("http://127.0.0.1:3000/team/shop.git", &base, gitea));
+        assert!(!same_host("http://127.0.0.1:3001/team/shop.git", &base, gitea));
+        assert!(!same_host("https://github.com/team/shop.git", &base, gitea));
+        assert!(!same_host("git@127.0.0.1:team/shop.git", &base, gitea));
+        let github: Uri = "https://api.github.com".parse().expect("uri");
+        assert!(same_host(
+            "https://github.com/team/shop.git",
+            &github,
+            ChannelType::Github
+        ));
+        assert!(!same_host("https://github.com/team/shop.git", &github, gitea));
+        assert!(!same_host(
+            "https://evil.com/team/shop.git",
+            &github,
+            ChannelType::Github
+        ));
     }
 }
