@@ -281,7 +281,10 @@ async fn revert_rollback(remote: &Remote, name: &str, id: i64, reason: Option<St
             );
             ExitCode::SUCCESS
         }
-        Err(RemoteError::Refused { status, message }) if matches!(status, 409 | 422) => {
+        Err(RemoteError::Refused {
+            status: 409 | 422,
+            message,
+        }) => {
             eprintln!("refused: {message}");
             ExitCode::from(1)
         }
