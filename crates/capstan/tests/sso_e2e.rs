@@ -4,7 +4,9 @@
 //!
 //! A user of a group granted `sync` lands back on the page the login started from and may sync; a
 //! user of no group logs in but may read and sync nothing; an answer that does not belong to
-//! the login in progress (wrong `state`) is refused with a message on the login page.
+//! the login in progress (wrong `state`) is refused with a message on the login page. The CLI logs
+//! in the same way (`capstan login --sso`): the browser hands the code to its loopback listener, or
+//! shows it to paste; a code redeemed with another verifier is refused.
 
 mod common;
 
@@ -214,5 +216,92 @@ async fn people_log_in_through_an_oidc_provider_and_get_their_groups_roles() -> 
     assert_eq!(seen["apps"], json!([]), "{seen}");
     // Not even readable: the API answers as if it did not exist (a read-only user gets 403).
     assert_eq!(seen["refresh"], json!(404), "{seen}");
+
+    // The CLI: `capstan login --sso`, the browser handing the code to its loopback listener.
+    let config = tempfile::tempdir()?;
+    let (mut cli, url, _) = cli_login(&base, config.path(), &["--sso"])?;
+    assert!(url.contains("cli_challenge=") && url.contains("cli_port="), "{url}");
+    let cli_browser = Browser::start()?;
+    cli_browser.goto(&url)?;
+    provider_login(&cli_browser, "dev")?;
+    cli_browser.wait_text("body", WAIT, |t| t.contains("you may close this tab"))?;
+    let status = cli.wait()?;
+    assert!(status.success(), "capstan login --sso failed");
+    let listed = cli_in(config.path(), &["app", "list"]);
+    assert!(
+        text(&listed).contains("guestbook"),
+        "dev's roles through the CLI: {}",
+        text(&listed)
+    );
+
+    // Without a browser: the code is shown and pasted; with another verifier it is refused.
+    let pasted = tempfile::tempdir()?;
+    let (mut cli, url, mut stdin) = cli_login(&base, pasted.path(), &["--sso", "--paste"])?;
+    assert!(!url.contains("cli_port="), "{url}");
+    let paste_browser = Browser::start()?;
+    paste_browser.goto(&url)?;
+    provider_login(&paste_browser, "dev")?;
+    let page = paste_browser.wait_text("body", WAIT, |t| t.contains("Paste this code"))?;
+    let code = page
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let stolen = ureq::post(&format!("{server}/api/session/cli"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .header("Content-Type", "application/json")
+        .send(json!({"code": code, "verifier": "not-the-cli-s-verifier"}).to_string())?;
+    assert_eq!(stolen.status(), 401, "a code is useless without the CLI's verifier");
+    use std::io::Write;
+    writeln!(stdin, "{code}")?;
+    drop(stdin);
+    assert!(cli.wait()?.success(), "capstan login --sso --paste failed");
+    let me = cli_in(pasted.path(), &["context"]);
+    assert!(text(&me).contains("dev@example.test"), "{}", text(&me));
     Ok(())
+}
+
+/// `capstan` with its logins in `config` and no kubeconfig.
+fn cli_in(config: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .env("CAPSTAN_CONFIG_DIR", config)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run capstan")
+}
+
+/// Start `capstan login BASE EXTRA…` with its logins in `config`; the URL it prints for the
+/// browser, and its stdin.
+fn cli_login(
+    base: &str,
+    config: &std::path::Path,
+    extra: &[&str],
+) -> anyhow::Result<(Child, String, std::process::ChildStdin)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["login", base])
+        .args(extra)
+        .env("CAPSTAN_CONFIG_DIR", config)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("capstan login exited before printing a URL"))??;
+        if let Some(url) = line.trim().strip_prefix("http") {
+            break format!("http{url}");
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Ok((child, url, stdin))
 }

@@ -86,6 +86,14 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             }),
         )
         .api_route(
+            "/api/session/cli",
+            post_with(auth::oidc::cli::redeem, |op| {
+                op.summary("Single sign-on from the CLI: redeem the code the browser handed over, with the PKCE verifier; sets the session cookie")
+                    .tag("session")
+                    .response::<200, Json<model::UserInfo>>()
+            }),
+        )
+        .api_route(
             "/api/userinfo",
             get_with(auth::userinfo, |op| op.summary("Who the caller is").tag("session")),
         )

@@ -274,6 +274,83 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/session/cli": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Single sign-on from the CLI: redeem the code the browser handed over, with the PKCE verifier; sets the session cookie */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Body of `POST /api/session/cli`. */
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["Redeem"];
+                };
+            };
+            responses: {
+                /** @description Who the caller is (`GET /api/userinfo`, `POST /api/session`). */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["UserInfo"];
+                    };
+                };
+                /** @description Failed to parse the request body as JSON */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Expected request with `Content-Type: application/json` */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description Failed to deserialize the JSON body into the target type */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/plain": string;
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/userinfo": {
         parameters: {
             query?: never;
@@ -366,6 +443,10 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
+                    /** @description `capstan login --sso`: the CLI's PKCE challenge (base64url SHA-256 of its verifier). */
+                    cli_challenge?: string;
+                    /** @description `capstan login --sso`: the CLI's loopback port (without it, the code is shown to paste). */
+                    cli_port?: number;
                     /** @description A path of this server to return to after logging in. */
                     return_to?: string;
                 };
@@ -2996,6 +3077,13 @@ export interface components {
         };
         /** @description Query of `GET /auth/login`. */
         LoginQuery: {
+            /** @description `capstan login --sso`: the CLI's PKCE challenge (base64url SHA-256 of its verifier). */
+            cli_challenge?: string | null;
+            /**
+             * Format: uint16
+             * @description `capstan login --sso`: the CLI's loopback port (without it, the code is shown to paste).
+             */
+            cli_port?: number | null;
             /** @description A path of this server to return to after logging in. */
             return_to?: string | null;
         };
@@ -3354,6 +3442,13 @@ export interface components {
         PromotionRecordList: {
             /** @description The items. */
             items: components["schemas"]["PromotionRecord"][];
+        };
+        /** @description Body of `POST /api/session/cli`. */
+        Redeem: {
+            /** @description The code the browser handed over. */
+            code: string;
+            /** @description The PKCE verifier whose challenge started the login. */
+            verifier: string;
         };
         /** @description Body of `POST /api/applications/{name}/refresh` (optional). */
         RefreshBody: {

@@ -29,6 +29,14 @@ pub struct LoginArgs {
     /// password; $CAPSTAN_TOKEN does the same without a file.
     #[arg(long, conflicts_with_all = ["username", "password"])]
     token_file: Option<std::path::PathBuf>,
+    /// Log in through the server's single sign-on provider in a browser: the browser hands the
+    /// result back to a listener on a loopback port of this machine.
+    #[arg(long, conflicts_with_all = ["username", "password", "token_file"])]
+    sso: bool,
+    /// With --sso, on a machine without a browser: open the printed URL anywhere, then paste the
+    /// code the server shows.
+    #[arg(long, requires = "sso")]
+    paste: bool,
     /// Do not verify the server's certificate (warns on every command).
     #[arg(long)]
     insecure_skip_tls_verify: bool,
@@ -81,6 +89,15 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
         ca_pem: ca_pem.clone(),
     };
     let login = match token {
+        _ if args.sso => {
+            let remote = Remote::new(&server, base(Credentials::Token { token: String::new() }))?;
+            let (user, credentials) = sso(&remote, args.paste).await?;
+            Login {
+                user,
+                credentials,
+                ..remote.login
+            }
+        }
         Some(token) => {
             if token.is_empty() {
                 bail!("the token file is empty");
@@ -114,6 +131,112 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
     sessions.save()?;
     outln!("logged in to {server} as {user}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long the browser may take to come back.
+const SSO_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Single sign-on: the provider's login in a browser, started with this CLI's PKCE challenge; the
+/// code it ends with comes back to a loopback listener (or is pasted), and is redeemed with the
+/// verifier, which never leaves this process.
+async fn sso(remote: &Remote, paste: bool) -> anyhow::Result<(String, Credentials)> {
+    use capstan_server::auth::{oidc::cli::challenge_of, password::random_secret};
+    let verifier = random_secret(32);
+    let challenge = challenge_of(&verifier);
+    let listener = if paste {
+        None
+    } else {
+        Some(
+            tokio::net::TcpListener::bind(("127.0.0.1", 0))
+                .await
+                .context("listening on a loopback port for the browser")?,
+        )
+    };
+    let mut url = format!("{}/auth/login?cli_challenge={challenge}", remote.server);
+    if let Some(l) = &listener {
+        url.push_str(&format!("&cli_port={}", l.local_addr()?.port()));
+    }
+    eprintln!("Log in in a browser at:\n  {url}");
+    let code = match listener {
+        None => {
+            eprint!("then paste the code it shows: ");
+            let mut line = String::new();
+            std::io::stdin()
+                .lock()
+                .read_line(&mut line)
+                .context("reading the code from stdin")?;
+            line.trim().to_string()
+        }
+        Some(listener) => {
+            if std::io::stderr().is_terminal() {
+                // Best effort: a desktop opens it; elsewhere the URL above is there to copy.
+                let _ = std::process::Command::new("xdg-open")
+                    .arg(&url)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn();
+            }
+            tokio::time::timeout(SSO_WAIT, loopback_code(listener))
+                .await
+                .map_err(|_| anyhow::anyhow!("the browser did not come back within {} s", SSO_WAIT.as_secs()))??
+        }
+    };
+    if code.is_empty() {
+        bail!("no code");
+    }
+    Ok(remote.sso_login(&code, &verifier).await?)
+}
+
+/// Wait on `listener` for the browser's `GET /callback?code=…` (or `?sso_error=…`), answer it, and
+/// return the code. Other requests (a favicon) get 404 and are waited past.
+async fn loopback_code(listener: tokio::net::TcpListener) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let (mut conn, _) = listener.accept().await?;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        let target = head
+            .lines()
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .unwrap_or_default();
+        let query = target.strip_prefix("/callback?");
+        let param = |name: &str| {
+            query.and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                    .map(|v| v.replace('+', " "))
+            })
+        };
+        let (status, text, result) = match (param("code"), param("sso_error")) {
+            (Some(code), _) => (
+                "200 OK",
+                "Logged in: you may close this tab and return to the terminal.",
+                Some(Ok(code)),
+            ),
+            (None, Some(err)) => (
+                "200 OK",
+                "The login failed: see the terminal.",
+                Some(Err(anyhow::anyhow!("single sign-on failed: {err}"))),
+            ),
+            _ => ("404 Not Found", "not here", None),
+        };
+        let reply = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+            text.len()
+        );
+        let _ = conn.write_all(reply.as_bytes()).await;
+        if let Some(result) = result {
+            return result;
+        }
+    }
 }
 
 /// A token the server refuses is one to replace, not a session to renew.

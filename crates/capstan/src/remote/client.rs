@@ -194,9 +194,33 @@ impl Remote {
 
     /// Log in with a password: `POST /api/session`; the session cookie and CSRF token it answers.
     pub async fn password_login(&self, username: &str, password: &str) -> Result<(String, Credentials), RemoteError> {
-        let body =
-            serde_json::to_vec(&serde_json::json!({"username": username, "password": password})).unwrap_or_default();
-        let mut req = self.request(Method::POST, "/api/session", Some(body))?;
+        let body = serde_json::json!({"username": username, "password": password});
+        self.session_login("/api/session", &body, username, "wrong user name or password")
+            .await
+    }
+
+    /// Redeem a single sign-on code with the PKCE verifier: `POST /api/session/cli`.
+    pub async fn sso_login(&self, code: &str, verifier: &str) -> Result<(String, Credentials), RemoteError> {
+        let body = serde_json::json!({"code": code, "verifier": verifier});
+        self.session_login(
+            "/api/session/cli",
+            &body,
+            "",
+            "the code is wrong or expired: log in again",
+        )
+        .await
+    }
+
+    /// A login that answers a session cookie and `{"username", "csrfToken"}`.
+    async fn session_login(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        username: &str,
+        unauthorized: &str,
+    ) -> Result<(String, Credentials), RemoteError> {
+        let body = serde_json::to_vec(body).unwrap_or_default();
+        let mut req = self.request(Method::POST, path, Some(body))?;
         // Not authenticated yet: the placeholder credentials are not sent.
         req.headers.remove(header::AUTHORIZATION);
         let answer = self
@@ -208,7 +232,7 @@ impl Remote {
         if status == 401 {
             return Err(RemoteError::Refused {
                 status,
-                message: format!("{}: wrong user name or password", self.server),
+                message: format!("{}: {unauthorized}", self.server),
             });
         }
         if !(200..300).contains(&status) {

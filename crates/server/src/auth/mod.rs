@@ -491,7 +491,7 @@ pub async fn login(
 }
 
 /// The `Set-Cookie` value starting session `s`.
-fn session_cookie(state: &State, s: &session::Session, key: &[u8]) -> String {
+pub(crate) fn session_cookie(state: &State, s: &session::Session, key: &[u8]) -> String {
     format!(
         "{}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
         session::COOKIE,

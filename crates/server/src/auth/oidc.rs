@@ -13,6 +13,7 @@
 //! This file holds the HTTP handlers and the flow; talking to the provider is [`provider`]'s, which
 //! knows nothing of the server's state.
 
+pub mod cli;
 pub mod config;
 pub mod provider;
 
@@ -84,6 +85,9 @@ struct FlowState {
     verifier: String,
     return_to: String,
     exp: u64,
+    /// A login for the command line (`capstan login --sso`): it ends in a code for the CLI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cli: Option<cli::CliFlow>,
 }
 
 /// The state cookie is signed with a key of its own, so that it can never pass for a session.
@@ -129,6 +133,10 @@ pub async fn settings(AxState(state): AxState<Arc<State>>) -> axum::Json<crate::
 pub struct LoginQuery {
     /// A path of this server to return to after logging in.
     return_to: Option<String>,
+    /// `capstan login --sso`: the CLI's PKCE challenge (base64url SHA-256 of its verifier).
+    cli_challenge: Option<String>,
+    /// `capstan login --sso`: the CLI's loopback port (without it, the code is shown to paste).
+    cli_port: Option<u16>,
 }
 
 /// `GET /auth/login`: send the browser to the provider.
@@ -148,12 +156,14 @@ pub async fn login(AxState(state): AxState<Arc<State>>, Query(query): Query<Logi
         tracing::warn!(error = %e, "single sign-on: provider discovery failed");
         ApiError::new(StatusCode::BAD_GATEWAY, format!("single sign-on provider: {e}"))
     })?;
+    let cli = cli::CliFlow::from_query(query.cli_challenge.as_deref(), query.cli_port)?;
     let flow = FlowState {
         state: password::random_secret(24),
         nonce: password::random_secret(24),
         verifier: password::random_secret(48),
         return_to: safe_return(query.return_to.as_deref()),
         exp: session::now_secs() + FLOW_SECS,
+        cli,
     };
     let challenge = B64.encode(ring::digest::digest(&ring::digest::SHA256, flow.verifier.as_bytes()));
     let config = &provider.config;
@@ -202,7 +212,13 @@ pub async fn callback(
 ) -> Response {
     let clear = format!("{STATE_COOKIE}=; Path=/auth; HttpOnly; SameSite=Lax; Max-Age=0");
     match finish(&state, &headers, query).await {
-        Ok((session_cookie, return_to)) => redirect(&return_to, &[clear, session_cookie]),
+        Ok(Finished::Cli(mut response)) => {
+            if let Ok(v) = HeaderValue::from_str(&clear) {
+                response.headers_mut().append(header::SET_COOKIE, v);
+            }
+            response
+        }
+        Ok(Finished::Browser(session_cookie, return_to)) => redirect(&return_to, &[clear, session_cookie]),
         Err(why) => {
             tracing::info!(%why, "single sign-on refused");
             let q = serde_urlencoded::to_string([("sso_error", why.to_string())]).unwrap_or_default();
@@ -211,7 +227,13 @@ pub async fn callback(
     }
 }
 
-async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Result<(String, String), LoginError> {
+/// How a login ends: a browser session, or a code for the CLI.
+enum Finished {
+    Browser(String, String),
+    Cli(Response),
+}
+
+async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Result<Finished, LoginError> {
     if let Some(error) = query.error {
         let description = query.error_description.unwrap_or_default();
         return Err(LoginError::ProviderRefused { error, description });
@@ -235,6 +257,9 @@ async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Res
     let id_token = provider::redeem(&provider, &code, &flow.verifier).await?;
     let claims = provider::verify_id_token(&provider, &id_token, &flow.nonce).await?;
     let (user, groups) = provider::identity(&provider.config, &claims)?;
+    if let Some(flow) = &flow.cli {
+        return Ok(Finished::Cli(cli::finish(flow, user, groups, &key)));
+    }
     tracing::info!(%user, ?groups, "single sign-on login");
     let s = session::Session {
         sub: user,
@@ -244,7 +269,10 @@ async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Res
         csrf: password::random_secret(24),
         generation: 0,
     };
-    Ok((crate::auth::session_cookie(state, &s, &key), flow.return_to))
+    Ok(Finished::Browser(
+        crate::auth::session_cookie(state, &s, &key),
+        flow.return_to,
+    ))
 }
 
 fn redirect(location: &str, cookies: &[String]) -> Response {
@@ -290,6 +318,7 @@ mod tests {
             verifier: "v".into(),
             return_to: "/".into(),
             exp: u64::MAX,
+            cli: None,
         };
         let sealed = session::seal(&flow, &flow_key(b"k"));
         assert_eq!(session::open::<FlowState>(&sealed, &flow_key(b"k")), Some(flow));
