@@ -340,10 +340,25 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
     assert_eq!(mode & 0o777, 0o600, "the session is the user's only");
     let listed = text(&cli(&["app", "list"], &[]));
     assert!(listed.contains("shop") && !listed.contains("billing"), "{listed}");
-    // The same table as through the kubeconfig, for what both may read.
-    let by_kube = text(&capstan_in(&kc, &ns, &["app", "history", "shop"]));
-    let by_server = text(&cli(&["app", "history", "shop"], &[]));
-    assert_eq!(by_server, by_kube);
+    // The same outputs and exit codes as through the kubeconfig, for what both may read.
+    for args in [
+        &["app", "history", "shop"][..],
+        &["app", "list", "-p", "team-a"],
+        &["app", "list", "-p", "team-a", "-o", "wide"],
+        &["app", "get", "shop"],
+        &["app", "wait", "shop"],
+        &["app", "diff", "shop"],
+    ] {
+        until(
+            &format!("`capstan {}` to print the same in both modes", args.join(" ")),
+            WAIT,
+            || {
+                let by_kube = capstan_in(&kc, &ns, args);
+                let by_server = cli(args, &[]);
+                by_kube.status.code() == by_server.status.code() && by_kube.stdout == by_server.stdout
+            },
+        );
+    }
     let out = cli(&["app", "get", "billing"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("not found"), "{}", text(&out));
@@ -449,5 +464,58 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
     assert!(text(&out).contains("log in again"), "{}", text(&out));
     let out = cli(&["app", "list"], &ci);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    Ok(())
+}
+
+/// `capstan login` verifies the server's certificate: an HTTPS server whose certificate no trusted
+/// CA signed is refused before anything is sent; `--certificate-authority` or
+/// `--insecure-skip-tls-verify` (which warns) let the exchange happen — here with a file server
+/// that is no Capstan, so it then fails on the answer, not on TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_verifies_the_server_certificate() -> anyhow::Result<()> {
+    use capstan_testkit::{ChartServer, ChartServerOptions};
+    let https = ChartServer::start(ChartServerOptions {
+        tls: true,
+        ..Default::default()
+    })
+    .await?;
+    let url = https.url();
+    assert!(url.starts_with("https://"), "{url}");
+    let config = tempfile::tempdir()?;
+    let ca = config.path().join("ca.pem");
+    std::fs::write(&ca, https.ca_pem().unwrap_or_default())?;
+    let login = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_capstan"));
+        cmd.args(["login", &url, "--username", "dev", "--password", "dev-password-1"])
+            .args(extra)
+            .env("CAPSTAN_CONFIG_DIR", config.path())
+            .env_remove("KUBECONFIG");
+        cmd.output().expect("run capstan")
+    };
+    let out = login(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).to_lowercase().contains("certificate"), "{}", text(&out));
+    assert_eq!(https.total_requests(), 0, "nothing was sent to the unverified server");
+    for extra in [
+        vec!["--certificate-authority", ca.to_str().unwrap_or_default()],
+        vec!["--insecure-skip-tls-verify"],
+    ] {
+        let out = login(&extra);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let said = text(&out);
+        let error = said.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+        assert!(
+            !error.to_lowercase().contains("certificate"),
+            "TLS passed with {extra:?}: {said}"
+        );
+        assert!(
+            said.contains("HTTP 4"),
+            "the answer of a server that is no Capstan: {said}"
+        );
+        if extra == ["--insecure-skip-tls-verify"] {
+            assert!(said.contains("warning: the certificate of"), "{said}");
+        }
+    }
+    assert!(!config.path().join("sessions.json").exists(), "no login was kept");
     Ok(())
 }
