@@ -89,6 +89,11 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
             project(&ns, "team-b"),
             application(&ns, "shop", "team-a", &git.git_url("teams"), &shop_ns),
             application(&ns, "billing", "team-b", &git.git_url("teams"), &billing_ns),
+            // An ApplicationSet of team-a (not synced: it only has to be listed the same way).
+            format!(
+                "apiVersion: capstan.dev/v1alpha1\nkind: ApplicationSet\nmetadata: {{name: extras, namespace: {ns}}}\nspec:\n  generators:\n  - list: {{elements: [{{svc: one}}]}}\n  template:\n    metadata: {{name: 'extra-{{{{svc}}}}'}}\n    spec:\n      project: team-a\n      source: {{repoURL: '{}', targetRevision: main, path: shop}}\n      destination: {{server: 'https://kubernetes.default.svc', namespace: 'extra-{ns}'}}\n",
+                git.git_url("teams")
+            ),
         ]
         .join("---\n"),
     )?;
@@ -348,6 +353,9 @@ async fn logs_and_actions_are_served_to_their_team_only() -> anyhow::Result<()> 
         &["app", "get", "shop"],
         &["app", "wait", "shop"],
         &["app", "diff", "shop"],
+        &["appset", "list"],
+        &["appset", "get", "extras"],
+        &["appset", "get", "extras", "-o", "json"],
     ] {
         until(
             &format!("`capstan {}` to print the same in both modes", args.join(" ")),

@@ -1,6 +1,7 @@
 //! `capstan appset …`: ApplicationSets from the command line. `list` and `get` show what the
 //! ApplicationSet controller reports (conditions, generated Applications, rollout progress) through
-//! the Kubernetes API only; `generate` previews a manifest's Applications without a cluster (see
+//! the Kubernetes API, or through Capstan's server after `capstan login` (the same objects, printed
+//! by the same code, only those the user may read); `generate` previews a manifest's Applications without a cluster (see
 //! [`crate::commands::appset_generate`]).
 
 use crate::output::{all_printable, out, outln, printable};
@@ -69,6 +70,47 @@ enum AppsetCommand {
 
 /// Run an `appset` subcommand.
 pub async fn run(args: AppsetArgs) -> anyhow::Result<ExitCode> {
+    if let Some(remote) = crate::remote::Remote::current()? {
+        match args.command {
+            AppsetCommand::List { output, .. } => {
+                let list: serde_json::Value = remote.get("/api/applicationsets").await?;
+                let mut sets = Vec::new();
+                for name in list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i["name"].as_str())
+                {
+                    match remote
+                        .get(&format!("/api/applicationsets/{}", crate::remote::client::encode(name)))
+                        .await
+                    {
+                        Ok(set) => sets.push(set),
+                        // Deleted between the list and the read.
+                        Err(e) if e.status() == Some(404) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                print_list(&sets, output)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            AppsetCommand::Get { name, output, .. } => {
+                let set: ApplicationSet = remote
+                    .get(&format!(
+                        "/api/applicationsets/{}",
+                        crate::remote::client::encode(&name)
+                    ))
+                    .await
+                    .map_err(|e| match e.status() {
+                        Some(404) => anyhow!("ApplicationSet {name:?} not found"),
+                        _ => e.into(),
+                    })?;
+                print_set(&set, output)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            AppsetCommand::Generate(args) => return appset_generate::run(args).await,
+        }
+    }
     match args.command {
         AppsetCommand::List { target, output } => {
             let api = api(&target).await?;
