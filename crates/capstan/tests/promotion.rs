@@ -418,6 +418,53 @@ async fn a_new_image_reaches_staging_by_a_commit_and_is_promoted_to_production()
         text(&out)
     );
 
+    // The same through the server, logged in as ops (the `promote` role): the same output.
+    let config = tempfile::tempdir()?;
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(args)
+            .env("CAPSTAN_CONFIG_DIR", config.path())
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("run capstan")
+    };
+    let out = cli(&["login", &base, "--username", "ops", "--password", "ops-password-1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    for args in [
+        &[
+            "promote",
+            "payments",
+            "--from",
+            "staging",
+            "--to",
+            "production",
+            "--pipeline",
+            "services",
+        ][..],
+        &[
+            "promote",
+            "payments",
+            "--from",
+            "staging",
+            "--to",
+            "production",
+            "--pipeline",
+            "services",
+            "--dry-run",
+        ],
+        &["promote", "history", "payments", "--pipeline", "services"],
+    ] {
+        let by_kube = capstan_in(&kc, &ns, args);
+        let by_server = cli(args);
+        assert_eq!(
+            (by_server.status.code(), String::from_utf8_lossy(&by_server.stdout)),
+            (by_kube.status.code(), String::from_utf8_lossy(&by_kube.stdout)),
+            "capstan {}: {}",
+            args.join(" "),
+            text(&by_server)
+        );
+    }
+
     // Production follows: Synced at the promotion's commit, running the promoted tag.
     wait_for(
         &apps,

@@ -1,7 +1,8 @@
 //! `capstan promote SERVICE --from ENV --to ENV`: promotion between environments from the command
 //! line, through the Kubernetes API and Git with the caller's own credentials (as `capstan app`
 //! does); the rules and the commit are `capstan-promote`'s, the same the HTTP API applies.
-//! `capstan promote history SERVICE` prints a pipeline's promotions.
+//! `capstan promote history SERVICE` prints a pipeline's promotions. After `capstan login`, both
+//! go through the server's API instead, with the user's `promote` role.
 
 use crate::output::{out, outln};
 use std::process::ExitCode;
@@ -69,6 +70,9 @@ enum PromoteCommand {
 
 /// Run `capstan promote`.
 pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
+    if let Some(remote) = crate::remote::Remote::current()? {
+        return remote_run(&remote, args).await;
+    }
     let kube = KubeArgs {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
@@ -130,6 +134,82 @@ pub async fn run(args: PromoteArgs) -> anyhow::Result<ExitCode> {
             );
         }
         Outcome::Promoted { pipeline, record } => {
+            outln!(
+                "promoted {} {} → {} in commit {} (pipeline {pipeline})",
+                record.service,
+                record.from,
+                record.to,
+                record.commit
+            );
+            for c in &record.changes {
+                outln!("  {}: {} → {}", c.field, c.old, c.new);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `capstan promote` through Capstan's server (after `capstan login`): `POST /api/promotions`
+/// (`/preview` for `--dry-run`) and `GET /api/promotions/{pipeline}/history`, with the user's
+/// `promote` role; the same output as through the kubeconfig.
+async fn remote_run(remote: &crate::remote::Remote, args: PromoteArgs) -> anyhow::Result<ExitCode> {
+    use crate::remote::client::encode;
+    use serde_json::{Value, json};
+    if let Some(PromoteCommand::History { service }) = args.command {
+        let pipeline = args
+            .pipeline
+            .context("--pipeline is needed through the server (it lists no pipelines)")?;
+        let mut path = format!("/api/promotions/{}/history", encode(&pipeline));
+        if let Some(s) = &service {
+            path.push_str(&format!("?service={}", encode(s)));
+        }
+        let answer: Value = remote.get(&path).await?;
+        let records: Vec<capstan_api::promotion::PromotionRecord> =
+            serde_json::from_value(answer["items"].clone()).context("the server's history")?;
+        print_table(&promotion_rows(records, true));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let service = args.service.context("SERVICE is required")?;
+    let from = args.from.context("--from is required")?;
+    let to = args.to.context("--to is required")?;
+    let body = json!({
+        "pipeline": args.pipeline, "service": service, "from": from, "to": to,
+        "force": args.force, "reason": args.reason.unwrap_or_default(),
+    });
+    if args.dry_run {
+        let plan: Value = remote.post("/api/promotions/preview", &body).await?;
+        let text = |k: &str| plan[k].as_str().unwrap_or_default().to_string();
+        outln!(
+            "{} (values at {}) → {}: {} at {}",
+            text("sourceApplication"),
+            short(&text("sourceRevision")),
+            text("targetApplication"),
+            text("path"),
+            short(&text("targetRevision"))
+        );
+        match plan["checkFailure"].as_str() {
+            None => outln!("checks: passed"),
+            Some(failure) => outln!("checks: failed, a promotion needs --force --reason: {failure}"),
+        }
+        let changes = plan["changes"].as_array().cloned().unwrap_or_default();
+        if changes.is_empty() {
+            outln!("nothing to change: {to} already has {from}'s values");
+        }
+        for c in &changes {
+            let f = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            outln!("  {}: {} → {}", f("field"), f("old"), f("new"));
+        }
+        out!("{}", text("diff"));
+        outln!("dry run: nothing committed");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let answer: Value = remote.post("/api/promotions", &body).await?;
+    let pipeline = answer["pipeline"].as_str().unwrap_or_default();
+    match answer["promotion"].as_object() {
+        None => outln!("{service} {to} already has {from}'s values (pipeline {pipeline}): nothing to commit"),
+        Some(_) => {
+            let record: capstan_api::promotion::PromotionRecord =
+                serde_json::from_value(answer["promotion"].clone()).context("the server's promotion")?;
             outln!(
                 "promoted {} {} → {} in commit {} (pipeline {pipeline})",
                 record.service,
