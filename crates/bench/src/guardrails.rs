@@ -65,6 +65,12 @@ async fn evaluation_metrics(url: &str) -> anyhow::Result<(f64, f64)> {
 impl Bench {
     /// Sync `name` once (requested) and return how long it took.
     async fn timed_sync(&self, name: &str, who: &str) -> anyhow::Result<Duration> {
+        self.timed_sync_as(name, who).await
+    }
+
+    /// [`Bench::timed_sync`], for the other benchmark modules: waits until `name` is OutOfSync,
+    /// requests a sync as `who`, and times it until that operation Succeeded.
+    pub(crate) async fn timed_sync_as(&self, name: &str, who: &str) -> anyhow::Result<Duration> {
         self.wait(name, Duration::from_secs(120), |s| {
             s.pointer("/sync/status") == Some(&json!(SyncCode::OutOfSync))
         })

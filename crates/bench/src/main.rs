@@ -8,7 +8,7 @@
 //! ([`first_sync`] 1–2, [`fleet`] 3, [`self_heal`] 4, [`untracked`] 5, [`appset`] 6, [`webhook`] 7,
 //! [`ui`] 8, [`charts`] 9, [`secrets`] 10, [`images`] 11, [`sandbox`] 12, [`scale`] 13 with
 //! [`flux`] beside it and [`scale_plot`] drawing it; 13 runs only when named, it takes hours;
-//! [`guardrails`] 14–15: `policy` and `plan`).
+//! [`guardrails`] 14–15: `policy` and `plan`; [`notifications`] 16: `notify`).
 
 use std::path::PathBuf;
 
@@ -21,6 +21,7 @@ mod fleet;
 mod flux;
 mod guardrails;
 mod images;
+mod notifications;
 mod sandbox;
 mod scale;
 mod scale_plot;
@@ -39,10 +40,10 @@ struct Args {
     #[arg(long, default_value = "target/release/capstan")]
     capstan: PathBuf,
     /// Comma-separated subset: sync,resync,fleet,selfheal,untracked,appset,webhook,ui,charts,secrets,images,sandbox,
-    /// policy,plan (the default), and scale (only when named).
+    /// policy,plan,notify (the default), and scale (only when named).
     #[arg(
         long,
-        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images,sandbox,policy,plan"
+        default_value = "sync,resync,selfheal,untracked,fleet,appset,webhook,ui,charts,secrets,images,sandbox,policy,plan,notify"
     )]
     only: String,
     /// ConfigMaps in the first-sync benchmark.
@@ -54,6 +55,9 @@ struct Args {
     /// Applications a revision changes in the plan benchmark.
     #[arg(long, default_value_t = 200)]
     plan_apps: usize,
+    /// Applications synced in turn in the notifications benchmark (each round).
+    #[arg(long, default_value_t = 20)]
+    notified_apps: usize,
     /// Untracked ConfigMaps in the memory benchmark.
     #[arg(long, default_value_t = 10_000)]
     untracked: usize,
@@ -186,6 +190,9 @@ async fn controller_benchmarks(args: &Args, only: &[&str], capstan: PathBuf) -> 
     }
     if only.contains(&"plan") {
         bench.plan_time(args.plan_apps).await?;
+    }
+    if only.contains(&"notify") {
+        bench.notifications(args.notified_apps).await?;
     }
     Ok(())
 }
