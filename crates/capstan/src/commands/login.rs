@@ -261,7 +261,9 @@ fn read_password() -> anyhow::Result<String> {
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
-/// `capstan logout [SERVER]`: end the session on the server (a password login's), forget it.
+/// `capstan logout [SERVER]`: forget the login. The server is told (`DELETE /api/session`), but its
+/// sessions are signed cookies it does not keep: the cookie stays valid until it expires, or until
+/// `capstan account revoke-sessions` ends the account's sessions.
 pub async fn logout(args: LogoutArgs) -> anyhow::Result<ExitCode> {
     let mut sessions = Sessions::load()?;
     let server = match args
@@ -277,7 +279,7 @@ pub async fn logout(args: LogoutArgs) -> anyhow::Result<ExitCode> {
         bail!("not logged in to {server}");
     };
     if matches!(login.credentials, Credentials::Session { .. }) {
-        // The cookie stops working everywhere, not only here; an unreachable server is only a warning.
+        // An unreachable server is only a warning: nothing on the server depends on this call.
         let remote = Remote::new(&server, login)?;
         if let Err(err) = remote
             .call::<serde_json::Value>(capstan_http::Method::DELETE, "/api/session", None::<&()>)
