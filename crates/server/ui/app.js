@@ -1625,8 +1625,8 @@ function logsView(page, p) {
     <div class="logs-controls">
       <label>Container
         <select data-testid="logs-container" @change=${(/** @type {Event} */ e) => restart(() => { p.container = /** @type {HTMLSelectElement} */ (e.currentTarget).value; })}>
-          <option value="" ?selected=${!p.container}>all</option>
-          ${containers.map((c) => html`<option value=${c} ?selected=${p.container === c}>${c}</option>`)}
+          <option value="" .selected=${!p.container}>all</option>
+          ${containers.map((c) => html`<option value=${c} .selected=${p.container === c}>${c}</option>`)}
         </select></label>
       <label>Tail lines
         <input type="number" min="1" max="10000" step="1" data-testid="logs-tail" .value=${String(p.tail)}
