@@ -191,6 +191,30 @@ async fn logs_panel_follows_and_restart_runs_for_the_action_role_only() -> anyho
         serde_json::json!(true),
         "the long line scrolls in its box: {layout}"
     );
+
+    // Followed lines keep the box at its newest line; once the person scrolls up, they do not pull
+    // it down again.
+    let filler: Vec<String> = (0..40).map(|i| format!("filler {i} {ns}")).collect();
+    let filler: Vec<&str> = filler.iter().map(String::as_str).collect();
+    logs.append(&filler)?;
+    browser.wait_text(&lines, Duration::from_secs(30), |t| {
+        t.contains(&format!("filler 39 {ns}"))
+    })?;
+    let scroll = "const b = document.querySelector('[data-testid=\"logs-lines\"]');
+                  return [b.scrollTop, b.scrollHeight - b.clientHeight];";
+    let at = browser.execute(scroll, vec![])?;
+    let (top, max) = (at[0].as_f64().unwrap_or(-1.0), at[1].as_f64().unwrap_or(0.0));
+    assert!(max > 0.0 && top >= max - 8.0, "at the newest line: {at}");
+    browser.execute(
+        "const b = document.querySelector('[data-testid=\"logs-lines\"]');
+         b.scrollTop = 0; b.dispatchEvent(new Event('scroll'));",
+        vec![],
+    )?;
+    let later = format!("refund issued {ns}");
+    logs.append(&[&later])?;
+    browser.wait_text(&lines, Duration::from_secs(30), |t| t.contains(&later))?;
+    let at = browser.execute(scroll, vec![])?;
+    assert_eq!(at[0].as_f64(), Some(0.0), "left where the person scrolled: {at}");
     browser.cdp("Emulation.clearDeviceMetricsOverride", serde_json::json!({}))?;
 
     // Closing the panel takes it away (and aborts its request).
