@@ -36,6 +36,9 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {Schemas['RevisionMetadata']} RevisionMetadata
  * @typedef {Schemas['PolicyItem']} PolicyItem
  * @typedef {Schemas['PolicyVerdict']} PolicyVerdict
+ * @typedef {Schemas['ActionItem']} ActionItem
+ * @typedef {Schemas['ActionItemList']} ActionItemList
+ * @typedef {Schemas['ActionDone']} ActionDone
  */
 
 // What the OpenAPI document leaves open (`type: object`): the Application is the Kubernetes object,
@@ -76,11 +79,30 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  */
 
 /** @typedef {'tree' | 'diff' | 'events' | 'history'} Tab */
-/** @typedef {{ node: TreeNode, object?: unknown, error?: string }} ResourcePanel */
+/**
+ * The live object of a tree node, with the actions its kind has (loaded when the menu opens) and
+ * the answer of the last action run on it.
+ * @typedef {{ node: TreeNode, object?: unknown, error?: string, actions?: Load<ActionItem[]>, actionMessage?: string }} ResourcePanel
+ */
+/**
+ * The logs panel of a Pod or of the Pods under an object (GET /api/applications/{name}/logs, one
+ * JSON object per line). `lines` keeps the last MAX_LOG_LINES; `abort` stops the request in flight
+ * (closing the panel, changing the tab or the page); `stick`: scrolled to the end, so new lines
+ * scroll it on.
+ * @typedef {{ namespace?: string, pod?: string, container?: string, timestamp?: string, content?: string, error?: string }} LogLine
+ * @typedef {{ id: number, pod: string, container: string, text: string, error: boolean }} ShownLine
+ * @typedef {{
+ *   node: TreeNode, container: string, tail: number, previous: boolean, follow: boolean,
+ *   lines: ShownLine[], seq: number, dropped: number, pods: Set<string>, containers: Set<string>,
+ *   status: 'loading' | 'streaming' | 'done' | 'error', error: string, abort: AbortController | null,
+ *   stick: boolean, timer: ReturnType<typeof setTimeout> | 0,
+ * }} LogsPanel
+ */
 /**
  * A promotion being confirmed: its preview (what would change), then the answer of the promotion.
  * @typedef {{ kind: 'promote', target: PromoteTarget, preview: Load<PromotionPreview>, result?: PromoteAnswer, busy?: boolean }} PromoteDialog
- * @typedef {{ kind: 'sync', error?: string, busy?: boolean } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined, error?: string, busy?: boolean } | PromoteDialog} Dialog
+ * @typedef {{ kind: 'action', node: TreeNode, action: string, panel: ResourcePanel, error?: string, busy?: boolean }} ActionDialog
+ * @typedef {{ kind: 'sync', error?: string, busy?: boolean } | { kind: 'rollback', id: number, entry: HistoryEntry | undefined, error?: string, busy?: boolean } | ActionDialog | PromoteDialog} Dialog
  */
 /**
  * The page shown and what it has loaded. Loaders keep the page object they started for and drop
@@ -89,7 +111,7 @@ import { repeat } from './vendor/lit-html/directives/repeat.js';
  * @typedef {{ page: 'list', loaded: boolean, rows: number }} ListPage
  * @typedef {{
  *   page: 'app', name: string, app: Application | null, error: string, summary: ApplicationSummary | undefined,
- *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
+ *   tree: Load<TreeNode[]>, resource: ResourcePanel | null, logs: LogsPanel | null, diff: Load<Diff>, events: Load<EventItem[]>,
  *   history: Load<HistoryEntry[]>, promotions: Load<AppPromotions>, dialog: Dialog | null,
  *   refreshing?: string, commit?: { revision: string, value?: RevisionMetadata, error?: string },
  * }} AppPage
@@ -436,6 +458,7 @@ function show(page) {
 
 async function route() {
   closeAppStream();
+  if (state.page && state.page.page === 'app') closeLogs(state.page);
   showError('');
   const path = location.pathname;
   if (path === '/login') return openLogin();
@@ -898,7 +921,7 @@ function listView(page) {
 async function openApp(name) {
   /** @type {AppPage} */
   const page = {
-    page: 'app', name, app: null, error: '', summary: undefined, tree: loading(), resource: null,
+    page: 'app', name, app: null, error: '', summary: undefined, tree: loading(), resource: null, logs: null,
     diff: loading(), events: loading(), history: loading(), promotions: loading(), dialog: null,
   };
   show(page);
@@ -967,6 +990,7 @@ function canSync(page) {
 function selectTab(page, tab) {
   state.tab = tab;
   if (tab === 'tree') page.resource = null;
+  if (tab !== 'tree') closeLogs(page);
   update();
   loadTab(page);
 }
@@ -1218,8 +1242,9 @@ function tabView(page, app) {
   switch (state.tab) {
     case 'tree': return html`<div class="treewrap">
         <div class="svgbox" id="svgbox">${page.tree.value ? treeView(page, app, page.tree.value) : html`<p class="muted">Loading the tree…</p>`}</div>
-        <div class="panel" id="resource-panel" data-testid="resource-panel" ?hidden=${!page.resource}>${page.resource ? resourceView(page.resource) : nothing}</div>
-      </div>`;
+        <div class="panel" id="resource-panel" data-testid="resource-panel" ?hidden=${!page.resource}>${page.resource ? resourceView(page, page.resource) : nothing}</div>
+      </div>
+      ${page.logs ? logsView(page, page.logs) : nothing}`;
     case 'diff': return diffView(page.diff);
     case 'events': return eventsView(page.events);
     case 'history': return html`${historyView(page, page.history)}${promotionsView(page.promotions)}`;
@@ -1343,16 +1368,280 @@ async function openResource(page, n) {
   if (current(page) && page.resource === panel) update();
 }
 
-/** @param {ResourcePanel} panel */
-function resourceView(panel) {
+/**
+ * @param {AppPage} page
+ * @param {ResourcePanel} panel
+ */
+function resourceView(page, panel) {
   const n = panel.node;
-  const title = html`<h2>${n.kind} ${n.name}</h2>`;
+  const title = html`<h2>${n.kind} ${n.name}</h2>${resourceControls(page, panel)}`;
   if (panel.error) return html`${title}<p>${panel.error}</p>`;
   if (panel.object === undefined) return html`${title}<p class="muted">Loading…</p>`;
   return html`${title}
     <p>${healthBadge(n.health)} ${n.sync ? syncBadge(n.sync) : nothing}</p>
     ${n.healthMessage ? html`<p>${n.healthMessage}</p>` : nothing}
     <pre class="mono">${JSON.stringify(panel.object, null, 2)}</pre>`;
+}
+
+// ----- logs and actions of a tree node
+
+/** Kinds whose Pods' logs the panel reads: a Pod's own, or the Pods under the object. */
+const LOG_KINDS = new Set(['Pod', 'Deployment', 'StatefulSet', 'DaemonSet', 'ReplicaSet', 'Job']);
+/** Kinds the server has actions for (restart; suspend and resume): only these get the menu. */
+const ACTION_KINDS = new Set(['Deployment', 'StatefulSet', 'DaemonSet', 'CronJob']);
+/** How many log lines the page keeps (the oldest go first). */
+const MAX_LOG_LINES = 5000;
+
+/** @param {AppPage} page */
+function canAct(page) {
+  return !!(page.summary && page.summary.permissions && page.summary.permissions.action);
+}
+
+/**
+ * The Logs button and the Actions menu of the resource panel.
+ * @param {AppPage} page
+ * @param {ResourcePanel} panel
+ */
+function resourceControls(page, panel) {
+  const n = panel.node;
+  const logs = LOG_KINDS.has(n.kind || '');
+  const actions = ACTION_KINDS.has(n.kind || '') && canAct(page);
+  if (!logs && !actions) return nothing;
+  const menu = panel.actions;
+  return html`<div class="res-controls">
+      ${logs ? html`<button type="button" data-testid="logs-button" @click=${() => openLogs(page, n)}>Logs</button>` : nothing}
+      ${actions ? html`<button type="button" data-testid="actions-button" aria-haspopup="true" aria-expanded=${menu ? 'true' : 'false'} @click=${() => toggleActions(page, panel)}>Actions ▾</button>` : nothing}
+    </div>
+    ${menu ? html`<div class="action-menu" data-testid="action-menu">${menu.error ? html`<p class="dialog-error" role="alert">${menu.error}</p>`
+      : !menu.value ? html`<p class="muted">Loading actions…</p>`
+      : !menu.value.length ? html`<p class="muted">No actions for ${n.kind}.</p>`
+      : menu.value.map((a) => html`<div class="action-item"><button type="button" data-testid="action-item" data-action=${a.name} ?disabled=${!!a.disabled} title=${a.disabled || nothing}
+          @click=${() => { page.dialog = { kind: 'action', node: n, action: a.name, panel }; update(); }}>${a.name}</button>${a.disabled ? html` <span class="muted" data-testid="action-disabled">${a.disabled}</span>` : nothing}</div>`)}</div>` : nothing}
+    ${panel.actionMessage ? html`<p class="notice" role="status" data-testid="action-message">${panel.actionMessage}</p>` : nothing}`;
+}
+
+/**
+ * Open or close the Actions menu of `panel`, loading what the server offers for its object.
+ * @param {AppPage} page
+ * @param {ResourcePanel} panel
+ */
+async function toggleActions(page, panel) {
+  if (panel.actions) { panel.actions = undefined; update(); return; }
+  /** @type {Load<ActionItem[]>} */
+  const menu = loading();
+  panel.actions = menu;
+  update();
+  const n = panel.node;
+  const q = new URLSearchParams({ group: n.group || '', kind: n.kind || '', namespace: n.namespace || '', name: n.name || '' });
+  try {
+    /** @type {ActionItemList} */
+    const r = await api('GET', `/api/applications/${page.name}/actions?${q}`);
+    menu.value = r.items || [];
+  } catch (e) {
+    menu.error = messageOf(e);
+  }
+  menu.loading = false;
+  if (current(page) && panel.actions === menu) update();
+}
+
+/**
+ * Run the confirmed action: its answer is shown in the resource panel, and the events (where the
+ * server records it) are read again.
+ * @param {AppPage} page
+ * @param {ActionDialog} d
+ */
+async function runAction(page, d) {
+  const n = d.node;
+  /** @type {ActionDone} */
+  const done = await api('POST', `/api/applications/${page.name}/actions`, { group: n.group || '', kind: n.kind || '', namespace: n.namespace || '', name: n.name || '', action: d.action });
+  d.panel.actionMessage = done.message;
+  d.panel.actions = undefined;
+  if (page.events.value || state.tab === 'events') loadEvents(page);
+}
+
+/**
+ * Open the logs panel for node `n` (replacing one already open).
+ * @param {AppPage} page
+ * @param {TreeNode} n
+ */
+function openLogs(page, n) {
+  closeLogs(page);
+  page.logs = {
+    node: n, container: '', tail: 100, previous: false, follow: false, lines: [], seq: 0, dropped: 0,
+    pods: new Set(), containers: new Set(), status: 'loading', error: '', abort: null, stick: true, timer: 0,
+  };
+  startLogs(page);
+}
+
+/**
+ * Close the logs panel, stopping its request.
+ * @param {AppPage} page
+ */
+function closeLogs(page) {
+  const p = page.logs;
+  if (!p) return;
+  if (p.abort) p.abort.abort();
+  if (p.timer) clearTimeout(p.timer);
+  page.logs = null;
+}
+
+/**
+ * (Re)start reading the logs with the panel's choices; a followed answer stays open and its lines
+ * are appended as they arrive.
+ * @param {AppPage} page
+ */
+async function startLogs(page) {
+  const p = page.logs;
+  if (!p) return;
+  if (p.abort) p.abort.abort();
+  const ctrl = new AbortController();
+  Object.assign(p, { abort: ctrl, lines: [], dropped: 0, error: '', status: 'loading', stick: true });
+  update();
+  const n = p.node;
+  const q = new URLSearchParams({ namespace: n.namespace || '', tailLines: String(p.tail) });
+  if (n.kind === 'Pod') q.set('pod', n.name || '');
+  else { q.set('group', n.group || ''); q.set('kind', n.kind || ''); q.set('resourceName', n.name || ''); }
+  if (p.container) q.set('container', p.container);
+  if (p.previous) q.set('previous', 'true');
+  if (p.follow) q.set('follow', 'true');
+  const mine = () => current(page) && page.logs === p && p.abort === ctrl;
+  try {
+    const r = await fetch(`/api/applications/${page.name}/logs?${q}`, { credentials: 'same-origin', signal: ctrl.signal });
+    if (r.status === 401) { ctrl.abort(); await api('GET', '/api/userinfo'); return; }
+    if (!r.ok || !r.body) {
+      const text = await r.text();
+      let message = text;
+      try { message = JSON.parse(text).error || text; } catch { /* not JSON: the text itself */ }
+      throw new ApiError(r.status, message || `${r.status} ${r.statusText}`);
+    }
+    if (!mine()) { ctrl.abort(); return; }
+    p.status = 'streaming';
+    update();
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let rest = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (!mine()) { ctrl.abort(); return; }
+      if (done) break;
+      rest += decoder.decode(value, { stream: true });
+      const parts = rest.split('\n');
+      rest = parts.pop() || '';
+      for (const l of parts) addLogLine(p, l);
+      scheduleLogs(page, p);
+    }
+    addLogLine(p, rest + decoder.decode());
+    p.status = 'done';
+    p.abort = null;
+    scheduleLogs(page, p);
+  } catch (e) {
+    if (ctrl.signal.aborted || !mine()) return;
+    p.status = 'error';
+    p.error = e instanceof ApiError ? logsRefusal(e) : messageOf(e);
+    p.abort = null;
+    update();
+  }
+}
+
+/**
+ * What a refused logs request means, with the server's message.
+ * @param {ApiError} e
+ */
+function logsRefusal(e) {
+  const what = e.status === 403 ? 'Not allowed' : e.status === 422 ? 'Too many Pods' : e.status === 400 ? 'Cannot read these logs'
+    : e.status === 404 ? 'Nothing to read' : `Error ${e.status}`;
+  return `${what} (${e.status}): ${e.message}`;
+}
+
+/**
+ * One NDJSON line of the answer into the panel, keeping the last MAX_LOG_LINES.
+ * @param {LogsPanel} p
+ * @param {string} raw
+ */
+function addLogLine(p, raw) {
+  if (!raw.trim()) return;
+  /** @type {LogLine} */
+  let l;
+  try { l = JSON.parse(raw); } catch { l = { content: raw }; }
+  const pod = l.pod || '';
+  const container = l.container || '';
+  if (pod) p.pods.add(pod);
+  if (container) p.containers.add(container);
+  p.seq += 1;
+  const error = l.error !== undefined;
+  p.lines.push({ id: p.seq, pod, container, text: error ? `✖ ${l.error}` : l.content || '', error });
+  if (p.lines.length > MAX_LOG_LINES + 500) {
+    const drop = p.lines.length - MAX_LOG_LINES;
+    p.lines.splice(0, drop);
+    p.dropped += drop;
+  }
+}
+
+/**
+ * Render the panel's new lines at most ten times a second, scrolled to the end unless the person
+ * scrolled up.
+ * @param {AppPage} page
+ * @param {LogsPanel} p
+ */
+function scheduleLogs(page, p) {
+  if (p.timer) return;
+  p.timer = setTimeout(() => {
+    p.timer = 0;
+    if (!current(page) || page.logs !== p) return;
+    if (p.lines.length > MAX_LOG_LINES) {
+      const drop = p.lines.length - MAX_LOG_LINES;
+      p.lines.splice(0, drop);
+      p.dropped += drop;
+    }
+    update();
+    const box = $main.querySelector('[data-testid="logs-lines"]');
+    if (box && p.stick) box.scrollTop = box.scrollHeight;
+  }, 100);
+}
+
+/**
+ * @param {AppPage} page
+ * @param {LogsPanel} p
+ */
+function logsView(page, p) {
+  const n = p.node;
+  // Lines of several Pods name their Pod and container; of one Pod's containers, the container.
+  const many = n.kind !== 'Pod' || p.pods.size > 1;
+  const byContainer = !p.container && p.containers.size > 1;
+  /** @param {ShownLine} l */
+  const prefix = (l) => (many ? `${l.pod}/${l.container} ` : byContainer ? `${l.container} ` : '');
+  const containers = [...p.containers].sort();
+  if (p.container && !p.containers.has(p.container)) containers.push(p.container);
+  /** @param {() => void} change */
+  const restart = (change) => { change(); startLogs(page); };
+  const status = p.status === 'loading' ? 'Loading…'
+    : p.status === 'streaming' ? (p.follow ? 'Following: new lines appear as they are written' : 'Reading…')
+    : p.status === 'done' ? `${p.lines.length} line${p.lines.length === 1 ? '' : 's'}` : '';
+  return html`<section class="logs" data-testid="logs-panel" aria-label="Logs of ${n.kind} ${n.name}">
+    <div class="logs-head">
+      <h2>Logs · ${n.kind} ${n.name}</h2>
+      <button type="button" data-testid="logs-close" @click=${() => { closeLogs(page); update(); }}>Close</button>
+    </div>
+    <div class="logs-controls">
+      <label>Container
+        <select data-testid="logs-container" @change=${(/** @type {Event} */ e) => restart(() => { p.container = /** @type {HTMLSelectElement} */ (e.currentTarget).value; })}>
+          <option value="" .selected=${!p.container}>all</option>
+          ${containers.map((c) => html`<option value=${c} .selected=${p.container === c}>${c}</option>`)}
+        </select></label>
+      <label>Tail lines
+        <input type="number" min="1" max="10000" step="1" data-testid="logs-tail" .value=${String(p.tail)}
+          @change=${(/** @type {Event} */ e) => restart(() => { const v = Math.round(Number(/** @type {HTMLInputElement} */ (e.currentTarget).value)); p.tail = Number.isFinite(v) ? Math.min(10000, Math.max(1, v)) : 100; })}></label>
+      <label class="check"><input type="checkbox" data-testid="logs-previous" .checked=${p.previous}
+          @change=${(/** @type {Event} */ e) => restart(() => { p.previous = /** @type {HTMLInputElement} */ (e.currentTarget).checked; })}> Previous container</label>
+      <label class="check"><input type="checkbox" role="switch" data-testid="logs-follow" .checked=${p.follow}
+          @change=${(/** @type {Event} */ e) => restart(() => { p.follow = /** @type {HTMLInputElement} */ (e.currentTarget).checked; })}> Follow</label>
+      <button type="button" data-testid="logs-reload" @click=${() => startLogs(page)}>Reload</button>
+    </div>
+    <p class="muted logs-status" role="status" data-testid="logs-status" data-state=${p.status}>${status}${p.dropped ? ` (the ${p.dropped} oldest not kept)` : ''}</p>
+    ${p.error ? html`<p class="dialog-error" role="alert" data-testid="logs-error">${p.error}</p>` : nothing}
+    <div class="loglines mono" data-testid="logs-lines" tabindex="0"
+      @scroll=${(/** @type {Event} */ e) => { const el = /** @type {HTMLElement} */ (e.currentTarget); p.stick = el.scrollTop + el.clientHeight >= el.scrollHeight - 8; }}>${repeat(p.lines, (l) => l.id, (l) => html`<div class=${l.error ? 'logline err' : 'logline'} data-testid="log-line" data-pod=${l.pod} data-container=${l.container}>${prefix(l) ? html`<span class="prefix">${prefix(l)}</span>` : nothing}${l.text}</div>`)}${p.status === 'done' && !p.lines.length ? html`<p class="muted">No lines.</p>` : nothing}</div>
+  </section>`;
 }
 
 // ----- diff, events, history
@@ -1492,6 +1781,14 @@ function dialogView(page, d) {
     </form>`;
   } else if (d.kind === 'promote') {
     return promoteDialogView(page, d, close);
+  } else if (d.kind === 'action') {
+    const n = d.node;
+    body = html`<form id="dialog-form" @submit=${submit(() => runAction(page, d))}>
+      <h2>Run ${d.action}</h2>
+      <p>Run <strong>${d.action}</strong> on ${n.kind} <span class="mono">${n.namespace ? `${n.namespace}/` : ''}${n.name}</span>?</p>
+      ${dialogError()}
+      ${buttons('action-confirm', d.action[0].toUpperCase() + d.action.slice(1))}
+    </form>`;
   } else {
     const entry = d.entry;
     body = html`<form id="dialog-form" @submit=${submit((form) => api('POST', `/api/applications/${name}/rollback`, { id: d.id, prune: field(form, 'prune').checked }))}>
