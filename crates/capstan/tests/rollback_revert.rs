@@ -2,8 +2,8 @@
 //! git server (http, basic auth), the real controller with its HTTP server. A bad ConfigMap value
 //! is committed and synced; `capstan app rollback NAME ID --revert --reason …` pushes one revert
 //! commit authored by the user, automated sync stays on and the live ConfigMap returns to the old
-//! value. Then the refusals push nothing: a revert conflicting with a later change (exit 1, the file
-//! named), a merge commit in the range (`POST …/rollback` 422), and callers without the `sync` role
+//! value. Then the refusals push nothing: a commit in the range that also changed a file outside the
+//! Application's path (exit 1, the file named), a merge commit in the range (`POST …/rollback` 422), and callers without the `sync` role
 //! (403 for a reader, 404 for someone who cannot see the Application).
 
 mod common;
@@ -176,8 +176,8 @@ async fn a_bad_commit_is_rolled_back_by_a_revert_commit_while_automated_sync_sta
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
-    // A conflicting revert: a web commit also changed a shared line that a later commit changed
-    // again. Refused (exit 1) naming the file; nothing pushed.
+    // A web commit also changed a shared file (a line a later commit changed again): reverting it
+    // would undo what is not the Application's. Refused (exit 1) naming the file; nothing pushed.
     git.commit(
         "app",
         "main",
@@ -199,7 +199,7 @@ async fn a_bad_commit_is_rolled_back_by_a_revert_commit_while_automated_sync_sta
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("conflicts") && stderr.contains("shared/common.yaml"),
+        stderr.contains("outside the Application's paths") && stderr.contains("shared/common.yaml"),
         "{stderr}"
     );
     assert_eq!(head(&bare), before, "nothing pushed");

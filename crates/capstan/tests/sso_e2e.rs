@@ -224,6 +224,11 @@ async fn people_log_in_through_an_oidc_provider_and_get_their_groups_roles() -> 
     let cli_browser = Browser::start()?;
     cli_browser.goto(&url)?;
     provider_login(&cli_browser, "dev")?;
+    // Nothing is handed over before the person confirms a command-line login they started.
+    cli_browser.wait_text("h1", WAIT, |t| {
+        t.contains("Log in the command line as dev@example.test")
+    })?;
+    cli_browser.click("#confirm", WAIT)?;
     cli_browser.wait_text("body", WAIT, |t| t.contains("you may close this tab"))?;
     let status = cli.wait()?;
     assert!(status.success(), "capstan login --sso failed");
@@ -241,6 +246,7 @@ async fn people_log_in_through_an_oidc_provider_and_get_their_groups_roles() -> 
     let paste_browser = Browser::start()?;
     paste_browser.goto(&url)?;
     provider_login(&paste_browser, "dev")?;
+    paste_browser.click("#confirm", WAIT)?;
     let page = paste_browser.wait_text("body", WAIT, |t| t.contains("Paste this code"))?;
     let code = page
         .lines()

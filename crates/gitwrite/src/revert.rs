@@ -133,6 +133,15 @@ pub enum RevertError {
         /// The limit.
         max: usize,
     },
+    /// A commit to revert also changes files outside the Application's paths: reverting it whole
+    /// would undo changes that are not the Application's (another team's, in a shared repository).
+    #[error("commit {commit} also changes files outside the Application's paths ({}): revert it by hand", .files.join(", "))]
+    OutsidePaths {
+        /// The commit (short id).
+        commit: String,
+        /// The files outside (at most 10).
+        files: Vec<String>,
+    },
     /// Reverting conflicts with later changes.
     #[error("reverting {} conflicts with later changes in: {}", .commits.join(", "), .files.join(", "))]
     Conflict {
@@ -168,10 +177,17 @@ impl RevertError {
             | RevertError::NotAncestor { .. }
             | RevertError::MergeInRange { .. }
             | RevertError::TooManyCommits { .. }
+            | RevertError::OutsidePaths { .. }
             | RevertError::NothingToRevert { .. } => RevertErrorKind::Refused,
             RevertError::Write(_) => RevertErrorKind::Failed,
         }
     }
+}
+
+/// Whether repository file `file` is `path` or under it (`.` is the whole repository).
+fn under(file: &str, path: &str) -> bool {
+    let path = path.trim_matches('/');
+    path.is_empty() || path == "." || file == path || file.strip_prefix(path).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Whether `id` is a full commit id (SHA-1 or SHA-256, lower-case hex).
@@ -453,6 +469,27 @@ async fn revert_once(
         });
     }
     let shas: Vec<String> = commits.iter().map(|(sha, _)| sha.clone()).collect();
+    // Every file each commit changes must be under the Application's paths.
+    for sha in &shas {
+        let changed = repo
+            .git(
+                "reading",
+                &["diff-tree", "--no-commit-id", "--name-only", "-r", "--no-renames", sha],
+            )
+            .await?;
+        let outside: Vec<String> = changed
+            .lines()
+            .filter(|f| !f.is_empty() && !request.paths.iter().any(|p| under(f, p)))
+            .take(10)
+            .map(String::from)
+            .collect();
+        if !outside.is_empty() {
+            return Err(RevertError::OutsidePaths {
+                commit: short(sha).to_string(),
+                files: outside,
+            });
+        }
+    }
     let name = format!("user.name={}", config.author_name);
     let email = format!("user.email={}", config.author_email);
     let mut revert = vec![
@@ -508,6 +545,15 @@ async fn revert_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_are_under_a_path_only_below_a_slash() {
+        assert!(under("apps/shop/values.yaml", "apps/shop"));
+        assert!(under("apps/shop/values.yaml", "apps/shop/"));
+        assert!(under("anything", "."));
+        assert!(!under("apps/shopping/values.yaml", "apps/shop"));
+        assert!(!under("shared/common.yaml", "apps/shop"));
+    }
 
     #[test]
     fn commit_ids_must_be_full_lower_case_hex() {

@@ -150,10 +150,11 @@ async fn a_push_rejected_by_a_concurrent_commit_is_redone_on_the_new_head() -> a
 }
 
 #[tokio::test]
-async fn a_conflicting_revert_is_refused_naming_the_file_and_pushes_nothing() -> anyhow::Result<()> {
+async fn a_commit_also_changing_other_files_is_refused_naming_them_and_pushes_nothing() -> anyhow::Result<()> {
     let server = GitServer::start().await?;
     let base = seeded(&server).await?;
-    // The web commit also changed a shared file, which a later commit changed again on the same line.
+    // The web commit also changed a shared file (which a later commit changed again on the same
+    // line): reverting it whole would undo a change that is not the Application's, and conflict.
     server.commit(
         "app",
         "main",
@@ -172,13 +173,13 @@ async fn a_conflicting_revert_is_refused_naming_the_file_and_pushes_nothing() ->
     let err = GitWriter::new(config())
         .revert(&request(&server, &base, &["apps/web"]))
         .await
-        .expect_err("a conflict");
-    let RevertError::Conflict { files, .. } = &err else {
-        panic!("expected a conflict, got {err:?}");
+        .expect_err("refused");
+    let RevertError::OutsidePaths { files, .. } = &err else {
+        panic!("expected a refusal of a commit outside the paths, got {err:?}");
     };
     assert_eq!(files, &vec!["shared/common.yaml".to_string()]);
-    assert_eq!(err.kind(), RevertErrorKind::Conflict);
-    assert!(err.to_string().contains("shared/common.yaml"), "{err}");
+    assert_eq!(err.kind(), RevertErrorKind::Refused);
+    assert!(err.to_string().contains("outside the Application's paths"), "{err}");
     assert_eq!(head(&server)?, later);
     Ok(())
 }

@@ -125,10 +125,13 @@ async fn once(
     for (k, v) in headers {
         req = req.header(k.clone(), v.clone());
     }
-    let answer = match tokio::time::timeout(limit, client.fetch(req, 16 * 1024, limit)).await {
+    // The head, then at most 16 KiB of the body (an error page may be larger: its status decides).
+    let exchange = async {
+        let answer = client.send(req).await?;
+        answer.read_cut(16 * 1024).await
+    };
+    let answer = match tokio::time::timeout(limit, exchange).await {
         Err(_) | Ok(Err(capstan_http::Error::Timeout { .. })) => return Err(DeliveryError::Timeout(limit.as_secs())),
-        // An answer larger than we read is still an answer: its status is what counts.
-        Ok(Err(capstan_http::Error::TooLarge { .. })) => return Ok(()),
         Ok(Err(e)) => return Err(DeliveryError::Unreachable(without(&capstan_http::chain(&e), url))),
         Ok(Ok(answer)) => answer,
     };

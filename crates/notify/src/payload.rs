@@ -126,6 +126,10 @@ pub fn commit_status(kind: ChannelType, e: &Event) -> Option<Payload> {
         return None;
     }
     let repo = repository_path(&e.repo_url)?;
+    // GitHub and Gitea name a repository by exactly OWNER/REPO (GitLab's groups nest).
+    if kind != ChannelType::Gitlab && repo.split('/').count() != 2 {
+        return None;
+    }
     let context = format!("capstan/{}", e.application);
     let description: String = line(e).chars().take(140).collect();
     match kind {

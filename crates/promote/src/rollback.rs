@@ -65,6 +65,14 @@ pub enum RollbackError {
         /// Why.
         source: RevertError,
     },
+    /// The Application's project does not let Capstan write its files.
+    #[error("Application {app:?}: {message}")]
+    ProjectRefused {
+        /// The Application.
+        app: String,
+        /// Which rule, and why.
+        message: String,
+    },
     /// The cluster refused or failed.
     #[error("{context}: {source}")]
     Kube {
@@ -83,6 +91,7 @@ impl RollbackError {
             RollbackError::BadRequest(_) => ErrorKind::BadRequest,
             RollbackError::NotFound(_) => ErrorKind::NotFound,
             RollbackError::History { .. } | RollbackError::Unsupported { .. } => ErrorKind::Unprocessable,
+            RollbackError::ProjectRefused { .. } => ErrorKind::Forbidden,
             RollbackError::Revert { source, .. } => match source.kind() {
                 RevertErrorKind::BadRequest => ErrorKind::BadRequest,
                 RevertErrorKind::Conflict => ErrorKind::Conflict,
@@ -192,6 +201,51 @@ pub fn revert_target(app: &Application, id: i64) -> Result<RevertTarget, Rollbac
 }
 
 impl Promoter {
+    /// Refuse unless `app`'s project permits writing under each of `target`'s paths on its branch.
+    async fn check_revert_write(&self, app: &Application, target: &RevertTarget) -> Result<(), RollbackError> {
+        let name = app.name_any();
+        let lookup = if app.spec.project.is_empty() {
+            capstan_api::project::DEFAULT_PROJECT
+        } else {
+            app.spec.project.as_str()
+        };
+        let projects: Api<capstan_api::AppProject> = Api::namespaced(self.client.clone(), &self.namespace);
+        let found = projects.get_opt(lookup).await.map_err(|source| RollbackError::Kube {
+            context: format!("reading AppProject {lookup}"),
+            source,
+        })?;
+        let refused = |message: String| RollbackError::ProjectRefused {
+            app: name.clone(),
+            message,
+        };
+        let (project, rules) = capstan_project::resolve(lookup, found.map(|p| p.spec), self.deny_implicit_default)
+            .map_err(|e| refused(e.to_string()))?;
+        let branch = if target.branch.is_empty() {
+            "HEAD"
+        } else {
+            target.branch.as_str()
+        };
+        for path in &target.paths {
+            // Any file under the path stands for all of them: a glob that covers PATH/** covers it.
+            let file = if path == "." {
+                "capstan-revert".to_string()
+            } else {
+                format!("{}/capstan-revert", path.trim_end_matches('/'))
+            };
+            let write = capstan_project::WriteTarget {
+                repo_url: &target.repo_url,
+                path: &file,
+                branch,
+            };
+            capstan_project::check_write(&project, &rules, &write).map_err(|v| {
+                refused(format!(
+                    "a revert writes under {path:?}, which the project does not permit: {v}"
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
     /// Roll `app` back to history entry `id` by one revert commit authored by `user` (see
     /// [`GitWriter::revert`]), then record an Event on the Application (reported as `reporter`)
     /// and ask the controller to refresh it. Allowed while automated sync is on: the sync follows
@@ -217,6 +271,10 @@ impl Promoter {
             })?
             .ok_or_else(|| RollbackError::NotFound(app.to_string()))?;
         let target = revert_target(&application, id)?;
+        // The project first, as for every other commit Capstan makes: it must let Capstan write
+        // every file under the Application's paths on its branch (a `sourceRepoPaths` entry whose
+        // paths cover PATH/**); the writer then refuses commits that change anything else.
+        self.check_revert_write(&application, &target).await?;
         let credentials = capstan_cluster::repository::for_repo(&self.client, &self.namespace, &target.repo_url)
             .await
             .unwrap_or_default();

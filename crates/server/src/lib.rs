@@ -86,6 +86,15 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
             }),
         )
         .api_route(
+            "/auth/cli/confirm",
+            post_with(auth::oidc::cli::confirm, |op| {
+                op.summary("Single sign-on from the CLI: the person confirms, in the browser, the command-line login they started; the code then goes to the CLI")
+                    .tag("session")
+                    .response_with::<200, String, _>(|r| r.description("the code to paste"))
+                    .response_with::<303, (), _>(|r| r.description("to the CLI's loopback listener"))
+            }),
+        )
+        .api_route(
             "/api/session/cli",
             post_with(auth::oidc::cli::redeem, |op| {
                 op.summary("Single sign-on from the CLI: redeem the code the browser handed over, with the PKCE verifier; sets the session cookie")
@@ -332,10 +341,14 @@ async fn security_headers(request: axum::extract::Request, next: axum::middlewar
     use axum::http::{HeaderValue, header};
     let mut response = next.run(request).await;
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
+    // A page that needs another policy sets its own (the CLI login's confirmation page, whose
+    // form leads to the CLI's loopback port); every other answer gets the strict one.
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        );
+    }
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

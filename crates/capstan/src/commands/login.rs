@@ -327,7 +327,7 @@ pub async fn context(args: ContextArgs) -> anyhow::Result<ExitCode> {
                     login.user.clone(),
                     match login.credentials {
                         Credentials::Token { .. } => "token".into(),
-                        Credentials::Session { .. } => "password".into(),
+                        Credentials::Session { .. } => "session".into(),
                     },
                 ]);
             }

@@ -73,7 +73,29 @@ pub struct Remote {
 impl Remote {
     /// The server commands go to: `$CAPSTAN_SERVER` with `$CAPSTAN_TOKEN` (for CI), else the
     /// current login of the sessions file; none when neither exists (the kubeconfig is used).
+    /// Refused when the command line names a kubeconfig, context or namespace: those would be
+    /// silently ignored by the server (which may be another cluster's).
     pub fn current() -> Result<Option<Remote>, RemoteError> {
+        let remote = Self::current_unchecked()?;
+        if let Some(r) = &remote {
+            let kube_flag = std::env::args().skip(1).find(|a| {
+                let name = a.split('=').next().unwrap_or_default();
+                matches!(
+                    name,
+                    "--kubeconfig" | "--context" | "--namespace" | "-n" | "-N" | "--app-namespace"
+                )
+            });
+            if let Some(flag) = kube_flag {
+                return Err(RemoteError::Invalid(format!(
+                    "logged in to {}: {flag} applies to the kubeconfig, which is not used; run `capstan context --none` to use it",
+                    r.server
+                )));
+            }
+        }
+        Ok(remote)
+    }
+
+    fn current_unchecked() -> Result<Option<Remote>, RemoteError> {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         if let Some(server) = env("CAPSTAN_SERVER") {
             let token = env("CAPSTAN_TOKEN")
@@ -100,9 +122,19 @@ impl Remote {
         Remote::new(&current, login).map(Some)
     }
 
-    /// A client of `server` with `login`.
+    /// A client of `server` with `login`. Plain `http://` is refused unless the server is on this
+    /// machine (loopback): passwords, cookies and tokens would cross the network in clear.
     pub fn new(server: &str, login: Login) -> Result<Remote, RemoteError> {
         let server = normalize(server);
+        if let Some(rest) = server.strip_prefix("http://") {
+            let host = rest.split('/').next().unwrap_or_default();
+            let host = host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host);
+            if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+                return Err(RemoteError::Invalid(format!(
+                    "{server}: plain http:// is refused off this machine (credentials would travel in clear): use https://"
+                )));
+            }
+        }
         if login.insecure {
             eprintln!("warning: the certificate of {server} is not verified (--insecure-skip-tls-verify)");
         }

@@ -66,10 +66,23 @@ impl Notifications {
         tokio::spawn(async move {
             let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
             let mut stream = std::pin::pin!(stream);
+            // A channel's status writes (each delivery) are not changes of what it selects: only
+            // a new generation of its spec, its creation or its deletion sweeps the Applications.
+            let mut generations: HashMap<String, Option<i64>> = HashMap::new();
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
-                        changed.notify_one()
+                    Ok(watcher::Event::InitDone) => changed.notify_one(),
+                    Ok(watcher::Event::Apply(c)) => {
+                        if generations.insert(c.name_any(), c.metadata.generation) != Some(c.metadata.generation) {
+                            changed.notify_one();
+                        }
+                    }
+                    Ok(watcher::Event::InitApply(c)) => {
+                        generations.insert(c.name_any(), c.metadata.generation);
+                    }
+                    Ok(watcher::Event::Delete(c)) => {
+                        generations.remove(&c.name_any());
+                        changed.notify_one();
                     }
                     Ok(_) => {}
                     Err(err) => tracing::debug!(%err, "NotificationChannel watch error"),

@@ -146,7 +146,9 @@ async fn target_of(
 ) -> Result<(&'static [Action], Api<DynamicObject>, DynamicObject), ApiError> {
     let name = app.metadata.name.clone().unwrap_or_default();
     let tree = super::tree::build(state, app).await?;
-    let found = tree.iter().any(|n| {
+    // Live nodes only: an object Git names but the project denies is listed `Missing` and was never
+    // read; it is no target.
+    let found = tree.iter().filter(|n| super::tree::is_live_root(n)).any(|n| {
         n.group == target.group && n.kind == target.kind && n.namespace == target.namespace && n.name == target.name
     });
     if !found {

@@ -525,7 +525,16 @@ async fn revert(state: &State, auth: &Auth, name: &str, body: &RollbackBody) -> 
             capstan_promote::rollback::MAX_REASON_CHARS
         )));
     }
-    let promoter = capstan_promote::Promoter::new(state.client.clone(), state.config.namespace.clone());
+    // Each revert fetches a branch's history into a scratch clone: two at a time per server.
+    static REVERTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    let Ok(_turn) = REVERTS.try_acquire() else {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "two reverts are running on this server: try again in a moment",
+        ));
+    };
+    let mut promoter = capstan_promote::Promoter::new(state.client.clone(), state.config.namespace.clone());
+    promoter.deny_implicit_default = state.config.deny_implicit_default_project;
     let reverted = promoter
         .revert_rollback(name, body.id, &auth.principal.name, reason, "capstan-server")
         .await

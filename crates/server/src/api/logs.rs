@@ -7,9 +7,10 @@
 //! refused with 403 before anything is asked of the cluster. Pods in Capstan's own namespace on
 //! the cluster it runs in are never read (its credentials live there). The answer is bounded:
 //! at most [`MAX_PODS`] Pods, [`MAX_TAIL`] lines and [`LIMIT_BYTES`] per container unless
-//! followed, lines cut at [`MAX_LINE`] bytes; a followed answer holds a place among the caller's
-//! live streams ([`crate::stream::StreamLimiter`]) and ends when the credentials stop being
-//! valid, the server stops, or after [`MAX_FOLLOW`].
+//! followed, lines cut at [`MAX_LINE`] bytes; every answer holds a place among the caller's live
+//! streams ([`crate::stream::StreamLimiter`]) while it is sent; an unfollowed one ends after
+//! [`MAX_UNFOLLOWED`], a followed one when the credentials or the caller's role stop being valid,
+//! the server stops, or after [`MAX_FOLLOW`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -49,6 +50,8 @@ pub const LIMIT_BYTES: i64 = 8 * 1024 * 1024;
 pub const MAX_LINE: usize = 16 * 1024;
 /// A followed answer ends after this long (the client asks again).
 pub const MAX_FOLLOW: Duration = Duration::from_secs(3600);
+/// An unfollowed answer ends after this long, read or not.
+pub const MAX_UNFOLLOWED: Duration = Duration::from_secs(120);
 
 /// Query of `GET /api/applications/{name}/logs`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -105,8 +108,11 @@ pub struct LogLine {
     pub error: String,
 }
 
-/// The Pods of `tree` a query names: 403 for a Pod or resource that is not part of it.
+/// The Pods of `tree` a query names: 403 for a Pod or resource that is not part of it. Only live
+/// nodes count: a root the controller never found live — among them objects Git names that the
+/// project denies, which are listed `Missing` and never read — is not part of the tree here.
 pub fn select_pods<'a>(tree: &'a [TreeNode], q: &LogsQuery, app: &str) -> Result<Vec<&'a TreeNode>, ApiError> {
+    let tree: Vec<&TreeNode> = tree.iter().filter(|n| super::tree::is_live_root(n)).collect();
     let is_pod = |n: &TreeNode| n.group.is_empty() && n.kind == "Pod";
     let ns_ok = |n: &TreeNode| q.namespace.is_empty() || n.namespace == q.namespace;
     let not_part = |what: String| {
@@ -118,6 +124,7 @@ pub fn select_pods<'a>(tree: &'a [TreeNode], q: &LogsQuery, app: &str) -> Result
     if !q.pod.is_empty() {
         let found: Vec<&TreeNode> = tree
             .iter()
+            .copied()
             .filter(|n| is_pod(n) && n.name == q.pod && ns_ok(n))
             .collect();
         return match found.len() {
@@ -132,12 +139,13 @@ pub fn select_pods<'a>(tree: &'a [TreeNode], q: &LogsQuery, app: &str) -> Result
     if !q.kind.is_empty() || !q.resource_name.is_empty() {
         let root = tree
             .iter()
+            .copied()
             .find(|n| n.group == q.group && n.kind == q.kind && n.name == q.resource_name && ns_ok(n))
             .ok_or_else(|| {
                 let group = if q.group.is_empty() { "" } else { &q.group };
                 not_part(format!("{group}/{} {:?}", q.kind, q.resource_name))
             })?;
-        let by_id: HashMap<&str, &TreeNode> = tree.iter().map(|n| (n.id.as_str(), n)).collect();
+        let by_id: HashMap<&str, &TreeNode> = tree.iter().map(|n| (n.id.as_str(), *n)).collect();
         let under = |n: &TreeNode| {
             let mut at = Some(n);
             // A tree is acyclic, but a bound keeps a malformed one from looping.
@@ -150,9 +158,9 @@ pub fn select_pods<'a>(tree: &'a [TreeNode], q: &LogsQuery, app: &str) -> Result
             }
             false
         };
-        return Ok(tree.iter().filter(|n| is_pod(n) && under(n)).collect());
+        return Ok(tree.iter().copied().filter(|n| is_pod(n) && under(n)).collect());
     }
-    Ok(tree.iter().filter(|n| is_pod(n)).collect())
+    Ok(tree.iter().copied().filter(|n| is_pod(n)).collect())
 }
 
 /// `GET /api/applications/{name}/logs`.
@@ -200,13 +208,10 @@ pub async fn logs(
             ),
         ));
     }
-    let permit = if q.follow {
-        match permit(&state, &auth.principal) {
-            Some(p) => Some(p),
-            None => return Ok(too_many_streams()),
-        }
-    } else {
-        None
+    // Every answer holds one of the caller's live-stream places while it is sent (a slow reader of
+    // many unfollowed answers holds upstream streams too).
+    let Some(permit) = permit(&state, &auth.principal) else {
+        return Ok(too_many_streams());
     };
     let params = LogParams {
         container: None,
@@ -284,7 +289,12 @@ pub async fn logs(
     } else {
         stream::iter(streams).flatten().boxed()
     };
-    let stop = stop_signal(state.clone(), auth, q.follow);
+    let stop = stop_signal(
+        state.clone(),
+        auth,
+        super::access::project_of(&app).to_string(),
+        q.follow,
+    );
     let body = merged.take_until(stop).map(move |line| {
         let _held = &permit;
         let mut text = serde_json::to_string(&line).unwrap_or_default();
@@ -319,19 +329,32 @@ fn containers_of(pod: &Pod) -> Vec<String> {
         .collect()
 }
 
-/// Resolves when the answer must end: the server stops; for a followed answer also when the
-/// credentials stop being valid (checked every [`RECHECK`]) or after [`MAX_FOLLOW`].
-fn stop_signal(state: Arc<State>, auth: Auth, follow: bool) -> futures::future::BoxFuture<'static, ()> {
+/// Resolves when the answer must end: the server stops; an unfollowed answer after
+/// [`MAX_UNFOLLOWED`]; a followed one when the credentials stop being valid or the caller's role in
+/// `project` is gone (checked every [`RECHECK`]), or after [`MAX_FOLLOW`].
+fn stop_signal(
+    state: Arc<State>,
+    auth: Auth,
+    project: String,
+    follow: bool,
+) -> futures::future::BoxFuture<'static, ()> {
     use futures::FutureExt;
     let stopping = state.stopping();
     if !follow {
-        return stopping.boxed();
+        return async move {
+            tokio::select! {
+                () = stopping => {}
+                () = tokio::time::sleep(MAX_UNFOLLOWED) => {}
+            }
+        }
+        .boxed();
     }
     let expired = async move {
         let deadline = tokio::time::Instant::now() + MAX_FOLLOW;
         loop {
             tokio::time::sleep(RECHECK).await;
-            if !auth.still_valid(&state) || tokio::time::Instant::now() >= deadline {
+            let still = auth.still_valid(&state) && auth.role(&state, &project) >= Role::ReadOnly;
+            if !still || tokio::time::Instant::now() >= deadline {
                 return;
             }
         }
@@ -445,6 +468,11 @@ mod tests {
             node("p2", Some("rs"), "", "Pod", "web", "api-1-b"),
             node("j", None, "batch", "Job", "web", "migrate"),
             node("p3", Some("j"), "", "Pod", "web", "migrate-x"),
+            // Named in Git, denied by the project, never read: listed Missing.
+            TreeNode {
+                health: HealthCode::Missing,
+                ..node("denied", None, "", "Pod", "team-b", "db-0")
+            },
         ]
     }
 
@@ -485,6 +513,10 @@ mod tests {
             LogsQuery {
                 kind: "Deployment".into(),
                 resource_name: "api".into(),
+                ..LogsQuery::default()
+            },
+            LogsQuery {
+                pod: "db-0".into(),
                 ..LogsQuery::default()
             },
         ] {

@@ -258,7 +258,7 @@ async fn finish(state: &State, headers: &HeaderMap, query: CallbackQuery) -> Res
     let claims = provider::verify_id_token(&provider, &id_token, &flow.nonce).await?;
     let (user, groups) = provider::identity(&provider.config, &claims)?;
     if let Some(flow) = &flow.cli {
-        return Ok(Finished::Cli(cli::finish(flow, user, groups, &key)));
+        return Ok(Finished::Cli(cli::ask(flow, user, groups, &key)));
     }
     tracing::info!(%user, ?groups, "single sign-on login");
     let s = session::Session {

@@ -400,7 +400,14 @@ async fn logs(remote: &Remote, args: LogsArgs) -> anyhow::Result<ExitCode> {
                 eprintln!("error: {prefix}: {err}");
                 continue;
             }
-            let content = line["content"].as_str().unwrap_or_default();
+            // A container writes what it likes: control characters (terminal escapes) are shown,
+            // not obeyed, as `cat -v` would.
+            let content: String = line["content"]
+                .as_str()
+                .unwrap_or_default()
+                .chars()
+                .map(|c| if c.is_control() && c != '\t' { '?' } else { c })
+                .collect();
             let stamp = if args.timestamps {
                 format!("{} ", line["timestamp"].as_str().unwrap_or_default())
             } else {

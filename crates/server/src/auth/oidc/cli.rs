@@ -80,8 +80,108 @@ fn code_key(session_key: &[u8]) -> Vec<u8> {
     [session_key, b":cli-code"].concat()
 }
 
-/// The end of a CLI login at the provider: the code, to the CLI's listener or on a page.
-pub(super) fn finish(flow: &CliFlow, user: String, groups: Vec<String>, key: &[u8]) -> Response {
+/// A CLI login the provider has finished, waiting for the person to confirm it in the browser
+/// (sealed into the confirmation form).
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Pending {
+    sub: String,
+    groups: Vec<String>,
+    flow: CliFlow,
+    exp: u64,
+}
+
+fn pending_key(session_key: &[u8]) -> Vec<u8> {
+    [session_key, b":cli-pending"].concat()
+}
+
+/// Escape text for HTML.
+fn html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// The end of a CLI login at the provider: a page asking the person to confirm that they started
+/// a command-line login just now (anyone can start one, with their own challenge, and send the link:
+/// nothing is handed over without this click), posting to [`confirm`].
+pub(super) fn ask(flow: &CliFlow, user: String, groups: Vec<String>, key: &[u8]) -> Response {
+    let pending = session::seal(
+        &Pending {
+            sub: user.clone(),
+            groups,
+            flow: flow.clone(),
+            exp: session::now_secs() + CODE_SECS,
+        },
+        &pending_key(key),
+    );
+    let whereto = match flow.port {
+        Some(port) => format!("to the <code>capstan login</code> waiting on this computer (port {port})"),
+        None => "as a code to paste into the terminal where <code>capstan login</code> waits".into(),
+    };
+    let page = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Capstan: command-line login</title></head><body>\
+         <h1>Log in the command line as {user}?</h1>\
+         <p>A <code>capstan login --sso</code> asked to log in as <b>{user}</b>. Continue only if you started it yourself, just now: \
+         the login is handed {whereto}. Never give the code to anyone.</p>\
+         <form method=\"post\" action=\"/auth/cli/confirm\"><input type=\"hidden\" name=\"pending\" value=\"{pending}\">\
+         <button type=\"submit\" id=\"confirm\">Log in the command line</button></form></body></html>",
+        user = html(&user),
+        pending = html(&pending),
+    );
+    let mut response = (StatusCode::OK, page).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // The form posts here, and its answer redirects to the CLI's loopback port: browsers hold a
+    // form's redirects to `form-action` too.
+    let form_action = match flow.port {
+        Some(port) => format!("'self' http://127.0.0.1:{port}"),
+        None => "'self'".into(),
+    };
+    let policy = format!("default-src 'none'; form-action {form_action}; base-uri 'none'; frame-ancestors 'none'");
+    if let Ok(v) = HeaderValue::from_str(&policy) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    response
+}
+
+/// Form of `POST /auth/cli/confirm`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct Confirm {
+    /// The sealed pending login of the confirmation page.
+    pending: String,
+}
+
+/// `POST /auth/cli/confirm`: the person confirmed; the code goes to the CLI's listener or is shown.
+pub async fn confirm(AxState(state): AxState<Arc<State>>, body: axum::body::Bytes) -> Result<Response, ApiError> {
+    // The page's form (application/x-www-form-urlencoded), read by hand: axum's `Form` is a feature
+    // the server does not otherwise need.
+    let form: Confirm = serde_urlencoded::from_bytes(&body)
+        .map_err(|e| ApiError::bad_request(format!("the confirmation form: {e}")))?;
+    let Some(key) = state.secret_value(SESSION_KEY) else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server has no session key yet: run `capstan install`",
+        ));
+    };
+    let pending: Pending = session::open(form.pending.trim(), &pending_key(&key))
+        .filter(|p: &Pending| p.exp > session::now_secs())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "the login took too long or did not start here: run capstan login again",
+            )
+        })?;
+    Ok(finish(&pending.flow, pending.sub, pending.groups, &key))
+}
+
+/// The code, to the CLI's listener or on a page.
+fn finish(flow: &CliFlow, user: String, groups: Vec<String>, key: &[u8]) -> Response {
     let code = session::seal(
         &CliCode {
             sub: user,
