@@ -615,7 +615,9 @@ pub enum Busy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RollbackRefused {
     /// Rollbacks and automated sync would undo each other (Argo CD refuses the same way).
-    #[error("rollback is not allowed while automated sync is enabled: disable syncPolicy.automated first")]
+    #[error(
+        "rollback is not allowed while automated sync is enabled: disable syncPolicy.automated first, or roll back by a Git revert (capstan app rollback --revert, or \"Revert in Git\" in the web UI)"
+    )]
     Automated,
     /// The rollback names no entry of the history.
     #[error("history entry {id} not found{}", known_ids(.known))]

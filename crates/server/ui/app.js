@@ -1791,10 +1791,18 @@ function dialogView(page, d) {
     </form>`;
   } else {
     const entry = d.entry;
-    body = html`<form id="dialog-form" @submit=${submit((form) => api('POST', `/api/applications/${name}/rollback`, { id: d.id, prune: field(form, 'prune').checked }))}>
+    body = html`<form id="dialog-form" @submit=${submit((form) => {
+      const revert = field(form, 'revert').checked;
+      const body = revert
+        ? { id: d.id, revert: true, reason: field(form, 'reason').value }
+        : { id: d.id, prune: field(form, 'prune').checked };
+      return api('POST', `/api/applications/${name}/rollback`, body);
+    })}>
       <h2>Roll back ${name}</h2>
       <p>Sync history entry ${d.id}: revision <span class="mono">${short(entry && entry.revision)}</span>, path <span class="mono">${entry && entry.source && entry.source.path}</span>.</p>
-      <div class="row"><label><input type="checkbox" name="prune"> Prune objects not in that revision</label></div>
+      <div class="row"><label><input type="checkbox" name="revert" data-testid="rollback-revert"> Revert in Git: one commit undoing the later commits of the path (allowed with automated sync, which then follows it)</label></div>
+      <div class="row"><label>Reason (with a revert: the commit message) <input type="text" name="reason" maxlength="1000" data-testid="rollback-reason"></label></div>
+      <div class="row"><label><input type="checkbox" name="prune"> Prune objects not in that revision (without a revert)</label></div>
       ${dialogError()}
       ${buttons('rollback-confirm', 'Roll back')}
     </form>`;
