@@ -15,9 +15,12 @@ use serde_json::json;
 use common::http::Http;
 use common::{capstan, capstan_in, kubectl, text, until};
 
+/// The project: a deny window always active, and an allow window that is never active when the test
+/// runs (it opens on 29 February only: a weekday-hours window failed the test whenever it ran during
+/// Berlin's working day).
 fn project(ns: &str, repo: &str, manual_sync: bool) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: AppProject\nmetadata: {{name: frozen, namespace: {ns}}}\nspec:\n  sourceRepos: ['{repo}']\n  destinations: [{{server: '*', namespace: '*'}}]\n  clusterResourceWhitelist: [{{group: '', kind: Namespace}}]\n  syncWindows:\n  - {{kind: deny, schedule: '* * * * *', duration: 1h, applications: ['*'], manualSync: {manual_sync}}}\n  - {{kind: allow, schedule: '0 9 * * 1-5', duration: 8h, namespaces: ['prod-*'], timeZone: Europe/Berlin}}\n"
+        "apiVersion: capstan.dev/v1alpha1\nkind: AppProject\nmetadata: {{name: frozen, namespace: {ns}}}\nspec:\n  sourceRepos: ['{repo}']\n  destinations: [{{server: '*', namespace: '*'}}]\n  clusterResourceWhitelist: [{{group: '', kind: Namespace}}]\n  syncWindows:\n  - {{kind: deny, schedule: '* * * * *', duration: 1h, applications: ['*'], manualSync: {manual_sync}}}\n  - {{kind: allow, schedule: '0 9 29 2 *', duration: 8h, namespaces: ['prod-*'], timeZone: Europe/Berlin}}\n"
     )
 }
 
