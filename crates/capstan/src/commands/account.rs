@@ -155,7 +155,8 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read_password() -> anyhow::Result<String> {
+/// One line of stdin as a password (prompted on a terminal); `capstan login` reads it the same way.
+pub(crate) fn read_password() -> anyhow::Result<String> {
     if std::io::stdin().is_terminal() {
         eprint!("password: ");
     }

@@ -433,13 +433,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
             operation,
             timeout,
         } => {
-            let (health, sync) = if !health && !sync { (true, true) } else { (health, sync) };
-            let spec = WaitFor {
-                operation: operation.then(String::new),
-                sync,
-                health,
-                stop_when_only_pruning_left: false,
-            };
+            let spec = WaitFor::for_command(health, sync, operation);
             let app = wait_for(&api, &name, &spec, Duration::from_secs(timeout)).await?;
             outln!("{}", summary_line(&app));
             Ok(ExitCode::SUCCESS)

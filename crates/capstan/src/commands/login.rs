@@ -113,7 +113,7 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
             let username = args.username.clone().unwrap_or_else(super::login_name);
             let password = match args.password.clone() {
                 Some(p) => p,
-                None => read_password()?,
+                None => super::account::read_password()?,
             };
             let remote = Remote::new(&server, base(Credentials::Token { token: String::new() }))?;
             let (user, credentials) = remote.password_login(&username, &password).await?;
@@ -247,18 +247,6 @@ fn refused_token(err: RemoteError) -> anyhow::Error {
         }
         other => other.into(),
     }
-}
-
-fn read_password() -> anyhow::Result<String> {
-    if std::io::stdin().is_terminal() {
-        eprint!("password: ");
-    }
-    let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .context("reading the password from stdin")?;
-    Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
 /// `capstan logout [SERVER]`: forget the login. The server is told (`DELETE /api/session`), but its

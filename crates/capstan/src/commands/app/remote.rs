@@ -105,13 +105,7 @@ pub(super) async fn run(remote: &Remote, command: AppCommand) -> anyhow::Result<
             operation,
             timeout,
         } => {
-            let (health, sync) = if !health && !sync { (true, true) } else { (health, sync) };
-            let spec = WaitFor {
-                operation: operation.then(String::new),
-                sync,
-                health,
-                stop_when_only_pruning_left: false,
-            };
+            let spec = WaitFor::for_command(health, sync, operation);
             let app = wait(remote, &name, &spec, timeout).await?;
             outln!("{}", summary_line(&app));
             Ok(ExitCode::SUCCESS)

@@ -22,6 +22,20 @@ pub(super) struct WaitFor {
     pub(super) stop_when_only_pruning_left: bool,
 }
 
+impl WaitFor {
+    /// What `capstan app wait` waits for: Synced and/or Healthy (both when neither flag is given),
+    /// and with `operation`, any running operation's end.
+    pub(super) fn for_command(health: bool, sync: bool, operation: bool) -> WaitFor {
+        let (health, sync) = if !health && !sync { (true, true) } else { (health, sync) };
+        WaitFor {
+            operation: operation.then(String::new),
+            sync,
+            health,
+            stop_when_only_pruning_left: false,
+        }
+    }
+}
+
 /// A new version of the Application being waited for, or why there is none.
 pub(super) enum Update {
     /// Its new version.
