@@ -217,7 +217,7 @@ impl Playground {
 
         let booting = Instant::now();
         let mut last_err = None;
-        for attempt in 0..3 {
+        for attempt in 0..PORT_ATTEMPTS {
             let ports = match read_state(&dir) {
                 Some(p) if attempt == 0 && p.all_free() => p,
                 _ => Ports::free()?,
@@ -254,6 +254,9 @@ impl Playground {
                     tracing::warn!(attempt, "a port was taken while starting; retrying with other ports");
                     Self::down(&dir)?;
                     last_err = Some(err);
+                    // Another process took a port between our check and the component's bind;
+                    // starting again at once on a busy machine can meet the same crowd.
+                    tokio::time::sleep(Duration::from_millis(100 * (attempt as u64 + 1))).await;
                 }
                 Err(err) => {
                     Self::down(&dir)?;
@@ -261,6 +264,7 @@ impl Playground {
                 }
             }
         }
+        tracing::warn!(attempts = PORT_ATTEMPTS, "every attempt met a port taken by another process");
         Err(last_err.unwrap_or_else(|| Error::Format {
             context: "starting".into(),
             message: "no attempt made".into(),
@@ -627,6 +631,11 @@ fn exited(dir: &Path, name: &str) -> Error {
         log,
     }
 }
+
+/// How many times a start is tried with fresh ports when a component finds its port taken: the
+/// ports are chosen free, but another process (tests start many planes at once) can bind one before
+/// the component does.
+const PORT_ATTEMPTS: u32 = 6;
 
 fn is_port_race(err: &Error) -> bool {
     matches!(err, Error::ComponentExited { tail, .. } if tail.contains("address already in use"))
