@@ -80,6 +80,12 @@ CACHE="${CAPSTAN_CACHE:-$HOME/.cache/capstan}"
 BIN="$CACHE/bin"
 APT_DIR="$CACHE/apt"
 mkdir -p "$BIN"
+# One setup at a time per cache: two (two checkouts' `make test`, a test run and the playground)
+# would build into the same directories. The second waits for the first, then finds its work cached.
+if command -v flock >/dev/null; then
+  exec 9>"$CACHE/.setup.lock"
+  flock 9
+fi
 
 WITH_LEGACY=0
 WITH_TEST_TOOLS=0

@@ -638,6 +638,24 @@ fn known_ids(known: &[i64]) -> String {
     }
 }
 
+/// How deleting an Application treats what it deployed.
+impl Application {
+    /// The finalizers to set before deleting the Application so that its objects are deleted too
+    /// (`cascade`: Capstan's resources finalizer, as Argo CD's cascade) or left running; `None` when
+    /// they are already so.
+    pub fn finalizers_for_delete(&self, cascade: bool) -> Option<Vec<String>> {
+        let current = self.metadata.finalizers.clone().unwrap_or_default();
+        let mut wanted = current.clone();
+        let has = wanted.iter().any(|f| f == crate::labels::RESOURCES_FINALIZER);
+        if cascade && !has {
+            wanted.push(crate::labels::RESOURCES_FINALIZER.into());
+        } else if !cascade && has {
+            wanted.retain(|f| f != crate::labels::RESOURCES_FINALIZER);
+        }
+        (wanted != current).then_some(wanted)
+    }
+}
+
 /// What the operation annotation asks, and whether an operation runs.
 impl Application {
     /// The request in the operation annotation, unless the operation in its status already handled it (an

@@ -4,6 +4,9 @@
 pub const TRACKING_LABEL: &str = "capstan.dev/instance";
 /// Annotation that triggers a refresh of an Application: `normal` or `hard`.
 pub const REFRESH_ANNOTATION: &str = "capstan.dev/refresh";
+/// The annotation `kubectl apply` writes: the whole object as last applied (a cluster Secret's
+/// credentials included). Never shown.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Finalizer that makes deleting an Application delete the objects it manages.
 pub const RESOURCES_FINALIZER: &str = "capstan.dev/resources-finalizer";
 /// Label on Secrets describing a destination cluster.

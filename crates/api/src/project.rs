@@ -11,6 +11,15 @@ use crate::sync_window::SyncWindow;
 /// name exists, it allows everything.
 pub const DEFAULT_PROJECT: &str = "default";
 
+/// The project an Application's `spec.project` names: [`DEFAULT_PROJECT`] when empty.
+pub fn project_name(spec_project: &str) -> &str {
+    if spec_project.is_empty() {
+        DEFAULT_PROJECT
+    } else {
+        spec_project
+    }
+}
+
 /// An AppProject: the rules its Applications' syncs must keep.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(

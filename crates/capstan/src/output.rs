@@ -57,9 +57,7 @@ fn decide(choice: ColorChoice, no_color: bool, terminal: bool) -> bool {
     }
 }
 
-/// The annotation `kubectl apply` writes: the whole object as last applied, a cluster Secret's
-/// credentials included. Never printed.
-pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub use capstan_api::labels::LAST_APPLIED;
 
 /// `object` as the CLI prints it (`-o yaml|json`), as `kubectl get` does by default: without
 /// `managedFields`, which say which client wrote which field, and without [`LAST_APPLIED`].

@@ -1,21 +1,32 @@
 //! `capstan controller` and `capstan app …` driven through the binary, as a user would: list, get,
 //! diff (exit codes), sync --wait, history, rollback, wait and delete, against a real control plane
-//! and a real git server.
+//! and a real git server; through the kubeconfig and, the same, logged in to the server.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{Controller, capstan, text, until};
+use common::modes::{Cli, Mode};
+use common::{capstan, controller_with_server, text, until};
 
 const V1: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
+    drive(Mode::Kubeconfig).await
+}
+
+/// The same commands, logged in to the server: the same outputs and exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_app_commands_drive_a_real_controller_through_the_server() -> anyhow::Result<()> {
+    drive(Mode::Server).await
+}
+
+async fn drive(mode: Mode) -> anyhow::Result<()> {
     // The run's shared plane, Capstan in a namespace of this test's own.
     let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
@@ -24,14 +35,8 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
     let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let cache = tempfile::tempdir()?;
-    let _controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &kc, "-n", &ns, "--cache-dir"])
-            .arg(cache.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let (_controller, base, _) = controller_with_server(&kc, cache.path(), &["-n", &ns])?;
+    let cli = Cli::new(&kc, &ns, mode, &base);
     git.create_repo("cli")?;
     let v1 = git.commit("cli", "main", &[("app/all.yaml", Some(V1))], "v1")?;
     let app = format!(
@@ -48,16 +53,16 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
     assert!(out.status.success(), "{}", text(&out));
 
     until("the app to be compared", Duration::from_secs(60), || {
-        text(&capstan(&kc, &["app", "list", "-n", &ns])).contains("OutOfSync")
+        text(&cli.run(&["app", "list"])).contains("OutOfSync")
     });
-    let list = text(&capstan(&kc, &["app", "list", "-n", &ns]));
+    let list = text(&cli.run(&["app", "list"]));
     assert!(
         list.contains("NAME") && list.contains("cli") && list.contains(&v1[..7]),
         "{list}"
     );
 
     // diff: exit 1 with a unified diff while the objects are missing.
-    let diff = capstan(&kc, &["app", "diff", "cli", "-n", &ns]);
+    let diff = cli.run(&["app", "diff", "cli"]);
     assert_eq!(diff.status.code(), Some(1), "{}", text(&diff));
     assert!(
         text(&diff).contains("+++ desired /ConfigMap/cli-app/settings") && text(&diff).contains("+  color: blue"),
@@ -66,22 +71,22 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
     );
 
     // sync --wait: succeeds, prints the per-object results and the final state.
-    let sync = capstan(&kc, &["app", "sync", "cli", "--wait", "--timeout", "120", "-n", &ns]);
+    let sync = cli.run(&["app", "sync", "cli", "--wait", "--timeout", "120"]);
     assert!(sync.status.success(), "sync failed: {}", text(&sync));
     assert!(
         text(&sync).contains("sync Succeeded") && text(&sync).contains("sync=Synced health=Healthy"),
         "{}",
         text(&sync)
     );
-    let diff = capstan(&kc, &["app", "diff", "cli", "-n", &ns]);
+    let diff = cli.run(&["app", "diff", "cli"]);
     assert_eq!(diff.status.code(), Some(0), "no diff after a sync: {}", text(&diff));
 
-    let get = text(&capstan(&kc, &["app", "get", "cli", "-n", &ns]));
+    let get = text(&cli.run(&["app", "get", "cli"]));
     assert!(
         get.contains("Sync Status:   Synced") && get.contains("Deployment") && get.contains("Healthy"),
         "{get}"
     );
-    let json = capstan(&kc, &["app", "get", "cli", "-o", "json", "-n", &ns]);
+    let json = cli.run(&["app", "get", "cli", "-o", "json"]);
     let parsed: serde_json::Value = serde_json::from_slice(&json.stdout)?;
     assert_eq!(parsed["status"]["sync"]["revision"], v1.as_str());
 
@@ -92,17 +97,17 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
         &[("app/all.yaml", Some(&V1.replace("blue", "green")))],
         "v2",
     )?;
-    let get = capstan(&kc, &["app", "get", "cli", "--refresh", "-n", &ns]);
+    let get = cli.run(&["app", "get", "cli", "--refresh"]);
     assert!(
         text(&get).contains("OutOfSync"),
         "refresh sees the new commit: {}",
         text(&get)
     );
-    let sync = capstan(&kc, &["app", "sync", "cli", "--wait", "-n", &ns]);
+    let sync = cli.run(&["app", "sync", "cli", "--wait"]);
     assert!(sync.status.success(), "{}", text(&sync));
-    let history = text(&capstan(&kc, &["app", "history", "cli", "-n", &ns]));
+    let history = text(&cli.run(&["app", "history", "cli"]));
     assert!(history.contains(&v1) && history.contains(&v2), "{history}");
-    let rollback = capstan(&kc, &["app", "rollback", "cli", "0", "--wait", "-n", &ns]);
+    let rollback = cli.run(&["app", "rollback", "cli", "0", "--wait"]);
     assert!(rollback.status.success(), "{}", text(&rollback));
     let color = Command::new(&kubectl)
         .args([
@@ -132,8 +137,8 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
         )],
         "bad",
     )?;
-    capstan(&kc, &["app", "get", "cli", "--refresh", "-n", &ns]);
-    let bad = capstan(&kc, &["app", "sync", "cli", "--wait", "--timeout", "60", "-n", &ns]);
+    cli.run(&["app", "get", "cli", "--refresh"]);
+    let bad = cli.run(&["app", "sync", "cli", "--wait", "--timeout", "60"]);
     assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
     assert!(
         text(&bad).contains("apps/Deployment/cli-app/web") && text(&bad).contains("replicas"),
@@ -144,17 +149,17 @@ async fn the_app_commands_drive_a_real_controller() -> anyhow::Result<()> {
 
     // wait, unknown apps, and cascading delete.
     // The refused Deployment makes the Application Degraded: waiting for health times out, saying so.
-    let wait = capstan(&kc, &["app", "wait", "cli", "--health", "--timeout", "5", "-n", &ns]);
+    let wait = cli.run(&["app", "wait", "cli", "--health", "--timeout", "5"]);
     assert_eq!(wait.status.code(), Some(1), "{}", text(&wait));
     assert!(
         text(&wait).contains("timed out") && text(&wait).contains("health=Degraded"),
         "{}",
         text(&wait)
     );
-    let missing = capstan(&kc, &["app", "get", "nope", "-n", &ns]);
+    let missing = cli.run(&["app", "get", "nope"]);
     assert_eq!(missing.status.code(), Some(1));
     assert!(text(&missing).contains("\"nope\" not found"), "{}", text(&missing));
-    let delete = capstan(&kc, &["app", "delete", "cli", "--wait", "--yes", "-n", &ns]);
+    let delete = cli.run(&["app", "delete", "cli", "--wait", "--yes"]);
     assert!(delete.status.success(), "{}", text(&delete));
     let gone = Command::new(&kubectl)
         .args(["--kubeconfig", &kc, "-n", "cli-app", "get", "cm", "settings"])

@@ -3,25 +3,26 @@
 //! against a sync without `--prune`, `get --hard-refresh`, the exit codes of `diff` (and its
 //! `--deny-implicit-default-project`), and
 //! `delete --cascade=false` — against a real control plane, a real git server and a real
-//! `capstan controller`.
+//! `capstan controller`; through the kubeconfig and, the same, logged in to the server.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::Value;
 
-use common::{Controller, capstan, capstan_in, kubectl, text, until};
+use common::modes::{Cli, Mode};
+use common::{capstan, controller_with_server, kubectl, text, until};
 
 const SETTINGS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n";
 const EXTRA: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\ndata: {kept: \"until pruned\"}\n";
 
 /// `capstan app get NAME -o json`, parsed.
-fn get_json(kc: &str, ns: &str, name: &str) -> Value {
-    let out = capstan_in(kc, ns, &["app", "get", name, "-o", "json"]);
+fn get_json(cli: &Cli, name: &str) -> Value {
+    let out = cli.run(&["app", "get", name, "-o", "json"]);
     assert!(out.status.success(), "app get -o json: {}", text(&out));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("app get -o json prints JSON ({e}): {}", text(&out)))
 }
@@ -61,6 +62,17 @@ fn config_map(kc: &str, name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() -> anyhow::Result<()> {
+    outputs(Mode::Kubeconfig).await
+}
+
+/// The same commands, logged in to the server: the same outputs and exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete_through_the_server() -> anyhow::Result<()>
+{
+    outputs(Mode::Server).await
+}
+
+async fn outputs(mode: Mode) -> anyhow::Result<()> {
     let started = Instant::now();
     // The run's shared plane, Capstan in a namespace of this test's own.
     let (cluster, git) = tokio::try_join!(TestCluster::shared(), GitServer::start())?;
@@ -69,24 +81,8 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let work = tempfile::tempdir()?;
-    let log = work.path().join("controller.log");
-    let _controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args([
-                "controller",
-                "--kubeconfig",
-                &kc,
-                "-n",
-                &ns,
-                "--log",
-                "info",
-                "--cache-dir",
-            ])
-            .arg(work.path().join("cache"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?,
-    );
+    let (_controller, base, _) = controller_with_server(&kc, &work.path().join("cache"), &["-n", &ns])?;
+    let cli = Cli::new(&kc, &ns, mode, &base);
     git.create_repo("out")?;
     let v1 = git.commit(
         "out",
@@ -104,16 +100,16 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
     until("the app to be compared", Duration::from_secs(60), || {
-        sync_status(&get_json(&kc, &ns, "out")).0 == "OutOfSync"
+        sync_status(&get_json(&cli, "out")).0 == "OutOfSync"
     });
 
     // get -o json / -o yaml: the whole Application, parseable, with status.sync.
-    let json = get_json(&kc, &ns, "out");
+    let json = get_json(&cli, "out");
     assert_eq!(json["kind"], "Application");
     assert_eq!(json["metadata"]["name"], "out");
     assert_eq!(json["spec"]["source"]["path"], "app");
     assert_eq!(sync_status(&json), ("OutOfSync".to_string(), v1.clone()));
-    let yaml = capstan_in(&kc, &ns, &["app", "get", "out", "-o", "yaml"]);
+    let yaml = cli.run(&["app", "get", "out", "-o", "yaml"]);
     assert!(yaml.status.success(), "{}", text(&yaml));
     let yaml_text = String::from_utf8(yaml.stdout.clone())?;
     let parsed: Value = serde_saphyr::from_str(&yaml_text)
@@ -132,7 +128,7 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     assert_eq!(names, ["extra", "settings"], "{yaml_text}");
 
     // list -o json: an array of Applications, with status.sync.
-    let list = capstan_in(&kc, &ns, &["app", "list", "-o", "json"]);
+    let list = cli.run(&["app", "list", "-o", "json"]);
     assert!(list.status.success(), "{}", text(&list));
     let items: Vec<Value> = serde_json::from_slice(&list.stdout)
         .unwrap_or_else(|e| panic!("app list -o json prints a JSON array ({e}): {}", text(&list)));
@@ -141,14 +137,14 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     assert_eq!(sync_status(&items[0]), ("OutOfSync".to_string(), v1.clone()));
 
     // diff: 1 while the objects are missing; 2 (and one error line) for an unknown Application.
-    let diff = capstan_in(&kc, &ns, &["app", "diff", "out"]);
+    let diff = cli.run(&["app", "diff", "out"]);
     assert_eq!(diff.status.code(), Some(1), "{}", text(&diff));
     assert!(
         text(&diff).contains("+++ desired /ConfigMap/cli-output/extra"),
         "{}",
         text(&diff)
     );
-    let diff = capstan_in(&kc, &ns, &["app", "diff", "nope"]);
+    let diff = cli.run(&["app", "diff", "nope"]);
     assert_eq!(diff.status.code(), Some(2), "{}", text(&diff));
     assert!(
         String::from_utf8_lossy(&diff.stderr).starts_with("error: ") && text(&diff).contains("\"nope\" not found"),
@@ -157,16 +153,26 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     );
     // Issue 27: the operator's --deny-implicit-default-project holds in the CLI too: `out` names no
     // project, and without an AppProject named default that project then permits nothing.
-    let denied = capstan_in(&kc, &ns, &["app", "diff", "out", "--deny-implicit-default-project"]);
-    assert_eq!(denied.status.code(), Some(2), "{}", text(&denied));
-    assert!(
-        text(&denied).contains("project \"default\"") && text(&denied).contains("sourceRepos"),
-        "{}",
-        text(&denied)
-    );
+    // Logged in, the server's own setting decides: the flag is refused rather than ignored.
+    let denied = cli.run(&["app", "diff", "out", "--deny-implicit-default-project"]);
+    if mode == Mode::Kubeconfig {
+        assert_eq!(denied.status.code(), Some(2), "{}", text(&denied));
+        assert!(
+            text(&denied).contains("project \"default\"") && text(&denied).contains("sourceRepos"),
+            "{}",
+            text(&denied)
+        );
+    } else {
+        assert_eq!(denied.status.code(), Some(1), "{}", text(&denied));
+        assert!(
+            text(&denied).contains("--deny-implicit-default-project applies to the kubeconfig"),
+            "{}",
+            text(&denied)
+        );
+    }
 
     // wait --sync: times out while OutOfSync, non-zero, saying what it waited for and the state.
-    let wait = capstan_in(&kc, &ns, &["app", "wait", "out", "--sync", "--timeout", "3"]);
+    let wait = cli.run(&["app", "wait", "out", "--sync", "--timeout", "3"]);
     assert_eq!(wait.status.code(), Some(1), "{}", text(&wait));
     let stderr = String::from_utf8_lossy(&wait.stderr);
     assert!(
@@ -175,13 +181,12 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     );
     assert!(wait.stdout.is_empty(), "nothing on stdout on failure");
     // …and returns 0 once Synced: a waiter started before the sync is requested.
-    let waiter = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(["app", "wait", "out", "--sync", "--timeout", "60", "-n", &ns])
-        .env("KUBECONFIG", &kc)
+    let waiter = cli
+        .command(&["app", "wait", "out", "--sync", "--timeout", "60"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let sync = capstan_in(&kc, &ns, &["app", "sync", "out"]);
+    let sync = cli.run(&["app", "sync", "out"]);
     assert!(sync.status.success(), "{}", text(&sync));
     assert!(text(&sync).contains("sync of out requested"), "{}", text(&sync));
     let waited = waiter.wait_with_output()?;
@@ -192,33 +197,29 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
         "{}",
         text(&waited)
     );
-    assert_eq!(sync_status(&get_json(&kc, &ns, "out")).0, "Synced");
+    assert_eq!(sync_status(&get_json(&cli, "out")).0, "Synced");
     assert_eq!(config_map(&kc, "extra"), Some(String::new()));
-    let diff = capstan_in(&kc, &ns, &["app", "diff", "out"]);
+    let diff = cli.run(&["app", "diff", "out"]);
     assert_eq!(diff.status.code(), Some(0), "equal after the sync: {}", text(&diff));
     assert!(diff.stdout.is_empty(), "{}", text(&diff));
 
     // extra.yaml removed from Git: a sync without --prune leaves the object (and says it needs
     // pruning); a sync with --prune --wait deletes it.
     let v2 = git.commit("out", "main", &[("app/extra.yaml", None)], "drop extra")?;
-    let get = capstan_in(&kc, &ns, &["app", "get", "out", "--refresh"]);
+    let get = cli.run(&["app", "get", "out", "--refresh"]);
     assert!(get.status.success(), "{}", text(&get));
     assert!(
         text(&get).contains("OutOfSync") && text(&get).contains("(requires pruning)"),
         "{}",
         text(&get)
     );
-    let diff = capstan_in(&kc, &ns, &["app", "diff", "out"]);
+    let diff = cli.run(&["app", "diff", "out"]);
     assert_eq!(diff.status.code(), Some(1), "extra is to be pruned: {}", text(&diff));
-    let sync = capstan_in(&kc, &ns, &["app", "sync", "out"]);
+    let sync = cli.run(&["app", "sync", "out"]);
     assert!(sync.status.success(), "{}", text(&sync));
-    let wait = capstan_in(
-        &kc,
-        &ns,
-        &["app", "wait", "out", "--operation", "--health", "--timeout", "60"],
-    );
+    let wait = cli.run(&["app", "wait", "out", "--operation", "--health", "--timeout", "60"]);
     assert!(wait.status.success(), "{}", text(&wait));
-    let app = get_json(&kc, &ns, "out");
+    let app = get_json(&cli, "out");
     assert_eq!(app["status"]["operationState"]["phase"], "Succeeded", "{app}");
     assert_eq!(app["status"]["operationState"]["revision"], v2.as_str(), "{app}");
     assert_eq!(config_map(&kc, "extra"), Some(String::new()), "no --prune: extra stays");
@@ -226,7 +227,7 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     // sync --wait without --prune can never end Synced: it fails once the sync is done, naming what
     // requires pruning, rather than waiting for its timeout.
     let asked = Instant::now();
-    let sync = capstan_in(&kc, &ns, &["app", "sync", "out", "--wait", "--timeout", "120"]);
+    let sync = cli.run(&["app", "sync", "out", "--wait", "--timeout", "120"]);
     assert_eq!(sync.status.code(), Some(1), "{}", text(&sync));
     let stderr = String::from_utf8_lossy(&sync.stderr);
     assert!(
@@ -240,11 +241,7 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
         "failed without waiting for the timeout"
     );
     assert_eq!(config_map(&kc, "extra"), Some(String::new()), "no --prune: extra stays");
-    let sync = capstan_in(
-        &kc,
-        &ns,
-        &["app", "sync", "out", "--prune", "--wait", "--timeout", "60"],
-    );
+    let sync = cli.run(&["app", "sync", "out", "--prune", "--wait", "--timeout", "60"]);
     assert!(sync.status.success(), "{}", text(&sync));
     assert!(
         text(&sync).contains("sync Succeeded") && text(&sync).contains("Pruned"),
@@ -253,10 +250,7 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
     );
     assert_eq!(config_map(&kc, "extra"), None, "--prune deleted extra");
     assert_eq!(config_map(&kc, "settings"), Some("blue".into()), "settings untouched");
-    assert_eq!(
-        sync_status(&get_json(&kc, &ns, "out")),
-        ("Synced".to_string(), v2.clone())
-    );
+    assert_eq!(sync_status(&get_json(&cli, "out")), ("Synced".to_string(), v2.clone()));
 
     // get --hard-refresh: returns once the controller has compared again, and sees a new commit.
     let v3 = git.commit(
@@ -266,7 +260,7 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
         "green",
     )?;
     let refreshed = Instant::now();
-    let get = capstan_in(&kc, &ns, &["app", "get", "out", "--hard-refresh", "-o", "json"]);
+    let get = cli.run(&["app", "get", "out", "--hard-refresh", "-o", "json"]);
     assert!(get.status.success(), "{}", text(&get));
     let app: Value = serde_json::from_slice(&get.stdout)?;
     assert_eq!(sync_status(&app), ("OutOfSync".to_string(), v3.clone()), "{app}");
@@ -279,39 +273,35 @@ async fn app_output_formats_wait_prune_hard_refresh_diff_and_orphaning_delete() 
         "{:?}",
         refreshed.elapsed()
     );
-    let get = capstan_in(&kc, &ns, &["app", "get", "out", "--hard-refresh"]);
+    let get = cli.run(&["app", "get", "out", "--hard-refresh"]);
     assert!(get.status.success(), "{}", text(&get));
     assert!(
         text(&get).contains(&format!("OutOfSync ({})", &v3[..7])),
         "{}",
         text(&get)
     );
-    let sync = capstan_in(&kc, &ns, &["app", "sync", "out", "--wait", "--timeout", "60"]);
+    let sync = cli.run(&["app", "sync", "out", "--wait", "--timeout", "60"]);
     assert!(sync.status.success(), "{}", text(&sync));
     assert_eq!(config_map(&kc, "settings"), Some("green".into()));
-    let diff = capstan_in(&kc, &ns, &["app", "diff", "out"]);
+    let diff = cli.run(&["app", "diff", "out"]);
     assert_eq!(diff.status.code(), Some(0), "{}", text(&diff));
 
     // delete --cascade=false: the Application goes (its resources finalizer taken off), its objects stay.
-    let delete = capstan_in(
-        &kc,
-        &ns,
-        &["app", "delete", "out", "--cascade=false", "--wait", "--yes"],
-    );
+    let delete = cli.run(&["app", "delete", "out", "--cascade=false", "--wait", "--yes"]);
     assert!(delete.status.success(), "{}", text(&delete));
     assert!(
         text(&delete).contains("application out deleted") && !text(&delete).contains("with its resources"),
         "{}",
         text(&delete)
     );
-    let get = capstan_in(&kc, &ns, &["app", "get", "out"]);
+    let get = cli.run(&["app", "get", "out"]);
     assert_eq!(get.status.code(), Some(1), "{}", text(&get));
     assert_eq!(
         config_map(&kc, "settings"),
         Some("green".into()),
         "--cascade=false leaves the objects"
     );
-    let list = capstan_in(&kc, &ns, &["app", "list", "-o", "json"]);
+    let list = cli.run(&["app", "list", "-o", "json"]);
     assert_eq!(serde_json::from_slice::<Value>(&list.stdout)?, Value::Array(vec![]));
     eprintln!("done in {:?}", started.elapsed());
     Ok(())

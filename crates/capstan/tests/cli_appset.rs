@@ -1,15 +1,17 @@
 //! `capstan controller` (which runs the ApplicationSet controller too) and `capstan appset list|get`
-//! driven through the binary, against a real control plane and a real git server.
+//! driven through the binary, against a real control plane and a real git server; through the
+//! kubeconfig and, the same, logged in to the server.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{Controller, capstan, capstan_in, text, until};
+use common::modes::{Cli, Mode};
+use common::{capstan, controller_with_server, text, until};
 
 fn appset(ns: &str, name: &str, repo: &str, label: &str) -> String {
     format!(
@@ -30,6 +32,16 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them() -> anyhow::Result<()> {
+    appsets(Mode::Kubeconfig).await
+}
+
+/// The same commands, logged in to the server: the same outputs and exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appset_commands_show_the_same_through_the_server() -> anyhow::Result<()> {
+    appsets(Mode::Server).await
+}
+
+async fn appsets(mode: Mode) -> anyhow::Result<()> {
     // The run's shared plane, Capstan in a namespace of this test's own.
     let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
@@ -38,14 +50,8 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
     let out = capstan(&kc, &["install", "-n", &ns]);
     assert!(out.status.success(), "{}", text(&out));
     let cache = tempfile::tempdir()?;
-    let mut controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &kc, "-n", &ns, "--cache-dir"])
-            .arg(cache.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let (mut controller, base, _) = controller_with_server(&kc, cache.path(), &["-n", &ns])?;
+    let cli = Cli::new(&kc, &ns, mode, &base);
     git.create_repo("svc")?;
     let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n";
     git.commit("svc", "main", &[("a/cm.yaml", Some(cm)), ("b/cm.yaml", Some(cm))], "v1")?;
@@ -68,10 +74,10 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
     assert!(out.status.success(), "{}", text(&out));
 
     until("both sets reconciled", Duration::from_secs(60), || {
-        let list = text(&capstan_in(&kc, &ns, &["appset", "list"]));
+        let list = text(&cli.run(&["appset", "list"]));
         list.contains("UpToDate") && list.contains("Error (MissingParameter)")
     });
-    let list = text(&capstan_in(&kc, &ns, &["appset", "list"]));
+    let list = text(&cli.run(&["appset", "list"]));
     let good = list.lines().find(|l| l.starts_with("good")).unwrap_or_default();
     let cols: Vec<&str> = good.split_whitespace().collect();
     assert_eq!(
@@ -87,20 +93,15 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
 
     // The Applications exist and the Application controller compares them.
     until("generated Applications compared", Duration::from_secs(60), || {
-        let apps = text(&capstan_in(&kc, &ns, &["app", "list"]));
+        let apps = text(&cli.run(&["app", "list"]));
         apps.contains("good-a") && apps.contains("good-b") && apps.matches("OutOfSync").count() == 2
     });
     until(
         "the set reports its Applications' sync status",
         Duration::from_secs(30),
-        || {
-            text(&capstan_in(&kc, &ns, &["appset", "get", "good"]))
-                .matches("OutOfSync")
-                .count()
-                == 2
-        },
+        || text(&cli.run(&["appset", "get", "good"])).matches("OutOfSync").count() == 2,
     );
-    let get = text(&capstan_in(&kc, &ns, &["appset", "get", "good"]));
+    let get = text(&cli.run(&["appset", "get", "good"]));
     assert!(get.contains(&format!("Name:        {ns}/good")), "{get}");
     assert!(get.contains("Generators:  list"), "{get}");
     assert!(get.contains("Status:      UpToDate"), "{get}");
@@ -109,17 +110,17 @@ async fn capstan_controller_runs_applicationsets_and_appset_commands_show_them()
         "{get}"
     );
 
-    let json = capstan_in(&kc, &ns, &["appset", "get", "good", "-o", "json"]);
+    let json = cli.run(&["appset", "get", "good", "-o", "json"]);
     assert!(json.status.success(), "{}", text(&json));
     let parsed: serde_json::Value = serde_json::from_slice(&json.stdout)?;
     assert_eq!(parsed["status"]["resources"][0]["name"], "good-a");
-    let yaml = text(&capstan_in(&kc, &ns, &["appset", "get", "broken", "-o", "yaml"]));
+    let yaml = text(&cli.run(&["appset", "get", "broken", "-o", "yaml"]));
     assert!(
         yaml.contains("type: ErrorOccurred") && yaml.contains("MissingParameter"),
         "{yaml}"
     );
 
-    let missing = capstan_in(&kc, &ns, &["appset", "get", "nope"]);
+    let missing = cli.run(&["appset", "get", "nope"]);
     assert!(!missing.status.success());
     assert!(
         text(&missing).contains("ApplicationSet \"nope\" not found"),

@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 
-use common::{Controller, capstan, capstan_in, kubectl, text, until};
+use common::modes::{Cli, Mode, same_in_both};
+use common::{capstan, capstan_in, controller_with_server, kubectl, text, until};
 
 const MANIFESTS: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {color: blue}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
 
@@ -98,13 +98,10 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
     assert!(text(&bad).contains("/nonexistent/kubeconfig"), "{}", text(&bad));
 
     let cache = tempfile::tempdir()?;
-    let _controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &hub_kc, "-n", &ns, "--cache-dir"])
-            .arg(cache.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
+    let (_controller, base, _) = controller_with_server(&hub_kc, cache.path(), &["-n", &ns])?;
+    let (kube_cli, server_cli) = (
+        Cli::new(&hub_kc, &ns, Mode::Kubeconfig, &base),
+        Cli::new(&hub_kc, &ns, Mode::Server, &base),
     );
     git.create_repo("fleet")?;
     git.commit("fleet", "main", &[("app/all.yaml", Some(MANIFESTS))], "v1")?;
@@ -225,6 +222,22 @@ async fn applications_deploy_to_registered_clusters_and_survive_a_dead_one() -> 
         !text(&get).contains("bearerToken") && !text(&get).contains("keyData"),
         "no credentials shown"
     );
+    // Logged in to the server, `cluster list` and `get` print the same; changing clusters needs
+    // the hub's kubeconfig and says so.
+    for args in [
+        &["cluster", "list"][..],
+        &["cluster", "list", "-o", "json"],
+        &["cluster", "list", "-o", "yaml"],
+        &["cluster", "get", "spoke-b", "-o", "json"],
+        &["cluster", "get", "spoke-b"],
+        &["cluster", "get", "in-cluster"],
+        &["cluster", "get", "nope"],
+    ] {
+        same_in_both(&kube_cli, &server_cli, args);
+    }
+    let out = server_cli.run(&["cluster", "label", "spoke-b", "tier=2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("capstan context --none"), "{}", text(&out));
 
     // Spoke B goes away: its Application turns Unknown with the reason; the others carry on.
     let b_server = spoke_b.server().to_string();

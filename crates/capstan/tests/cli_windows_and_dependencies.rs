@@ -2,7 +2,7 @@
 //! windows; a manual sync a deny window blocks is refused at request time by the CLI (non-zero exit,
 //! the reason) and by the HTTP API (409) until the window has `manualSync: true`; `capstan app get`
 //! shows the active window; a sync of an Application whose dependency is missing is refused, and
-//! `capstan app list` says why.
+//! `capstan app list` says why; through the kubeconfig and, the same, logged in to the server.
 
 mod common;
 
@@ -13,7 +13,8 @@ use capstan_testkit::{GitServer, TestCluster};
 use serde_json::json;
 
 use common::http::Http;
-use common::{capstan, capstan_in, kubectl, text, until};
+use common::modes::{Cli, Mode};
+use common::{capstan, kubectl, text, until};
 
 /// The project: a deny window always active, and an allow window that is never active when the test
 /// runs (it opens on 29 February only: a weekday-hours window failed the test whenever it ran during
@@ -32,6 +33,16 @@ fn app(ns: &str, name: &str, repo: &str, project: &str, depends_on: &str) -> Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() -> anyhow::Result<()> {
+    windows_and_dependencies(Mode::Kubeconfig).await
+}
+
+/// The same commands, logged in to the server: the same outputs and exit codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn windows_and_dependencies_show_the_same_through_the_server() -> anyhow::Result<()> {
+    windows_and_dependencies(Mode::Server).await
+}
+
+async fn windows_and_dependencies(mode: Mode) -> anyhow::Result<()> {
     // The run's shared plane, Capstan in a namespace of this test's own.
     let cluster = TestCluster::shared().await?;
     let git = GitServer::start().await?;
@@ -42,6 +53,7 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
     let password = common::admin_password(&out);
     let cache = tempfile::tempdir()?;
     let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
+    let cli = Cli::new(&kc, &ns, mode, &base);
     let mut http = Http::new(&base);
     until("the server to be ready", Duration::from_secs(30), || {
         http.get("/readyz").status == 200
@@ -73,7 +85,7 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
     ));
 
     // The windows, as the project lists them.
-    let out = capstan_in(&kc, &ns, &["project", "windows", "frozen"]);
+    let out = cli.run(&["project", "windows", "frozen"]);
     let listed = text(&out);
     assert!(out.status.success(), "{listed}");
     assert!(
@@ -84,22 +96,22 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
         listed.contains("Inactive") && listed.contains("Europe/Berlin"),
         "{listed}"
     );
-    let missing = capstan_in(&kc, &ns, &["project", "windows", "nope"]);
+    let missing = cli.run(&["project", "windows", "nope"]);
     assert!(!missing.status.success());
 
     // A manual sync inside the deny window: refused by the CLI and by the API, with the reason.
     until("frozen compared", Duration::from_secs(60), || {
-        let out = capstan_in(&kc, &ns, &["app", "get", "frozen"]);
+        let out = cli.run(&["app", "get", "frozen"]);
         text(&out).contains("OutOfSync")
     });
-    let out = capstan_in(&kc, &ns, &["app", "sync", "frozen"]);
+    let out = cli.run(&["app", "sync", "frozen"]);
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("deny window syncWindows[0] active"), "{said}");
     let refused = http.post("/api/applications/frozen/sync", json!({}));
     assert_eq!(refused.status, 409, "{}", refused.body);
     assert!(refused.body.contains("deny window syncWindows[0]"), "{}", refused.body);
-    let shown = text(&capstan_in(&kc, &ns, &["app", "get", "frozen"]));
+    let shown = text(&cli.run(&["app", "get", "frozen"]));
     assert!(
         shown.contains("Active Window:") && shown.contains("deny syncWindows[0]"),
         "{shown}"
@@ -112,14 +124,14 @@ async fn manual_syncs_are_refused_at_request_time_by_windows_and_dependencies() 
         http.post("/api/applications/frozen/sync", json!({})).status == 202
     });
     until("frozen synced", Duration::from_secs(120), || {
-        text(&capstan_in(&kc, &ns, &["app", "get", "frozen"])).contains("Synced")
+        text(&cli.run(&["app", "get", "frozen"])).contains("Synced")
     });
 
     // A missing dependency: a condition in the list, and a sync refused with it.
     until("the missing dependency reported", Duration::from_secs(60), || {
-        text(&capstan_in(&kc, &ns, &["app", "list"])).contains("dependency missing not found")
+        text(&cli.run(&["app", "list"])).contains("dependency missing not found")
     });
-    let out = capstan_in(&kc, &ns, &["app", "sync", "late"]);
+    let out = cli.run(&["app", "sync", "late"]);
     assert!(
         !out.status.success() && text(&out).contains("dependency missing not found"),
         "{}",

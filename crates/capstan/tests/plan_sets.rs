@@ -1,17 +1,18 @@
 //! `capstan plan` on an ApplicationSet whose git generator reads the planned repository: the
 //! Applications a pull request's branch would create and remove, and the set's deletion budget's
-//! verdict, against the Applications the running controller generated from the base branch.
+//! verdict, against the Applications the running controller generated from the base branch; the
+//! same plan through the kubeconfig and logged in to the server.
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::{GitServer, TestCluster};
 use serde_json::Value;
 
-use common::{Controller, capstan_in, kubectl, text, until};
+use common::modes::{Cli, Mode, same_in_both};
+use common::{capstan_in, kubectl, text, until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_branch_that_adds_and_removes_services_shows_what_the_set_would_create_and_delete() -> anyhow::Result<()> {
@@ -55,14 +56,7 @@ spec:
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
     let cache = tempfile::tempdir()?;
-    let _controller = Controller(
-        Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .args(["controller", "--kubeconfig", &kc, "-n", &ns, "--cache-dir"])
-            .arg(cache.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    );
+    let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
     until("two Applications generated", Duration::from_secs(60), || {
         let out = kubectl(&kc, &["-n", &ns, "get", "applications", "-o", "name"]);
         String::from_utf8_lossy(&out.stdout).lines().count() == 2
@@ -112,6 +106,28 @@ spec:
     );
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(md.contains("| svc | svc-search | svc-billing | **exceeded** |"), "{md}");
+    // Logged in to the server, the plan is the server's and prints the same.
+    let (kube_cli, server_cli) = (
+        Cli::new(&kc, &ns, Mode::Kubeconfig, &base),
+        Cli::new(&kc, &ns, Mode::Server, &base),
+    );
+    for output in ["json", "markdown", "text"] {
+        same_in_both(
+            &kube_cli,
+            &server_cli,
+            &[
+                "plan",
+                "--repo",
+                &repo,
+                "--revision",
+                "pr-7",
+                "--base",
+                "main",
+                "-o",
+                output,
+            ],
+        );
+    }
     // Planning changed nothing: both Applications are still there.
     let out = kubectl(&kc, &["-n", &ns, "get", "applications", "-o", "name"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use capstan_api::cluster::{CLUSTER_SECRET_TYPE, ClusterConfig, IN_CLUSTER_NAME, IN_CLUSTER_SERVER};
-use capstan_api::labels::SECRET_TYPE_LABEL;
+use capstan_api::labels::{LAST_APPLIED, SECRET_TYPE_LABEL};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
@@ -134,6 +134,14 @@ impl ClusterSecret {
             data: Some(data),
             ..Default::default()
         }
+    }
+
+    /// The annotations that may be shown: all but [`LAST_APPLIED`], `kubectl apply`'s copy of the
+    /// whole Secret, credentials included.
+    pub fn shown_annotations(&self) -> BTreeMap<String, String> {
+        let mut shown = self.annotations.clone();
+        shown.remove(LAST_APPLIED);
+        shown
     }
 
     /// Whether this Secret describes the cluster Capstan runs in (it only adds metadata to it).

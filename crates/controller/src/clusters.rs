@@ -98,8 +98,30 @@ impl Destination {
     }
 }
 
-/// A cluster's labels.
-type Labels = BTreeMap<String, String>;
+/// What a cluster Secret says of its cluster besides how to connect: what generators select on and
+/// `capstan cluster list` shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterMetadata {
+    /// The Secret's name.
+    pub secret: String,
+    /// Its labels (the clusters generator's selectors match them).
+    pub labels: BTreeMap<String, String>,
+    /// Its annotations, but `kubectl apply`'s copy of the whole Secret.
+    pub annotations: BTreeMap<String, String>,
+    /// The namespaces Capstan may manage there (empty: all).
+    pub namespaces: Vec<String>,
+}
+
+impl ClusterMetadata {
+    fn of(parsed: &ClusterSecret) -> Self {
+        Self {
+            secret: parsed.secret_name.clone(),
+            labels: parsed.labels.clone(),
+            annotations: parsed.shown_annotations(),
+            namespaces: parsed.namespaces.clone(),
+        }
+    }
+}
 
 /// Every known destination.
 pub struct Clusters {
@@ -108,10 +130,10 @@ pub struct Clusters {
     local: Arc<Destination>,
     /// Registered clusters by Secret name.
     remote: RwLock<BTreeMap<String, Arc<Destination>>>,
-    /// Every cluster Secret's cluster name and labels, by Secret name: kept apart from the
+    /// Every cluster Secret's cluster name and metadata, by Secret name: kept apart from the
     /// destinations (a change of labels alone keeps a destination's client and watches) and
     /// holding `in-cluster`'s too (whose Secret, if any, holds only metadata).
-    labels: RwLock<BTreeMap<String, (String, Labels)>>,
+    labels: RwLock<BTreeMap<String, (String, ClusterMetadata)>>,
     /// Which Applications asked for which destination key (`server:URL` / `name:NAME`), so a change
     /// to that cluster re-reconciles them.
     users: Mutex<HashMap<String, HashSet<ObjectRef<Application>>>>,
@@ -231,11 +253,16 @@ impl Clusters {
 
     /// The labels of cluster `name` (`in-cluster` included), as its Secret has them now.
     pub fn labels_of(&self, name: &str) -> BTreeMap<String, String> {
+        self.metadata_of(name).map(|m| m.labels).unwrap_or_default()
+    }
+
+    /// What the Secret of cluster `name` (`in-cluster` included) says of it now; `None` for
+    /// `in-cluster` without a Secret.
+    pub fn metadata_of(&self, name: &str) -> Option<ClusterMetadata> {
         read(&self.labels)
             .values()
             .find(|(cluster, _)| cluster == name)
-            .map(|(_, labels)| labels.clone())
-            .unwrap_or_default()
+            .map(|(_, metadata)| metadata.clone())
     }
 
     /// Every destination, `in-cluster` first.
@@ -383,7 +410,10 @@ impl Clusters {
     }
 
     fn set_labels(&self, parsed: &ClusterSecret, cluster: &str) {
-        write(&self.labels).insert(parsed.secret_name.clone(), (cluster.to_string(), parsed.labels.clone()));
+        write(&self.labels).insert(
+            parsed.secret_name.clone(),
+            (cluster.to_string(), ClusterMetadata::of(parsed)),
+        );
     }
 
     fn remove(&self, secret: &str) {

@@ -264,7 +264,10 @@ impl Playground {
                 }
             }
         }
-        tracing::warn!(attempts = PORT_ATTEMPTS, "every attempt met a port taken by another process");
+        tracing::warn!(
+            attempts = PORT_ATTEMPTS,
+            "every attempt met a port taken by another process"
+        );
         Err(last_err.unwrap_or_else(|| Error::Format {
             context: "starting".into(),
             message: "no attempt made".into(),

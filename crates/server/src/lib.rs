@@ -44,7 +44,10 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// types, so a route cannot exist without its description or the other way round.
 pub fn api_routes() -> ApiRouter<Arc<State>> {
     use aide::axum::routing::{delete_with, get_with, post_with};
-    use api::{actions, app_promotions, apps, fleet, list, logs, model, plan, policies, promotions, revision, tree};
+    use api::{
+        actions, app_promotions, apps, delete, fleet, list, logs, model, plan, policies, projects, promotions,
+        revision, tree,
+    };
     ApiRouter::new()
         .api_route(
             "/healthz",
@@ -137,7 +140,13 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
         )
         .api_route(
             "/api/applications/{name}",
-            get_with(apps::get, |op| op.summary("One Application").tag("applications")),
+            get_with(apps::get, |op| op.summary("One Application").tag("applications")).delete_with(
+                delete::delete,
+                |op| {
+                    op.summary("Delete an Application, with its objects unless cascade=false (admin role)")
+                        .tag("operations")
+                },
+            ),
         )
         .api_route(
             "/api/applications/{name}/tree",
@@ -270,6 +279,12 @@ pub fn api_routes() -> ApiRouter<Arc<State>> {
         .api_route(
             "/api/applicationsets/{name}",
             get_with(fleet::get, |op| op.summary("One ApplicationSet").tag("fleet")),
+        )
+        .api_route(
+            "/api/projects/{name}",
+            get_with(projects::get, |op| {
+                op.summary("One AppProject, for a caller with a role in it").tag("fleet")
+            }),
         )
         .api_route(
             "/api/clusters",

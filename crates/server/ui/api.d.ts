@@ -705,7 +705,51 @@ export interface paths {
         };
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete an Application, with its objects unless cascade=false (admin role) */
+        delete: {
+            parameters: {
+                query?: {
+                    /**
+                     * @description Delete the Application's objects too (default true); false leaves them running, no longer
+                     *     managed.
+                     */
+                    cascade?: boolean;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The answer: deletion has started (the controller removes the objects, then the finalizer). */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Deleting"];
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -2058,6 +2102,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/projects/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One AppProject, for a caller with a role in it */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Auto-generated derived type for AppProjectSpec via `CustomResource` */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AppProject"];
+                    };
+                };
+                /** @description Not authenticated */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+                /** @description An error: `{"error": message}` */
+                "4XX": {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorBody"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/clusters": {
         parameters: {
             query?: never;
@@ -2415,6 +2513,73 @@ export interface components {
             resolved?: string;
             /** @description The policies' verdicts on them. */
             verdicts: components["schemas"]["VerdictPlan"][];
+        };
+        /** @description Auto-generated derived type for AppProjectSpec via `CustomResource` */
+        AppProject: {
+            spec: components["schemas"]["AppProjectSpec"];
+        };
+        /** @description An AppProject: the rules its Applications' syncs must keep. */
+        AppProjectSpec: {
+            /** @description Cluster-scoped kinds refused. */
+            clusterResourceBlacklist?: components["schemas"]["GroupKind"][];
+            /** @description Cluster-scoped kinds allowed. Empty: none (as in Argo CD). */
+            clusterResourceWhitelist?: components["schemas"]["GroupKind"][];
+            /**
+             * @description Names of the decryption Secrets (age identities, in Capstan's namespace) its Applications may
+             *     name in `spec.decryption.secretRef` (`*` for any). Empty: none.
+             */
+            decryptionSecrets?: string[];
+            /**
+             * @description The most objects one sync of its Applications may prune. Above it the sync stops before
+             *     applying or deleting anything and waits for a person to confirm
+             *     (`capstan app sync NAME --allow-deletions`). Absent: no limit.
+             */
+            deletionBudget?: components["schemas"]["DeletionBudget"] | null;
+            /** @description What the project is for. */
+            description?: string;
+            /**
+             * @description The ServiceAccount each destination's syncs act as (Argo CD's destination service
+             *     accounts): the first entry whose globs match the destination names it, and every write of
+             *     a sync (applies, prunes, hooks, the namespace it creates) and of the Application's deletion
+             *     is made impersonating it, so the destination's API server refuses what that account may
+             *     not do. Empty: syncs use Capstan's own account. Non-empty and no entry matches: the sync is
+             *     refused.
+             */
+            destinationServiceAccounts?: components["schemas"]["DestinationServiceAccount"][];
+            /**
+             * @description Clusters and namespaces its Applications may deploy to. Empty: none.
+             * @default []
+             */
+            destinations: components["schemas"]["ProjectDestination"][];
+            /** @description Namespaced kinds refused. */
+            namespaceResourceBlacklist?: components["schemas"]["GroupKind"][];
+            /** @description Namespaced kinds allowed. Empty: all. */
+            namespaceResourceWhitelist?: components["schemas"]["GroupKind"][];
+            /**
+             * @description Which secrets of a store (permitted by `secretStores`) its Applications may read: a store
+             *     with entries here is limited to their paths; a store without any entry is limited only by
+             *     what its token may read. For a store several teams share.
+             */
+            secretStorePaths?: components["schemas"]["SecretStorePaths"][];
+            /**
+             * @description Names of the secret stores (OpenBao/Vault, Secrets in Capstan's namespace labelled
+             *     `capstan.dev/secret-type: secret-store`) whose values its Applications' Secrets may reference
+             *     (`*` for any). Empty: none.
+             */
+            secretStores?: string[];
+            /**
+             * @description What the project's ImageUpdaters and PromotionPipelines may commit: which files of which
+             *     repositories, on which branches. A write needs the repository in `sourceRepos` too. Empty:
+             *     no write at all (Applications only read, and `sourceRepos` is all they need).
+             */
+            sourceRepoPaths?: components["schemas"]["RepoPaths"][];
+            /**
+             * @description Repository URL globs its Applications may use (`*` for any). Empty: none.
+             * @default []
+             */
+            sourceRepos: string[];
+            /** @description When its Applications may sync (Argo CD's sync windows). */
+            syncWindows?: components["schemas"]["SyncWindow"][];
         };
         /** @description `GET /api/applications/{name}/promotions`. */
         AppPromotions: {
@@ -2880,6 +3045,10 @@ export interface components {
         };
         /** @description A destination cluster (never its credentials). */
         ClusterItem: {
+            /** @description Annotations of its cluster Secret (never `kubectl apply`'s copy of the whole Secret). */
+            annotations: {
+                [key: string]: string;
+            };
             /** @description When it was last checked. */
             checkedAt: string;
             /** @description Labels of its cluster Secret. */
@@ -2890,6 +3059,10 @@ export interface components {
             message: string;
             /** @description Name. */
             name: string;
+            /** @description The namespaces Capstan may manage there (empty: all). */
+            namespaces: string[];
+            /** @description Name of its cluster Secret (empty for `in-cluster` without one). */
+            secret: string;
             /** @description API server URL. */
             server: string;
             /** @description Last known connection state. */
@@ -2933,6 +3106,45 @@ export interface components {
         };
         /** @description The decryption providers Capstan knows. */
         DecryptionProvider: "sops";
+        /** @description Query of `DELETE /api/applications/{name}`. */
+        DeleteQuery: {
+            /**
+             * @description Delete the Application's objects too (default true); false leaves them running, no longer
+             *     managed.
+             * @default true
+             */
+            cascade: boolean;
+        };
+        /** @description The answer: deletion has started (the controller removes the objects, then the finalizer). */
+        Deleting: {
+            /** @description Whether the objects are deleted too. */
+            cascade: boolean;
+        };
+        /** @description `AppProject.spec.deletionBudget`: either limit exceeded stops the sync. */
+        DeletionBudget: {
+            /**
+             * Format: uint32
+             * @description The most objects one sync may prune.
+             */
+            maxObjects?: number | null;
+            /**
+             * Format: uint32
+             * @description The most objects one sync may prune, in percent of the Application's tracked objects.
+             */
+            maxPercent?: number | null;
+        };
+        /** @description One entry of `AppProject.spec.destinationServiceAccounts`. */
+        DestinationServiceAccount: {
+            /**
+             * @description The ServiceAccount: `NAME` (in the Application's destination namespace) or
+             *     `NAMESPACE:NAME`.
+             */
+            defaultServiceAccount: string;
+            /** @description Glob on the Application's destination namespace (`*` for any). */
+            namespace: string;
+            /** @description Glob on the destination cluster's server URL (`*` for any). */
+            server: string;
+        };
         /** @description `GET /api/applications/{name}/diff`. */
         Diff: {
             /** @description Every out-of-sync object. */
@@ -3017,6 +3229,16 @@ export interface components {
             values?: {
                 [key: string]: string;
             };
+        };
+        /** @description A kind of object: API group (`""` for the core group) and kind, each a glob. */
+        GroupKind: {
+            /**
+             * @description API group glob (`""` is the core group, `*` any).
+             * @default
+             */
+            group: string | null;
+            /** @description Kind glob (`*` any). */
+            kind: string;
         };
         /**
          * @description The health of an object or an Application, from best to worst: Healthy, Suspended, Progressing,
@@ -3413,6 +3635,15 @@ export interface components {
             /** @description The branch head the target's file was read at. */
             targetRevision: string;
         };
+        /** @description A permitted destination: globs on the cluster's server URL or name, and on the namespace. */
+        ProjectDestination: {
+            /** @description Glob on the cluster's name (`*` for any). */
+            name?: string;
+            /** @description Glob on the namespace (`*` for any). */
+            namespace?: string;
+            /** @description Glob on the cluster's server URL (`*` for any). */
+            server?: string;
+        };
         /** @description What a promotion did. */
         PromoteAnswer: {
             /** @description The pipeline used. */
@@ -3520,6 +3751,26 @@ export interface components {
         Refreshing: {
             /** @description The refresh requested. */
             refresh: components["schemas"]["RefreshKind"];
+        };
+        /**
+         * @description Files of repositories a project's ImageUpdaters and PromotionPipelines may commit to
+         *     (`AppProject.spec.sourceRepoPaths[]`).
+         */
+        RepoPaths: {
+            /**
+             * @description Globs over the branches written to (`main`, `image-updates/*`; `*` alone is any branch).
+             *     Empty: no branch.
+             * @default []
+             */
+            branches: string[];
+            /**
+             * @description Globs over paths relative to the repository root (`services/team-a/**`): `*` stays within
+             *     one directory, `**` crosses directories. Empty: no file.
+             * @default []
+             */
+            paths: string[];
+            /** @description Repository URL glob, matched as `sourceRepos` entries are (`*` for any; no `!`). */
+            repo: string;
         };
         /** @description `POST …/sync` and `…/rollback`: the request written onto the Application. */
         Requested: {
@@ -3765,6 +4016,17 @@ export interface components {
              */
             namespace: string;
         };
+        /** @description Secrets of one store a project's Applications may read (`AppProject.spec.secretStorePaths[]`). */
+        SecretStorePaths: {
+            /**
+             * @description Globs over `mount/path` of the KV secrets (`secret/team-a/**`): `*` stays within one
+             *     segment, `**` crosses segments. Empty: no secret of the store.
+             * @default []
+             */
+            paths: string[];
+            /** @description The store's name (exact), or `*` for every store. */
+            store: string;
+        };
         /** @description The plan of one ApplicationSet. */
         SetPlan: {
             /** @description Applications it would create. */
@@ -3893,6 +4155,40 @@ export interface components {
             /** @description `Synced`, `OutOfSync` or `Unknown`. */
             status: components["schemas"]["SyncCode"];
         };
+        /** @description One sync window (`AppProject.spec.syncWindows[]`). */
+        SyncWindow: {
+            /**
+             * @description The Application must match every list that is set (applications, namespaces, clusters)
+             *     instead of any one of them.
+             */
+            andOperator?: boolean;
+            /** @description Globs on the names of the Applications the window applies to. */
+            applications?: string[];
+            /** @description Globs on the destination clusters (server URL or name) the window applies to. */
+            clusters?: string[];
+            /** @description What the window is for. */
+            description?: string;
+            /** @description How long the window stays open after each start (`1h`, `30m`, `1h30m`). */
+            duration: string;
+            /**
+             * @description `allow` or `deny`.
+             * @default allow
+             */
+            kind: components["schemas"]["SyncWindowKind"];
+            /** @description Whether a manual sync may run while this window blocks syncs. */
+            manualSync?: boolean;
+            /** @description Globs on the destination namespaces the window applies to. */
+            namespaces?: string[];
+            /**
+             * @description When the window opens: a cron schedule of five fields (minute hour day-of-month month
+             *     day-of-week), in `timeZone`.
+             */
+            schedule: string;
+            /** @description IANA time zone the schedule is read in (`Europe/Berlin`); UTC when empty. */
+            timeZone?: string;
+        };
+        /** @description Whether a window allows syncs while it is active, or denies them. */
+        SyncWindowKind: "allow" | "deny";
         /** @description `DELETE …/operation`. */
         Terminating: {
             /** @description Always true: termination was requested. */

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use capstan_api::Application;
-use capstan_api::labels::{REFRESH_ANNOTATION, RESOURCES_FINALIZER};
+use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_api::operation::{OPERATION_ANNOTATION, Operation, RollbackOperation, SyncOperation};
 use capstan_controller::pipeline::short;
 use kube::ResourceExt;
@@ -833,14 +833,7 @@ fn confirm_delete(app: &Application, cascade: bool) -> anyhow::Result<()> {
 async fn delete(api: &Api<Application>, app: &Application, cascade: bool, wait: bool) -> anyhow::Result<ExitCode> {
     let name = app.name_any();
     let name = name.as_str();
-    let mut finalizers: Vec<String> = app.finalizers().to_vec();
-    let has = finalizers.iter().any(|f| f == RESOURCES_FINALIZER);
-    if cascade && !has {
-        finalizers.push(RESOURCES_FINALIZER.into());
-    } else if !cascade && has {
-        finalizers.retain(|f| f != RESOURCES_FINALIZER);
-    }
-    if finalizers.as_slice() != app.finalizers() {
+    if let Some(finalizers) = app.finalizers_for_delete(cascade) {
         api.patch(
             name,
             &PatchParams::default(),
@@ -855,24 +848,42 @@ async fn delete(api: &Api<Application>, app: &Application, cascade: bool, wait: 
         .map_err(|e| anyhow!("{}", describe(&e)))
         .with_context(|| format!("deleting {name}"))?;
     if wait {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while api
-            .get_opt(name)
-            .await
-            .map_err(|e| anyhow!("{}", describe(&e)))?
-            .is_some()
-        {
-            if Instant::now() > deadline {
-                bail!("{name} still exists after 120 s (is `capstan controller` running to remove its finalizer?)");
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        wait_gone(name, || async {
+            Ok(api
+                .get_opt(name)
+                .await
+                .map_err(|e| anyhow!("{}", describe(&e)))?
+                .is_some())
+        })
+        .await?;
     }
+    print_deleted(name, cascade);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Wait until `exists` says the Application `name` is gone (the controller removes its finalizer
+/// once its objects are deleted), at most 120 s.
+async fn wait_gone<F, Fut>(name: &str, mut exists: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while exists().await? {
+        if Instant::now() > deadline {
+            bail!("{name} still exists after 120 s (is `capstan controller` running to remove its finalizer?)");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    Ok(())
+}
+
+/// What `app delete` prints once done.
+fn print_deleted(name: &str, cascade: bool) {
     outln!(
         "application {name} deleted{}",
         if cascade { " with its resources" } else { "" }
     );
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

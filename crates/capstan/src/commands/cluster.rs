@@ -1,8 +1,9 @@
 //! `capstan cluster …`: register destination clusters and inspect them. A cluster is a Secret in
 //! Capstan's namespace on the hub (the cluster Capstan runs in); its labels are what ApplicationSet
-//! cluster generators select on. Connection state comes from the controller's probes.
+//! cluster generators select on. Connection state comes from the controller's probes. Logged in to
+//! a server (`capstan login`), `list` and `get` ask it (`GET /api/clusters`) and print the same.
 
-use crate::output::{LAST_APPLIED, out, outln};
+use crate::output::{out, outln};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +22,7 @@ use serde_json::json;
 
 use crate::commands::app::print_table;
 use crate::kube_client::{KubeArgs, describe};
+use crate::remote::Remote;
 
 /// `capstan cluster` and its subcommands.
 #[derive(Debug, clap::Args)]
@@ -133,12 +135,31 @@ struct AddArgs {
 /// Run `capstan cluster …`.
 pub async fn run(args: ClusterArgs) -> anyhow::Result<ExitCode> {
     let ns = args.namespace;
-    match args.command {
-        ClusterCommand::Add(add_args) => add(add_args, &ns).await,
-        ClusterCommand::List { hub, output } => list(&hub.client().await?, &ns, output).await,
-        ClusterCommand::Get { name, hub, output } => get(&hub.client().await?, &ns, &name, output).await,
-        ClusterCommand::Label { name, labels, hub } => label(&hub.client().await?, &ns, &name, &labels).await,
-        ClusterCommand::Rm { name, revoke_with, hub } => rm(&hub.client().await?, &ns, &name, revoke_with).await,
+    let remote = Remote::current()?;
+    match (args.command, remote) {
+        (ClusterCommand::List { output, .. }, Some(remote)) => print_list(&all_remote(&remote).await?, output),
+        (ClusterCommand::Get { name, output, .. }, Some(remote)) => {
+            print_one(&pick(all_remote(&remote).await?, &name)?, output)
+        }
+        (_, Some(remote)) => bail!(
+            "changing clusters is not available through the server {}: use the hub's kubeconfig (`capstan context --none`)",
+            remote.server
+        ),
+        (command, None) => run_kube(command, &ns).await,
+    }
+}
+
+/// Run `command` with the hub's kubeconfig.
+async fn run_kube(command: ClusterCommand, ns: &str) -> anyhow::Result<ExitCode> {
+    match command {
+        ClusterCommand::Add(add_args) => add(add_args, ns).await,
+        ClusterCommand::List { hub, output } => print_list(&all(&hub.client().await?, ns).await?, output),
+        ClusterCommand::Get { name, hub, output } => {
+            let hub = hub.client().await?;
+            print_one(&pick(all(&hub, ns).await?, &name)?, output)
+        }
+        ClusterCommand::Label { name, labels, hub } => label(&hub.client().await?, ns, &name, &labels).await,
+        ClusterCommand::Rm { name, revoke_with, hub } => rm(&hub.client().await?, ns, &name, revoke_with).await,
     }
 }
 
@@ -302,27 +323,62 @@ async fn states(hub: &kube::Client, ns: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// One row of `cluster list`, also its JSON form.
-fn describe_cluster(c: &ClusterSecret, states: &BTreeMap<String, String>) -> serde_json::Value {
-    let state = states
-        .get(&key_for(&c.name))
-        .map(|s| ConnectionState::from_json(s))
-        .unwrap_or_else(|| ConnectionState::from_json(""));
-    json!({
-        "name": c.name,
-        "server": c.server,
-        "secret": c.secret_name,
-        "labels": c.labels,
-        // Not kubectl's copy of the whole Secret as applied: it holds the credentials.
-        "annotations": c.annotations.iter().filter(|(k, _)| *k != LAST_APPLIED).collect::<BTreeMap<_, _>>(),
-        "namespaces": c.namespaces,
-        "connectionState": {
-            "status": state.status,
-            "message": state.message,
-            "serverVersion": state.server_version,
-            "checkedAt": state.checked_at,
-        },
-    })
+/// A cluster as `list` and `get` show it: the same whether read from the hub's Secrets or answered
+/// by the server (`GET /api/clusters`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Shown {
+    name: String,
+    server: String,
+    secret: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    namespaces: Vec<String>,
+    #[serde(rename = "state")]
+    status: capstan_api::status::ConnectionStatus,
+    #[serde(rename = "version")]
+    server_version: String,
+    message: String,
+    checked_at: String,
+}
+
+impl Shown {
+    fn of_secret(c: &ClusterSecret, states: &BTreeMap<String, String>) -> Shown {
+        let state = states
+            .get(&key_for(&c.name))
+            .map(|s| ConnectionState::from_json(s))
+            .unwrap_or_else(|| ConnectionState::from_json(""));
+        Shown {
+            name: c.name.clone(),
+            server: c.server.clone(),
+            secret: c.secret_name.clone(),
+            labels: c.labels.clone(),
+            annotations: c.shown_annotations(),
+            namespaces: c.namespaces.clone(),
+            status: state.status,
+            server_version: state.server_version,
+            message: state.message,
+            checked_at: state.checked_at,
+        }
+    }
+
+    /// Its JSON form (`-o json|yaml`).
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "name": self.name,
+            "server": self.server,
+            "secret": self.secret,
+            "labels": self.labels,
+            "annotations": self.annotations,
+            "namespaces": self.namespaces,
+            "connectionState": {
+                "status": self.status,
+                "message": self.message,
+                "serverVersion": self.server_version,
+                "checkedAt": self.checked_at,
+            },
+        })
+    }
 }
 
 fn in_cluster() -> ClusterSecret {
@@ -333,13 +389,26 @@ fn in_cluster() -> ClusterSecret {
     }
 }
 
-async fn list(hub: &kube::Client, ns: &str, output: Output) -> anyhow::Result<ExitCode> {
+/// Every cluster as the hub's Secrets have them, `in-cluster` first unless it has a Secret.
+async fn all(hub: &kube::Client, ns: &str) -> anyhow::Result<Vec<Shown>> {
     let mut clusters = registered(hub, ns).await?;
     if !clusters.iter().any(|c| c.is_in_cluster()) {
         clusters.insert(0, in_cluster());
     }
     let states = states(hub, ns).await;
-    let rows: Vec<serde_json::Value> = clusters.iter().map(|c| describe_cluster(c, &states)).collect();
+    Ok(clusters.iter().map(|c| Shown::of_secret(c, &states)).collect())
+}
+
+/// Every cluster as the server answers them, in the same order as [`all`].
+async fn all_remote(remote: &Remote) -> anyhow::Result<Vec<Shown>> {
+    let answer: crate::remote::client::Items<Shown> = remote.get("/api/clusters").await?;
+    let mut clusters = answer.items;
+    clusters.sort_by(|a, b| (!a.secret.is_empty(), &a.secret).cmp(&(!b.secret.is_empty(), &b.secret)));
+    Ok(clusters)
+}
+
+fn print_list(clusters: &[Shown], output: Output) -> anyhow::Result<ExitCode> {
+    let rows: Vec<serde_json::Value> = clusters.iter().map(Shown::json).collect();
     match output {
         Output::Json => outln!("{}", serde_json::to_string_pretty(&rows)?),
         Output::Yaml => out!("{}", serde_saphyr::to_string(&rows)?),
@@ -349,20 +418,18 @@ async fn list(hub: &kube::Client, ns: &str, output: Output) -> anyhow::Result<Ex
                     .map(String::from)
                     .to_vec(),
             ];
-            for (c, row) in clusters.iter().zip(&rows) {
-                let s = &row["connectionState"];
-                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            for c in clusters {
                 table.push(vec![
                     c.name.clone(),
                     c.server.clone(),
-                    text(&s["serverVersion"]),
-                    text(&s["status"]),
+                    c.server_version.clone(),
+                    c.status.to_string(),
                     c.labels
                         .iter()
                         .map(|(k, v)| format!("{k}={v}"))
                         .collect::<Vec<_>>()
                         .join(","),
-                    text(&s["message"]),
+                    c.message.clone(),
                 ]);
             }
             print_table(&table);
@@ -371,16 +438,20 @@ async fn list(hub: &kube::Client, ns: &str, output: Output) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-async fn get(hub: &kube::Client, ns: &str, name: &str, output: Output) -> anyhow::Result<ExitCode> {
-    let cluster = if name == IN_CLUSTER_NAME || name == IN_CLUSTER_SERVER {
-        match find(hub, ns, name).await {
-            Ok(c) => c,
-            Err(_) => in_cluster(),
-        }
-    } else {
-        find(hub, ns, name).await?
-    };
-    let row = describe_cluster(&cluster, &states(hub, ns).await);
+/// The cluster `name` (its name, server URL or Secret name) among `clusters`; `in-cluster` is
+/// always known.
+fn pick(clusters: Vec<Shown>, name: &str) -> anyhow::Result<Shown> {
+    let wanted = name.trim_end_matches('/');
+    let local = wanted == IN_CLUSTER_NAME || wanted == IN_CLUSTER_SERVER;
+    clusters
+        .into_iter()
+        .find(|c| c.name == wanted || c.server == wanted || (!c.secret.is_empty() && c.secret == wanted))
+        .or_else(|| local.then(|| Shown::of_secret(&in_cluster(), &BTreeMap::new())))
+        .ok_or_else(|| anyhow!("cluster {name:?} is not registered (see `capstan cluster list`)"))
+}
+
+fn print_one(cluster: &Shown, output: Output) -> anyhow::Result<ExitCode> {
+    let row = cluster.json();
     match output {
         Output::Json => outln!("{}", serde_json::to_string_pretty(&row)?),
         Output::Yaml | Output::Table => out!("{}", serde_saphyr::to_string(&row)?),

@@ -1,7 +1,8 @@
 //! `capstan plan`: what a revision of a repository would change across every Application and
 //! ApplicationSet that follows it, without applying anything (`capstan_plan`); or, offline, the
 //! policies' verdicts on a directory of manifests. Exit status 1 when a policy denies or something
-//! fails to render, 2 when the plan cannot be made.
+//! fails to render, 2 when the plan cannot be made. Logged in to a server (`capstan login`), a
+//! repository's plan is the server's (`POST /api/plan`: only what the caller's projects may read).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use crate::kube_client::KubeArgs;
 use crate::output::out;
+use crate::remote::{Remote, RemoteError};
 
 /// How the plan is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -91,36 +93,22 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
                 project: args.project.clone(),
                 namespace: args.destination_namespace.clone(),
             };
-            capstan_plan::offline::offline(&request)
+            capstan_plan::offline::offline(&request).map_err(|e| e.to_string())
         }
         (None, Some(repo)) => {
             let Some(revision) = args.revision.clone() else {
                 anyhow::bail!("--revision is required with --repo");
             };
-            let client = KubeArgs {
-                kubeconfig: args.kubeconfig.clone(),
-                context: args.context.clone(),
-            }
-            .client()
-            .await?;
-            let cache = crate::commands::default_cache().join("cli");
-            let pipeline = capstan_controller::Pipeline::new(
-                client,
-                cache,
-                &args.namespace,
-                Duration::from_secs(60),
-                Duration::ZERO,
-            );
-            pipeline
-                .projects
-                .deny_implicit_default(args.deny_implicit_default_project);
-            pipeline.clusters.load().await?;
             let request = capstan_plan::PlanRequest {
                 repo: repo.clone(),
                 revision,
                 base: args.base.clone(),
             };
-            capstan_plan::plan(&pipeline, &request).await
+            if let Some(remote) = Remote::current()? {
+                remote_plan(&remote, &request).await?
+            } else {
+                kube_plan(&args, &request).await?
+            }
         }
         (None, None) => anyhow::bail!("give --repo and --revision, or --manifests and --policies"),
     };
@@ -142,4 +130,39 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The plan made by the server (`POST /api/plan`), which reads only what the caller's projects
+/// allow; an expired login is the caller's error (exit 2 as everywhere), a refusal the plan's.
+async fn remote_plan(
+    remote: &Remote,
+    request: &capstan_plan::PlanRequest,
+) -> anyhow::Result<Result<capstan_plan::Plan, String>> {
+    let body = serde_json::json!({"repo": request.repo, "revision": request.revision, "base": request.base});
+    match remote.post::<capstan_plan::Plan>("/api/plan", &body).await {
+        Ok(plan) => Ok(Ok(plan)),
+        Err(err @ RemoteError::Expired { .. }) => Err(err.into()),
+        Err(err) => Ok(Err(err.to_string())),
+    }
+}
+
+/// The plan made here with the kubeconfig's rights.
+async fn kube_plan(
+    args: &PlanArgs,
+    request: &capstan_plan::PlanRequest,
+) -> anyhow::Result<Result<capstan_plan::Plan, String>> {
+    let client = KubeArgs {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    }
+    .client()
+    .await?;
+    let cache = crate::commands::default_cache().join("cli");
+    let pipeline =
+        capstan_controller::Pipeline::new(client, cache, &args.namespace, Duration::from_secs(60), Duration::ZERO);
+    pipeline
+        .projects
+        .deny_implicit_default(args.deny_implicit_default_project);
+    pipeline.clusters.load().await?;
+    Ok(capstan_plan::plan(&pipeline, request).await.map_err(|e| e.to_string()))
 }

@@ -1,5 +1,6 @@
 //! `capstan project …`: inspect AppProjects. `windows NAME` lists a project's sync windows, each
-//! active or not now and when that changes next.
+//! active or not now and when that changes next; logged in to a server (`capstan login`), the
+//! project comes from it (`GET /api/projects/{name}`).
 
 use std::process::ExitCode;
 
@@ -11,6 +12,8 @@ use kube::api::Api;
 use crate::commands::app::print_table;
 use crate::kube_client::{KubeArgs, describe};
 use crate::output::outln;
+use crate::remote::Remote;
+use crate::remote::client::encode;
 
 /// `capstan project` and its subcommands.
 #[derive(Debug, clap::Args)]
@@ -37,34 +40,48 @@ enum ProjectCommand {
 
 /// Run `capstan project …`.
 pub async fn run(args: ProjectArgs) -> anyhow::Result<ExitCode> {
-    let client = args.kube.client().await?;
     match args.command {
         ProjectCommand::Windows { name } => {
-            let api: Api<AppProject> = Api::namespaced(client, &args.namespace);
-            let project = api
-                .get_opt(&name)
-                .await
-                .map_err(|e| anyhow!("{}", describe(&e)))
-                .with_context(|| format!("reading AppProject {name}"))?
-                .ok_or_else(|| anyhow!("AppProject {name:?} not found in namespace {}", args.namespace))?;
-            let at = capstan_controller::gates::system_now();
-            let states = windows::states(&project.spec.sync_windows, at);
-            if states.is_empty() {
-                outln!("AppProject {name} has no sync windows: its Applications may sync at any time");
-                return Ok(ExitCode::SUCCESS);
-            }
-            let (rows, bad) = rows(&states);
-            print_table(&rows);
-            for e in &bad {
-                eprintln!("error: AppProject {name}: {e}");
-            }
-            Ok(if bad.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            let project = match Remote::current()? {
+                Some(remote) => remote
+                    .get::<AppProject>(&format!("/api/projects/{}", encode(&name)))
+                    .await
+                    .map_err(|e| match e.status() {
+                        Some(404) => anyhow!("AppProject {name:?} not found"),
+                        _ => e.into(),
+                    })?,
+                None => {
+                    let api: Api<AppProject> = Api::namespaced(args.kube.client().await?, &args.namespace);
+                    api.get_opt(&name)
+                        .await
+                        .map_err(|e| anyhow!("{}", describe(&e)))
+                        .with_context(|| format!("reading AppProject {name}"))?
+                        .ok_or_else(|| anyhow!("AppProject {name:?} not found in namespace {}", args.namespace))?
+                }
+            };
+            print_windows(&name, &project)
         }
     }
+}
+
+/// `project windows`' table of the project's sync windows; exit 1 when one does not parse.
+fn print_windows(name: &str, project: &AppProject) -> anyhow::Result<ExitCode> {
+    let at = capstan_controller::gates::system_now();
+    let states = windows::states(&project.spec.sync_windows, at);
+    if states.is_empty() {
+        outln!("AppProject {name} has no sync windows: its Applications may sync at any time");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (rows, bad) = rows(&states);
+    print_table(&rows);
+    for e in &bad {
+        eprintln!("error: AppProject {name}: {e}");
+    }
+    Ok(if bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The table of `states` (header first), and the windows that do not parse.

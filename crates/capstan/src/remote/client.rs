@@ -60,6 +60,13 @@ impl RemoteError {
     }
 }
 
+/// A list answer of the API: `{"items": [...]}`.
+#[derive(Debug, serde::Deserialize)]
+pub struct Items<T> {
+    /// The items.
+    pub items: Vec<T>,
+}
+
 /// A server and the login to use with it.
 #[derive(Debug, Clone)]
 pub struct Remote {
@@ -73,8 +80,9 @@ pub struct Remote {
 impl Remote {
     /// The server commands go to: `$CAPSTAN_SERVER` with `$CAPSTAN_TOKEN` (for CI), else the
     /// current login of the sessions file; none when neither exists (the kubeconfig is used).
-    /// Refused when the command line names a kubeconfig, context or namespace: those would be
-    /// silently ignored by the server (which may be another cluster's).
+    /// Refused when the command line names a kubeconfig, context or namespace, or the operator's
+    /// `--deny-implicit-default-project`: those would be silently ignored by the server (which may
+    /// be another cluster's, and has its own setting).
     pub fn current() -> Result<Option<Remote>, RemoteError> {
         let remote = Self::current_unchecked()?;
         if let Some(r) = &remote {
@@ -82,7 +90,13 @@ impl Remote {
                 let name = a.split('=').next().unwrap_or_default();
                 matches!(
                     name,
-                    "--kubeconfig" | "--context" | "--namespace" | "-n" | "-N" | "--app-namespace"
+                    "--kubeconfig"
+                        | "--context"
+                        | "--namespace"
+                        | "-n"
+                        | "-N"
+                        | "--app-namespace"
+                        | "--deny-implicit-default-project"
                 )
             });
             if let Some(flag) = kube_flag {
@@ -295,6 +309,11 @@ impl Remote {
     /// `POST path` with a JSON body, as JSON.
     pub async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T, RemoteError> {
         self.call(Method::POST, path, Some(body)).await
+    }
+
+    /// `DELETE path`, as JSON.
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, RemoteError> {
+        self.call(Method::DELETE, path, None::<&()>).await
     }
 
     /// `GET path`, its body to be read as it streams ([`capstan_http::Answer::chunk`]).

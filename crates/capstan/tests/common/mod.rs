@@ -4,6 +4,7 @@
 
 pub mod apps;
 pub mod http;
+pub mod modes;
 pub mod pod;
 pub mod services;
 

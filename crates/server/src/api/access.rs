@@ -26,11 +26,7 @@ pub fn cluster_of(app: &Application) -> String {
 
 /// The project of `app` (`default` when empty).
 pub fn project_of(app: &Application) -> &str {
-    if app.spec.project.is_empty() {
-        "default"
-    } else {
-        &app.spec.project
-    }
+    capstan_api::project::project_name(&app.spec.project)
 }
 
 /// The Application `name` if `auth` may act on it with `needed`: 404 when it does not exist or the

@@ -1,5 +1,6 @@
 //! ApplicationSets and clusters, read-only. Cluster credentials never leave the server: only the
-//! name, server, labels and the connection state the controller records are answered.
+//! name, server, Secret name, labels, annotations, managed namespaces and the connection state the
+//! controller records are answered.
 
 use std::sync::Arc;
 
@@ -118,7 +119,7 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
         .map(|d| {
             let c = connection(&d.name);
             // From the Secret as it is now (`in-cluster`'s metadata-only Secret included).
-            let labels = state.pipeline.clusters.labels_of(&d.name);
+            let metadata = state.pipeline.clusters.metadata_of(&d.name).unwrap_or_default();
             let server = if d.name == IN_CLUSTER_NAME {
                 IN_CLUSTER_SERVER.to_string()
             } else {
@@ -127,7 +128,10 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
             ClusterItem {
                 name: d.name.clone(),
                 server,
-                labels: labels.into_iter().collect(),
+                secret: metadata.secret,
+                labels: metadata.labels,
+                annotations: metadata.annotations,
+                namespaces: metadata.namespaces,
                 state: c.status,
                 version: c.server_version,
                 message: c.message,

@@ -1,19 +1,23 @@
-//! The JSON API: the Application list ([`list`]: filters, pages), Applications ([`apps`]), their resource trees ([`tree`]), their Pods' logs ([`logs`]) and resource actions ([`actions`]), ApplicationSets and
-//! clusters ([`fleet`]), promotions between environments ([`promotions`]) and an Application's
+//! The JSON API: the Application list ([`list`]: filters, pages), Applications ([`apps`]; deleting
+//! one: [`delete`]), their resource trees ([`tree`]), their Pods' logs ([`logs`]) and resource actions ([`actions`]), ApplicationSets and
+//! clusters ([`fleet`]), AppProjects ([`projects`]), promotions between environments ([`promotions`]) and an Application's
 //! promotions ([`app_promotions`]), deployed commits ([`revision`]), policies and their verdicts
 //! ([`policies`], read-only), plans of a repository's revision ([`plan`]), and the bodies they answer ([`model`]); [`access`] decides who
-//! sees which Application.
+//! sees which Application, and [`audit`] records what users did in Events.
 
 pub mod access;
 pub mod actions;
 pub mod app_promotions;
 pub mod apps;
+pub mod audit;
+pub mod delete;
 pub mod fleet;
 pub mod list;
 pub mod logs;
 pub mod model;
 pub mod plan;
 pub mod policies;
+pub mod projects;
 pub mod promotions;
 pub mod revision;
 pub mod tree;

@@ -340,8 +340,14 @@ pub struct ClusterItem {
     pub name: String,
     /// API server URL.
     pub server: String,
+    /// Name of its cluster Secret (empty for `in-cluster` without one).
+    pub secret: String,
     /// Labels of its cluster Secret.
     pub labels: BTreeMap<String, String>,
+    /// Annotations of its cluster Secret (never `kubectl apply`'s copy of the whole Secret).
+    pub annotations: BTreeMap<String, String>,
+    /// The namespaces Capstan may manage there (empty: all).
+    pub namespaces: Vec<String>,
     /// Last known connection state.
     pub state: ConnectionStatus,
     /// Kubernetes version last seen.

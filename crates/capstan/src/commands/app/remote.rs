@@ -37,8 +37,23 @@ pub(super) async fn run(remote: &Remote, command: AppCommand) -> anyhow::Result<
                 refresh_and_wait(remote, &name, hard_refresh).await?;
             }
             let app = get(remote, &name).await?;
-            // The project's sync windows are not shown: the server does not answer AppProjects.
-            print_app(&app, output, &[])?;
+            let windows = match output {
+                Output::Table | Output::Wide => {
+                    let project = capstan_api::project::project_name(&app.spec.project);
+                    // A project the caller may not read, or the implicit `default`: no windows shown.
+                    match remote
+                        .get::<capstan_api::AppProject>(&format!("/api/projects/{}", encode(project)))
+                        .await
+                    {
+                        Ok(found) => {
+                            show::window_lines(&app, project, &found.spec, capstan_controller::gates::system_now())
+                        }
+                        Err(_) => Vec::new(),
+                    }
+                }
+                _ => Vec::new(),
+            };
+            print_app(&app, output, &windows)?;
             Ok(ExitCode::SUCCESS)
         }
         AppCommand::Diff { name, revision } => match diff(remote, &name, revision).await {
@@ -110,9 +125,34 @@ pub(super) async fn run(remote: &Remote, command: AppCommand) -> anyhow::Result<
             outln!("{}", summary_line(&app));
             Ok(ExitCode::SUCCESS)
         }
-        AppCommand::Delete { name, .. } => bail!(
-            "deleting Application {name} is not available through the server: use a kubeconfig (`capstan context --none`)"
-        ),
+        AppCommand::Delete {
+            name,
+            cascade,
+            wait,
+            yes,
+        } => {
+            let app = get(remote, &name).await?;
+            if !yes {
+                confirm_delete(&app, cascade)?;
+            }
+            let path = format!("{}?cascade={cascade}", app_path(&name));
+            let _: Value = remote
+                .delete(&path)
+                .await
+                .map_err(|e| not_found_as_kube_says(e, &name))?;
+            if wait {
+                wait_gone(&name, || async {
+                    match remote.get::<Value>(&app_path(&name)).await {
+                        Ok(_) => Ok(true),
+                        Err(e) if e.status() == Some(404) => Ok(false),
+                        Err(e) => Err(e.into()),
+                    }
+                })
+                .await?;
+            }
+            print_deleted(&name, cascade);
+            Ok(ExitCode::SUCCESS)
+        }
         AppCommand::Logs(args) => logs(remote, args).await,
         AppCommand::Actions { command } => actions(remote, command).await,
     }
