@@ -76,6 +76,21 @@ pub fn completed_hooks(previous: Option<&OperationState>, resuming: bool) -> Has
         .unwrap_or_default()
 }
 
+/// The objects (`GROUP/KIND/NAMESPACE/NAME`) the interrupted run of a resumed operation already
+/// deleted and created again (`Force=true`): they are not deleted a second time.
+pub fn recreated(previous: Option<&OperationState>, resuming: bool) -> HashSet<String> {
+    previous
+        .filter(|_| resuming)
+        .map(|p| {
+            p.resources
+                .iter()
+                .filter(|r| r.status == ResultCode::Synced && !r.hook && r.message == capstan_sync::execute::RECREATED)
+                .map(|r| format!("{}/{}/{}/{}", r.group, r.kind, r.namespace, r.name))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The operation failed before anything was applied.
 pub fn fail(state: &mut OperationState, message: String) {
     state.phase = OperationPhase::Failed;
