@@ -102,7 +102,7 @@ fn job_failed(live: &Value) -> bool {
         .and_then(Value::as_array)
         .is_some_and(|conditions| {
             conditions.iter().any(|c| {
-                c.get("type").and_then(Value::as_str) == Some("Failed")
+                c.get("type").and_then(Value::as_str) == Some("Failed") // vocabulary: Job conditions
                     && c.get("status").and_then(Value::as_str) == Some("True")
             })
         })
