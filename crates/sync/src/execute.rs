@@ -273,7 +273,8 @@ impl Run<'_> {
             });
             let (status, message) = match &outcome {
                 Ok(status) if task.action == Action::Keep => (status.clone(), UNCHANGED.to_string()),
-                Ok(status) if self.recreates(task) => (status.clone(), RECREATED.to_string()),
+                // Also when an interrupted run recreated it: a second restart must know it too.
+                Ok(status) if self.forced(task) => (status.clone(), RECREATED.to_string()),
                 Ok(status) => (status.clone(), String::new()),
                 Err(err) => (ResultCode::SyncFailed, err.to_string()),
             };
@@ -411,13 +412,15 @@ impl Run<'_> {
         }
     }
 
-    /// Whether `task` deletes its object and creates it again (`Force=true`, not done yet by an
-    /// interrupted run of the operation, not a dry run).
+    /// Whether `task` is an apply of a `Force=true` operation (not a dry run).
+    fn forced(&self, task: &Task) -> bool {
+        self.opts.force && task.action == Action::Apply && !self.opts.dry_run
+    }
+
+    /// Whether `task` deletes its object and creates it again: forced, and not done yet by an
+    /// interrupted run of the operation.
     fn recreates(&self, task: &Task) -> bool {
-        self.opts.force
-            && task.action == Action::Apply
-            && !self.opts.dry_run
-            && !self.opts.recreated.contains(&task.key.to_string())
+        self.forced(task) && !self.opts.recreated.contains(&task.key.to_string())
     }
 
     async fn task(&self, task: &Task) -> TaskOutcome {

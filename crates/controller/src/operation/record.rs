@@ -303,6 +303,7 @@ mod tests {
             result("pre", "Synced", true, ""),
             result("cm", "Synced", false, ""),
             result("failed-hook", "SyncFailed", true, ""),
+            result("job", "Synced", false, capstan_sync::execute::RECREATED),
         ];
         running.resources[0].sync_phase = "PreSync".into();
         assert!(resumes(Some(&running), &sync));
@@ -320,6 +321,12 @@ mod tests {
             HashSet::from(["PreSync:/ConfigMap//pre".to_string()])
         );
         assert!(completed_hooks(Some(&running), false).is_empty());
+        assert_eq!(
+            recreated(Some(&running), true),
+            HashSet::from(["/ConfigMap//job".to_string()]),
+            "a forced object recreated before the restart is not deleted again"
+        );
+        assert!(recreated(Some(&running), false).is_empty());
         // A new operation after another starts afresh.
         assert!(start(Some(&running), &sync, "abc", false).resources.is_empty());
     }
