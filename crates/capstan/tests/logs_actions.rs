@@ -588,7 +588,7 @@ async fn a_failed_job_is_retried_by_the_controller() -> anyhow::Result<()> {
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
 
-    let job = |name: &str| get_json(&kc, &["job", name, "-n", &dest]);
+    let job = |name: &str| get_json(&kc, &["job", name, "-n", &dest, "--show-managed-fields"]);
     until("Job migrate Failed and Job seed Complete", WAIT, || {
         job("migrate").is_some_and(|j| condition(&j, "Failed"))
             && job("seed").is_some_and(|j| condition(&j, "Complete"))
