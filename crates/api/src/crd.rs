@@ -158,7 +158,7 @@ mod tests {
     /// stored before still validates, and nothing else in the schema moved. Only closed words get one.
     /// Fields added since are added to the fixture too, as they are (AppProject's
     /// `destinationServiceAccounts`, the deletion budgets, `allowDeletions`; the Policy and
-    /// NotificationChannel CRDs as they were introduced).
+    /// NotificationChannel CRDs as they were introduced, the `PromotionMade` trigger).
     #[test]
     fn crds_differ_from_those_before_the_status_enums_only_by_added_enums() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds-before-status-enums");

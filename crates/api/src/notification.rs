@@ -101,16 +101,20 @@ pub enum Trigger {
     Deployed,
     /// A sync was refused by a Policy (the `PolicyDenied` condition appeared or changed).
     PolicyDenied,
+    /// A promotion changed the Application's file in Git (`capstan promote`, the API or the web
+    /// UI): sent once per promotion, about the promotion's target Application.
+    PromotionMade,
 }
 
 impl Trigger {
     /// Every trigger, in a fixed order.
-    pub const ALL: [Trigger; 5] = [
+    pub const ALL: [Trigger; 6] = [
         Trigger::SyncSucceeded,
         Trigger::SyncFailed,
         Trigger::HealthDegraded,
         Trigger::Deployed,
         Trigger::PolicyDenied,
+        Trigger::PromotionMade,
     ];
 
     /// Its name, as written in specs and annotations.
@@ -121,6 +125,7 @@ impl Trigger {
             Trigger::HealthDegraded => "HealthDegraded",
             Trigger::Deployed => "Deployed",
             Trigger::PolicyDenied => "PolicyDenied",
+            Trigger::PromotionMade => "PromotionMade",
         }
     }
 }

@@ -4,7 +4,8 @@
 //! container, the last line, the previous container, followed live) and is refused another team's
 //! Pod (403) and Application (404); runs `restart`, `suspend` and `resume` with the `action` role
 //! (recorded in an Event naming them), while a read-only user is refused; an unknown action names
-//! the ones that exist.
+//! the ones that exist. A Job that failed (its Pod failed by kwok) is retried: the controller
+//! deletes it with its Pods and creates it again from Git.
 
 mod common;
 
@@ -525,5 +526,186 @@ async fn login_verifies_the_server_certificate() -> anyhow::Result<()> {
         }
     }
     assert!(!config.path().join("sessions.json").exists(), "no login was kept");
+    Ok(())
+}
+
+/// A Job whose Pod fails (kwok's `capstan.dev/simulate: fail`) once, so the real Job controller
+/// marks it `Failed`, and one that succeeds.
+const JOBS: &str = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: migrate}\nspec:\n  backoffLimit: 0\n  template:\n    metadata: {annotations: {capstan.dev/simulate: fail}}\n    spec: {restartPolicy: Never, containers: [{name: migrate, image: busybox}]}\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: seed}\nspec:\n  template:\n    spec: {restartPolicy: Never, containers: [{name: seed, image: busybox}]}\n";
+
+/// The object `kubectl get -o json` prints, or `None` when it does not exist.
+fn get_json(kc: &str, args: &[&str]) -> Option<Value> {
+    let mut all = vec!["get"];
+    all.extend(args);
+    all.extend(["-o", "json"]);
+    let out = kubectl(kc, &all);
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+fn condition(job: &Value, kind: &str) -> bool {
+    job["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+}
+
+/// `retry` of a failed Job of Git: offered only when it failed, refused to a read-only user; the
+/// controller deletes it with its Pods and creates it again from Git (a new uid, the old Pods gone),
+/// the operation and an Event naming the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_job_is_retried_by_the_controller() -> anyhow::Result<()> {
+    let cluster = TestCluster::shared().await?;
+    let git = GitServer::start().await?;
+    let kc = cluster.kubeconfig().to_string_lossy().to_string();
+    let ns = unique_namespace();
+    let out = capstan(&kc, &["install", "-n", &ns]);
+    assert!(out.status.success(), "{}", text(&out));
+    let cache = tempfile::tempdir()?;
+    let (_controller, base, _) = common::controller_with_server(&kc, cache.path(), &["-n", &ns])?;
+    for (user, pass) in [("dev", "dev-password-1"), ("viewer", "viewer-password-1")] {
+        let out = capstan_in(&kc, &ns, &["account", "set-password", user, "--password", pass]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    common::create_policy(
+        &kc,
+        &ns,
+        "default: none\ngrants:\n  - {role: action, projects: [team-a], users: [dev]}\n  - {role: read-only, projects: [team-a], users: [viewer]}\n",
+    );
+    git.create_repo("jobs")?;
+    git.commit("jobs", "main", &[("batch/all.yaml", Some(JOBS))], "two jobs")?;
+    let dest = format!("batch-{ns}");
+    let file = cache.path().join("apps.yaml");
+    std::fs::write(
+        &file,
+        [
+            project(&ns, "team-a"),
+            application(&ns, "batch", "team-a", &git.git_url("jobs"), &dest),
+        ]
+        .join("---\n"),
+    )?;
+    let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let job = |name: &str| get_json(&kc, &["job", name, "-n", &dest, "--show-managed-fields"]);
+    until("Job migrate Failed and Job seed Complete", WAIT, || {
+        job("migrate").is_some_and(|j| condition(&j, "Failed"))
+            && job("seed").is_some_and(|j| condition(&j, "Complete"))
+    });
+    let old = job("migrate").expect("Job migrate");
+    let old_uid = old["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    assert!(!old_uid.is_empty());
+    let pods_of = |uid: &str| {
+        get_json(
+            &kc,
+            &[
+                "pods",
+                "-n",
+                &dest,
+                "-l",
+                &format!("batch.kubernetes.io/controller-uid={uid}"),
+            ],
+        )
+        .and_then(|l| l["items"].as_array().map(|i| i.len()))
+        .unwrap_or(usize::MAX)
+    };
+    assert!(pods_of(&old_uid) >= 1, "the failed Job's Pod is there");
+    let seed_uid = job("seed").map(|j| j["metadata"]["uid"].clone()).unwrap_or_default();
+
+    let mut dev = Http::new(&base);
+    until("the server to be ready", Duration::from_secs(30), || {
+        dev.get("/readyz").status == 200
+    });
+    assert_eq!(dev.login("dev", "dev-password-1").status, 200);
+    let mut viewer = Http::new(&base);
+    assert_eq!(viewer.login("viewer", "viewer-password-1").status, 200);
+    until("the Application synced", WAIT, || {
+        let app = dev.get("/api/applications/batch").json();
+        app["status"]["sync"]["status"] == "Synced" && app["status"]["operationState"]["phase"] == "Succeeded"
+    });
+    let listing = |http: &mut Http, name: &str| {
+        http.get(&format!(
+            "/api/applications/batch/actions?group=batch&kind=Job&namespace={dest}&name={name}"
+        ))
+        .json()["items"]
+            .clone()
+    };
+    assert_eq!(listing(&mut dev, "migrate"), json!([{"name": "retry", "disabled": ""}]));
+    assert_eq!(
+        listing(&mut viewer, "seed"),
+        json!([{"name": "retry", "disabled": "has not failed (no condition Failed=True)"}])
+    );
+    let retry =
+        |name: &str| json!({"group": "batch", "kind": "Job", "namespace": dest, "name": name, "action": "retry"});
+    let not_failed = dev.post("/api/applications/batch/actions", retry("seed"));
+    assert_eq!(not_failed.status, 409, "{}", not_failed.body);
+    assert!(not_failed.body.contains("has not failed"), "{}", not_failed.body);
+    let refused = viewer.post("/api/applications/batch/actions", retry("migrate"));
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(
+        job("migrate").and_then(|j| j["metadata"]["uid"].as_str().map(str::to_string)),
+        Some(old_uid.clone()),
+        "nothing was done for the refused requests"
+    );
+
+    let done = dev.post("/api/applications/batch/actions", retry("migrate"));
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(
+        done.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("dev ran retry on Job")),
+        "{}",
+        done.body
+    );
+    // The controller ran a sync of that Job only, as the user, and recreated it.
+    let mut operation = Value::Null;
+    until("the retry's operation to succeed", WAIT, || {
+        let app = dev.get("/api/applications/batch").json();
+        operation = app["status"]["operationState"].clone();
+        operation["operation"]["initiatedBy"] == "dev" && operation["phase"] == "Succeeded"
+    });
+    assert_eq!(
+        operation["operation"]["sync"]["resources"],
+        json!([format!("batch/Job/{dest}/migrate")]),
+        "{operation}"
+    );
+    let results = operation["resources"].as_array().cloned().unwrap_or_default();
+    assert_eq!(results.len(), 1, "the Job only: {operation}");
+    assert_eq!(results[0]["name"], "migrate");
+    assert_eq!(results[0]["message"], "deleted and recreated", "{operation}");
+    let new = job("migrate").expect("Job migrate again");
+    let new_uid = new["metadata"]["uid"].as_str().unwrap_or_default();
+    assert!(
+        !new_uid.is_empty() && new_uid != old_uid,
+        "a new Job: {new_uid} vs {old_uid}"
+    );
+    // Created from Git: its template as Git has it, tracked by the Application, applied by Capstan.
+    assert_eq!(
+        new["spec"]["template"]["metadata"]["annotations"]["capstan.dev/simulate"],
+        "fail"
+    );
+    assert!(
+        new["metadata"]["managedFields"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|f| f["manager"] == "capstan" && f["operation"] == "Apply")),
+        "{new}"
+    );
+    assert_eq!(pods_of(&old_uid), 0, "the old Job's Pods are gone");
+    assert_eq!(
+        job("seed").map(|j| j["metadata"]["uid"].clone()),
+        Some(seed_uid),
+        "the other Job is left alone"
+    );
+    until("the Event naming the user", Duration::from_secs(30), || {
+        dev.get("/api/applications/batch/events")
+            .body
+            .contains("dev ran retry on Job")
+    });
+    // The new Job runs (and, simulated, fails again): it may be retried again then.
+    until("the new Job to fail too", WAIT, || {
+        job("migrate").is_some_and(|j| j["metadata"]["uid"] == new_uid && condition(&j, "Failed"))
+    });
+    assert_eq!(listing(&mut dev, "migrate"), json!([{"name": "retry", "disabled": ""}]));
     Ok(())
 }

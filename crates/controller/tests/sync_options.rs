@@ -1,6 +1,6 @@
 //! End to end: sync options and what happens around a sync — `Replace=true`, `Prune=false`,
 //! `Delete=false`, deletion with and without the resources finalizer, `PruneLast=true`,
-//! `ApplyOutOfSyncOnly=false`, the `HookFailed` delete policy and the bounded history — against a
+//! `ApplyOutOfSyncOnly=false`, `Force=true`, the `HookFailed` delete policy and the bounded history — against a
 //! real control plane, with the controller running in-process.
 //!
 //! Longer than the ~600 lines a source file should stay under, on purpose: every test of one test
@@ -764,5 +764,85 @@ async fn revision_history_limit_keeps_the_last_entries() -> anyhow::Result<()> {
     let (v, k, p) = CM_API;
     let live = env.get(v, k, p, "history-ns", "versioned").await?.expect("configmap");
     assert_eq!(live.pointer("/data/v"), Some(&json!("3")));
+    Ok(())
+}
+
+/// `Force=true` in a sync request deletes each object the operation applies and creates it again
+/// from Git (a new uid), equal to Git or not, and only the objects selected; in an Application's own
+/// `syncOptions` it is refused, naming the option, and nothing is synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_true_recreates_the_selected_objects_and_is_refused_in_the_spec() -> anyhow::Result<()> {
+    let env = Env::shared().await?;
+    env.git.create_repo("force")?;
+    env.git.commit(
+        "force",
+        "main",
+        &[
+            ("app/one.yaml", Some(&configmap("one", "{}", "{k: v}"))),
+            ("app/two.yaml", Some(&configmap("two", "{}", "{k: v}"))),
+        ],
+        "v1",
+    )?;
+    env.create_app(app("force", &env.git.git_url("force"), "app", "force-ns", false))
+        .await?;
+    let first = sync_and_wait(&env, "force", "force-1", json!({})).await?;
+    assert_eq!(op_phase(&first), "Succeeded", "{}", op_message(&first));
+    let (v, k, p) = CM_API;
+    let uid = |obj: Option<Value>| obj.map(|o| pointer_str(&o, "/metadata/uid")).unwrap_or_default();
+    let (one, two) = (
+        uid(env.get(v, k, p, "force-ns", "one").await?),
+        uid(env.get(v, k, p, "force-ns", "two").await?),
+    );
+    assert!(!one.is_empty() && !two.is_empty());
+
+    // Both already equal Git: without Force nothing would be written.
+    let forced = sync_and_wait(
+        &env,
+        "force",
+        "force-2",
+        json!({"resources": ["/ConfigMap/force-ns/one"], "syncOptions": ["Force=true", "Replace=true"]}),
+    )
+    .await?;
+    assert_eq!(op_phase(&forced), "Succeeded", "{}", op_message(&forced));
+    let results = op_state(&forced).resources;
+    assert_eq!(results.len(), 1, "{results:?}");
+    let recreated = result_for(&results, "ConfigMap", "one").expect("one's result");
+    assert_eq!(
+        (recreated.status.clone(), recreated.message.as_str()),
+        (ResultCode::Synced, "deleted and recreated")
+    );
+    let live = env.get(v, k, p, "force-ns", "one").await?.expect("one again");
+    assert_ne!(pointer_str(&live, "/metadata/uid"), one, "a new object");
+    assert_eq!(live.pointer("/data"), Some(&json!({"k": "v"})), "from Git");
+    assert!(
+        managers(&live).contains(&("capstan".into(), "Apply".into())),
+        "server-side applied by capstan: {:?}",
+        managers(&live)
+    );
+    assert_eq!(
+        uid(env.get(v, k, p, "force-ns", "two").await?),
+        two,
+        "an object not selected is left alone"
+    );
+    env.wait_app("force", "Synced after the recreation", Duration::from_secs(30), |a| {
+        sync_of(a) == "Synced"
+    })
+    .await?;
+
+    // Not as a standing policy of an Application.
+    let mut manifest = app("force-spec", &env.git.git_url("force"), "app", "force-spec-ns", true);
+    manifest["spec"]["syncPolicy"]["syncOptions"] = json!(["CreateNamespace=true", "Force=true"]);
+    env.create_app(manifest).await?;
+    let refused = env
+        .wait_app("force-spec", "refused", Duration::from_secs(60), |a| {
+            condition(a, "InvalidSpecError").is_some()
+        })
+        .await?;
+    let message = condition(&refused, "InvalidSpecError").unwrap_or_default();
+    assert!(
+        message.contains("spec.syncPolicy.syncOptions[1] \"Force=true\" is not supported by Capstan"),
+        "{message}"
+    );
+    assert!(env.get(v, k, p, "force-spec-ns", "one").await?.is_none());
     Ok(())
 }

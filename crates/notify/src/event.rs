@@ -1,12 +1,14 @@
 //! The state changes of an Application that can be notified ([`Trigger`]), read from its status:
 //! each present state is a [`Fact`] with a fingerprint that stays the same while the state does
 //! (the operation's id for a finished sync, the revision for a deployment, the message for a
-//! denial) and an [`Event`] describing it.
+//! denial) and an [`Event`] describing it. Promotions to an Application ([`promotion_facts`]) are
+//! read from the history of the PromotionPipelines that target it: one fact per promotion, its
+//! commit as fingerprint.
 
-use capstan_api::Application;
 use capstan_api::notification::Trigger;
 use capstan_api::operation::OperationPhase;
 use capstan_api::status::{ConditionType, HealthCode, SyncCode};
+use capstan_api::{Application, PromotionPipeline};
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +39,52 @@ pub struct Event {
     pub health: String,
     /// What the controller said (operation message, health message or condition), secrets scrubbed.
     pub message: String,
+    /// The promotion, for `PromotionMade` (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<Promotion>,
+}
+
+/// A promotion, as a `PromotionMade` event describes it (from the pipeline's `status.history`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Promotion {
+    /// The PromotionPipeline.
+    pub pipeline: String,
+    /// The service promoted.
+    pub service: String,
+    /// The source stage (environment).
+    pub from: String,
+    /// The target stage (environment).
+    pub to: String,
+    /// The Application deploying the source stage.
+    pub source_application: String,
+    /// The Application deploying the target stage (the event's `application`).
+    pub target_application: String,
+    /// The commit the promotion made (the event's `revision`).
+    pub commit: String,
+    /// The source Application's synced revision the values were read at.
+    pub source_revision: String,
+    /// What was promoted: each field of the target's file (`imageTag`, `targetRevision`, values),
+    /// its value before and the value promoted.
+    pub changes: Vec<PromotedField>,
+    /// Who promoted.
+    pub user: String,
+    /// Whether a failing check was overridden (`--force`), and why.
+    pub forced: bool,
+    /// Why it was forced (empty when it was not).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// One field a promotion changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromotedField {
+    /// The key (`imageTag`, `a.b`).
+    pub field: String,
+    /// The target's value before.
+    pub old: String,
+    /// The value promoted.
+    pub new: String,
 }
 
 /// A state present now: the trigger, its fingerprint and the event to send when it is new.
@@ -95,6 +143,7 @@ pub fn facts(app: &Application, now: &str) -> Vec<Fact> {
             sync: sync.to_string(),
             health: health.to_string(),
             message: capstan_redact::scrub(message),
+            promotion: None,
         },
     };
     let mut out = Vec::new();
@@ -155,6 +204,100 @@ pub fn facts(app: &Application, now: &str) -> Vec<Fact> {
     out
 }
 
+/// The promotions made to `app` (those of `pipelines` whose target stage it deploys, in its
+/// namespace), newest first: one `PromotionMade` fact each, fingerprinted by its commit.
+pub fn promotion_facts(app: &Application, pipelines: &[std::sync::Arc<PromotionPipeline>]) -> Vec<Fact> {
+    let namespace = app.namespace().unwrap_or_default();
+    let name = app.name_any();
+    let project = if app.spec.project.is_empty() {
+        "default".to_string()
+    } else {
+        app.spec.project.clone()
+    };
+    let status = app.status.clone().unwrap_or_default();
+    let sync = status.sync.as_ref().map(|s| s.status).unwrap_or_default();
+    let health = status.health.as_ref().map(|h| h.status).unwrap_or_default();
+    let mut out: Vec<(String, Fact)> = Vec::new();
+    for pipeline in pipelines {
+        if pipeline.namespace().unwrap_or_default() != namespace {
+            continue;
+        }
+        let pipeline_name = pipeline.name_any();
+        for record in pipeline.status.iter().flat_map(|s| s.history.iter()) {
+            if pipeline.spec.application(&record.service, &record.to) != name || record.commit.is_empty() {
+                continue;
+            }
+            let changes: Vec<PromotedField> = record
+                .changes
+                .iter()
+                .map(|c| PromotedField {
+                    field: c.field.clone(),
+                    old: capstan_redact::scrub(&c.old),
+                    new: capstan_redact::scrub(&c.new),
+                })
+                .collect();
+            let what: Vec<String> = changes
+                .iter()
+                .map(|c| format!("{} {} → {}", c.field, c.old, c.new))
+                .collect();
+            let message = format!(
+                "{} promoted {} from {} to {}{}",
+                record.user,
+                record.service,
+                record.from,
+                record.to,
+                if what.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", what.join(", "))
+                }
+            );
+            let event = Event {
+                id: format!(
+                    "{namespace}/{name}/{}/{}",
+                    Trigger::PromotionMade,
+                    digest(&record.commit)
+                ),
+                trigger: Trigger::PromotionMade,
+                time: record.time.clone(),
+                namespace: namespace.clone(),
+                application: name.clone(),
+                project: project.clone(),
+                revision: record.commit.clone(),
+                repo_url: pipeline.spec.repo_url.clone(),
+                sync: sync.to_string(),
+                health: health.to_string(),
+                message: capstan_redact::scrub(&message),
+                promotion: Some(Promotion {
+                    pipeline: pipeline_name.clone(),
+                    service: record.service.clone(),
+                    from: record.from.clone(),
+                    to: record.to.clone(),
+                    source_application: pipeline.spec.application(&record.service, &record.from),
+                    target_application: name.clone(),
+                    commit: record.commit.clone(),
+                    source_revision: record.source_revision.clone(),
+                    changes,
+                    user: record.user.clone(),
+                    forced: record.forced,
+                    reason: capstan_redact::scrub(&record.reason),
+                }),
+            };
+            out.push((
+                record.time.clone(),
+                Fact {
+                    trigger: Trigger::PromotionMade,
+                    fingerprint: record.commit.clone(),
+                    event,
+                },
+            ));
+        }
+    }
+    // Newest first (RFC 3339 times in UTC sort as text; a stable sort keeps each history's order).
+    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.into_iter().map(|(_, f)| f).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,5 +354,68 @@ mod tests {
         );
         assert_eq!(f[1].event.message, "pod crash-looping");
         assert!(f[0].event.id.starts_with("capstan/shop/SyncFailed/"));
+    }
+
+    #[test]
+    fn promotions_to_the_application_are_facts_newest_first() {
+        let pipeline: PromotionPipeline = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "PromotionPipeline",
+            "metadata": {"name": "services", "namespace": "capstan"},
+            "spec": {"project": "team-a", "repoURL": "https://git.example/root.git", "path": "{service}/{env}.yaml",
+                     "application": "{service}-{env}",
+                     "environments": [{"name": "staging"}, {"name": "production"}]},
+            "status": {"history": [
+                {"service": "shop", "from": "staging", "to": "production", "commit": "c2", "user": "dev",
+                 "time": "2026-12-02T09:00:00Z", "sourceRevision": "s2", "forced": true, "reason": "hotfix",
+                 "changes": [{"field": "imageTag", "old": "1.0", "new": "1.1"}]},
+                {"service": "cart", "from": "staging", "to": "production", "commit": "x", "user": "dev",
+                 "time": "2026-12-02T08:30:00Z"},
+                {"service": "shop", "from": "staging", "to": "production", "commit": "c1", "user": "ops",
+                 "time": "2026-12-02T08:00:00Z", "changes": []},
+            ]},
+        }))
+        .expect("pipeline");
+        let mut target = app(json!({"sync": {"status": "OutOfSync"}, "health": {"status": "Healthy"}}));
+        target.metadata.name = Some("shop-production".into());
+        let facts = promotion_facts(&target, &[std::sync::Arc::new(pipeline.clone())]);
+        let commits: Vec<&str> = facts.iter().map(|f| f.fingerprint.as_str()).collect();
+        assert_eq!(commits, ["c2", "c1"], "the target's promotions only, newest first");
+        let e = &facts[0].event;
+        assert_eq!((e.trigger, e.revision.as_str()), (Trigger::PromotionMade, "c2"));
+        assert_eq!(e.repo_url, "https://git.example/root.git");
+        assert_eq!(e.time, "2026-12-02T09:00:00Z");
+        assert_eq!(
+            e.message,
+            "dev promoted shop from staging to production: imageTag 1.0 → 1.1"
+        );
+        let p = e.promotion.as_ref().expect("promotion");
+        assert_eq!(
+            (
+                p.pipeline.as_str(),
+                p.source_application.as_str(),
+                p.target_application.as_str()
+            ),
+            ("services", "shop-staging", "shop-production")
+        );
+        assert_eq!(
+            p.changes,
+            [PromotedField {
+                field: "imageTag".into(),
+                old: "1.0".into(),
+                new: "1.1".into()
+            }]
+        );
+        assert!(p.forced && p.reason == "hotfix" && p.source_revision == "s2" && p.user == "dev");
+        assert!(e.id.starts_with("capstan/shop-production/PromotionMade/"));
+        assert_ne!(e.id, facts[1].event.id);
+        let json = serde_json::to_value(e).expect("json");
+        assert_eq!(json["promotion"]["sourceApplication"], "shop-staging");
+        // The source stage is not a target; another namespace's pipeline targets nothing here.
+        target.metadata.name = Some("shop-staging".into());
+        assert!(promotion_facts(&target, &[std::sync::Arc::new(pipeline.clone())]).is_empty());
+        let mut elsewhere = pipeline;
+        elsewhere.metadata.namespace = Some("other".into());
+        target.metadata.name = Some("shop-production".into());
+        assert!(promotion_facts(&target, &[std::sync::Arc::new(elsewhere)]).is_empty());
     }
 }

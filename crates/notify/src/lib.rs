@@ -1,8 +1,8 @@
 //! Notifications: telling people what happened to their Applications, once per change.
 //!
 //! - [`event`]: the state changes of an Application (a finished sync, a failed one, Degraded health,
-//!   a new revision deployed, a policy's denial), each with a fingerprint that changes only when the
-//!   state does; pure.
+//!   a new revision deployed, a policy's denial, a promotion to it), each with a fingerprint that
+//!   changes only when the state does; pure.
 //! - [`record`]: the annotation `capstan.dev/notified` on an Application that records, per channel
 //!   and trigger, the fingerprint last sent, and which events are due now (a channel or trigger seen
 //!   for the first time is recorded without sending: subscribing does not replay history); pure.
@@ -20,4 +20,4 @@ pub mod event;
 pub mod payload;
 pub mod record;
 
-pub use event::{Event, facts};
+pub use event::{Event, PromotedField, Promotion, facts, promotion_facts};

@@ -51,6 +51,7 @@ fn line(e: &Event) -> String {
         Trigger::HealthDegraded => "is Degraded",
         Trigger::Deployed => "deployed",
         Trigger::PolicyDenied => "sync denied by a policy",
+        Trigger::PromotionMade => "promoted",
     };
     let message = if e.message.is_empty() {
         String::new()
@@ -96,7 +97,8 @@ pub fn teams(events: &[Event]) -> Value {
 /// failure, see [`commit_status`]).
 fn state(trigger: Trigger) -> &'static str {
     match trigger {
-        Trigger::Deployed => "success",
+        // The promotion's commit was made: the status says so (under its own context).
+        Trigger::Deployed | Trigger::PromotionMade => "success",
         // Synced, not yet known Healthy: Deployed follows.
         Trigger::SyncSucceeded => "pending",
         Trigger::SyncFailed | Trigger::HealthDegraded | Trigger::PolicyDenied => "failure",
@@ -130,7 +132,10 @@ pub fn commit_status(kind: ChannelType, e: &Event) -> Option<Payload> {
     if kind != ChannelType::Gitlab && repo.split('/').count() != 2 {
         return None;
     }
-    let context = format!("capstan/{}", e.application);
+    let context = match e.trigger {
+        Trigger::PromotionMade => format!("capstan/{}/promotion", e.application),
+        _ => format!("capstan/{}", e.application),
+    };
     let description: String = line(e).chars().take(140).collect();
     match kind {
         ChannelType::Github => Some(Payload {
@@ -173,6 +178,7 @@ mod tests {
             sync: "Synced".into(),
             health: "Healthy".into(),
             message: message.into(),
+            promotion: None,
         }
     }
 
@@ -202,6 +208,22 @@ mod tests {
         );
         assert_eq!(gitea.body["state"], "success");
         assert_eq!(gitea.body["context"], "capstan/shop");
+        let promoted = event(Trigger::PromotionMade, "dev promoted shop from staging to production");
+        let status = commit_status(ChannelType::Github, &promoted).expect("status");
+        assert_eq!(
+            (status.body["state"].as_str(), status.body["context"].as_str()),
+            (Some("success"), Some("capstan/shop/promotion"))
+        );
+        assert_eq!(
+            slack(std::slice::from_ref(&promoted))["text"],
+            "team-a/shop promoted at 0123456: dev promoted shop from staging to production"
+        );
+        assert!(
+            webhook("d", "now", std::slice::from_ref(&e))["events"][0]
+                .get("promotion")
+                .is_none(),
+            "only PromotionMade carries a promotion"
+        );
         let gitlab = commit_status(ChannelType::Gitlab, &e).expect("status");
         assert!(gitlab.path.starts_with("/api/v4/projects/team-a%2Fshop/statuses/"));
         assert_eq!(gitlab.body["state"], "failed");

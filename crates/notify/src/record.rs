@@ -6,6 +6,11 @@
 //! A channel, or a trigger of a channel, met for the first time records the present states without
 //! sending them: adding a channel does not replay what every Application did before. A state that
 //! ends (health no longer Degraded, the denial gone) is forgotten, so its next occurrence is sent.
+//!
+//! `PromotionMade` has one fact per promotion (newest first): the record keeps the newest commit
+//! sent, and every promotion newer than it is sent, oldest first — two promotions between two looks
+//! are two events. When the recorded commit is no longer in the history (it was trimmed), only the
+//! newest is sent.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,6 +61,22 @@ pub fn due(
         let fact = facts.iter().find(|f| f.trigger == *trigger);
         let seen = previous.is_some_and(|p| p.t.contains(trigger));
         let last = previous.and_then(|p| p.f.get(trigger));
+        if *trigger == Trigger::PromotionMade {
+            let all: Vec<&Fact> = facts.iter().filter(|f| f.trigger == *trigger).collect();
+            if let Some(newest) = all.first() {
+                if seen && last != Some(&newest.fingerprint) {
+                    let newer = match all.iter().position(|f| Some(&f.fingerprint) == last) {
+                        Some(at) => &all[..at],
+                        None => &all[..1],
+                    };
+                    send.extend(newer.iter().rev().map(|f| f.event.clone()));
+                }
+                next.f.insert(*trigger, newest.fingerprint.clone());
+            } else if let Some(last) = last {
+                next.f.insert(*trigger, last.clone());
+            }
+            continue;
+        }
         if let Some(fact) = fact {
             if seen && last != Some(&fact.fingerprint) {
                 send.push(fact.event.clone());
@@ -96,6 +117,7 @@ mod tests {
                 sync: String::new(),
                 health: String::new(),
                 message: String::new(),
+                promotion: None,
             },
         }
     }
@@ -144,5 +166,35 @@ mod tests {
         record.insert("hook".into(), rec.clone());
         assert_eq!(parse(Some(&render(&record))), record);
         assert!(parse(Some("not json")).is_empty());
+    }
+
+    #[test]
+    fn each_promotion_is_sent_once_oldest_first() {
+        let only: BTreeSet<Trigger> = [Trigger::PromotionMade].into_iter().collect();
+        let promoted =
+            |commits: &[&str]| -> Vec<Fact> { commits.iter().map(|c| fact(Trigger::PromotionMade, c)).collect() };
+        // The history before the channel: recorded, not sent.
+        let (sent, rec) = due(None, &only, &promoted(&["c1"]));
+        assert!(sent.is_empty());
+        let (sent, rec) = due(Some(&rec), &only, &promoted(&["c1"]));
+        assert!(sent.is_empty(), "the same history again");
+        // Two promotions between two looks: both, oldest first.
+        let (sent, rec) = due(Some(&rec), &only, &promoted(&["c3", "c2", "c1"]));
+        assert_eq!(ids(&sent), ["PromotionMade/c2", "PromotionMade/c3"]);
+        let (sent, rec) = due(Some(&rec), &only, &promoted(&["c3", "c2", "c1"]));
+        assert!(sent.is_empty(), "not again");
+        // The pipelines not read (yet): the record is kept, nothing is replayed after.
+        let (sent, rec) = due(Some(&rec), &only, &[]);
+        assert!(sent.is_empty());
+        assert_eq!(rec.f.get(&Trigger::PromotionMade).map(String::as_str), Some("c3"));
+        let (sent, rec) = due(Some(&rec), &only, &promoted(&["c3", "c2"]));
+        assert!(sent.is_empty());
+        // The recorded commit trimmed from the history: the newest only.
+        let (sent, _) = due(Some(&rec), &only, &promoted(&["c9", "c8"]));
+        assert_eq!(ids(&sent), ["PromotionMade/c9"]);
+        // A first promotion to an Application the channel already looked at: sent.
+        let (_, empty) = due(None, &only, &[]);
+        let (sent, _) = due(Some(&empty), &only, &promoted(&["p1"]));
+        assert_eq!(ids(&sent), ["PromotionMade/p1"]);
     }
 }

@@ -2466,7 +2466,7 @@ export interface components {
              * @default
              */
             disabled: string;
-            /** @description Its name (`restart`, `suspend`, `resume`). */
+            /** @description Its name (`restart`, `suspend`, `resume`, `retry`). */
             name: string;
         };
         /** @description A list answer. */

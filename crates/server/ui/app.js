@@ -1387,8 +1387,8 @@ function resourceView(page, panel) {
 
 /** Kinds whose Pods' logs the panel reads: a Pod's own, or the Pods under the object. */
 const LOG_KINDS = new Set(['Pod', 'Deployment', 'StatefulSet', 'DaemonSet', 'ReplicaSet', 'Job']);
-/** Kinds the server has actions for (restart; suspend and resume): only these get the menu. */
-const ACTION_KINDS = new Set(['Deployment', 'StatefulSet', 'DaemonSet', 'CronJob']);
+/** Kinds the server has actions for (restart; suspend and resume; retry): only these get the menu. */
+const ACTION_KINDS = new Set(['Deployment', 'StatefulSet', 'DaemonSet', 'CronJob', 'Job']);
 /** How many log lines the page keeps (the oldest go first). */
 const MAX_LOG_LINES = 5000;
 
@@ -1786,6 +1786,7 @@ function dialogView(page, d) {
     body = html`<form id="dialog-form" @submit=${submit(() => runAction(page, d))}>
       <h2>Run ${d.action}</h2>
       <p>Run <strong>${d.action}</strong> on ${n.kind} <span class="mono">${n.namespace ? `${n.namespace}/` : ''}${n.name}</span>?</p>
+      ${d.action === 'retry' ? html`<p class="muted" data-testid="action-note">The controller deletes the Job with its Pods and creates it again from Git.</p>` : nothing}
       ${dialogError()}
       ${buttons('action-confirm', d.action[0].toUpperCase() + d.action.slice(1))}
     </form>`;

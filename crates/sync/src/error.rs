@@ -91,6 +91,10 @@ pub enum SyncError {
     /// The previous run of a hook (`BeforeHookCreation`) may not or could not be replaced.
     #[error("{0}")]
     HookNotReplaced(String),
+    /// `Force=true`: the object could not be deleted to be created again (changed since it was
+    /// compared, or still there when the wait ended).
+    #[error("not recreated: {0}")]
+    NotRecreated(String),
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use crate::plan::{self, Action, PlanOptions, Task};
 use api::*;
 pub use gate::{Recorded, Recording};
 use hooks::*;
-pub use model::{ExecuteOptions, PARALLELISM, Progress, SyncOutcome, UNCHANGED};
+pub use model::{ExecuteOptions, PARALLELISM, Progress, RECREATE_TIMEOUT, RECREATED, SyncOutcome, UNCHANGED};
 use report::*;
 
 /// Kinds whose objects decide whether others are admitted: a sync that changes one is not validated
@@ -59,6 +59,7 @@ pub async fn execute(
         prune_last: opts.prune_last,
         apply_out_of_sync_only: opts.apply_out_of_sync_only,
         selected: opts.selected.clone(),
+        force: opts.force,
     };
     let tasks = match plan::plan(resources, &plan_opts) {
         Ok(t) => t,
@@ -98,8 +99,11 @@ pub async fn execute(
     let group_count = groups.len();
     for (i, group) in groups.into_iter().enumerate() {
         let last = i + 1 == group_count;
-        // Only plain applies may run before the operation is recorded (see `Recorded`).
-        let idempotent = group.iter().all(|t| matches!(t.action, Action::Apply | Action::Keep));
+        // Only plain applies may run before the operation is recorded (see `Recorded`): not a
+        // forced one, which deletes.
+        let idempotent = group
+            .iter()
+            .all(|t| matches!(t.action, Action::Apply | Action::Keep) && !run.recreates(t));
         if (i > 0 || !idempotent)
             && let Err(err) = run.wait_recorded().await
         {
@@ -269,6 +273,8 @@ impl Run<'_> {
             });
             let (status, message) = match &outcome {
                 Ok(status) if task.action == Action::Keep => (status.clone(), UNCHANGED.to_string()),
+                // Also when an interrupted run recreated it: a second restart must know it too.
+                Ok(status) if self.forced(task) => (status.clone(), RECREATED.to_string()),
                 Ok(status) => (status.clone(), String::new()),
                 Err(err) => (ResultCode::SyncFailed, err.to_string()),
             };
@@ -305,6 +311,15 @@ impl Run<'_> {
             return Err(err);
         }
         let hooks = group.iter().filter(|t| t.action == Action::Hook).count();
+        let recreated = group.iter().filter(|t| self.recreates(t)).count();
+        if recreated > 0 {
+            // Published at once too: a restart does not delete them again.
+            self.report(format!(
+                "{} wave {}: {recreated} object(s) deleted and recreated",
+                first.phase.as_str(),
+                display_wave(first)
+            ));
+        }
         if hooks > 0 {
             // Published at once: the operation's record of completed hooks keeps a restart from
             // running them again.
@@ -397,8 +412,30 @@ impl Run<'_> {
         }
     }
 
+    /// Whether `task` is an apply of a `Force=true` operation (not a dry run).
+    fn forced(&self, task: &Task) -> bool {
+        self.opts.force && task.action == Action::Apply && !self.opts.dry_run
+    }
+
+    /// Whether `task` deletes its object and creates it again: forced, and not done yet by an
+    /// interrupted run of the operation.
+    fn recreates(&self, task: &Task) -> bool {
+        self.forced(task) && !self.opts.recreated.contains(&task.key.to_string())
+    }
+
     async fn task(&self, task: &Task) -> TaskOutcome {
         let state = &self.resources[task.index];
+        if self.recreates(task) {
+            let timeout = self.opts.wave_timeout.min(RECREATE_TIMEOUT);
+            return recreate(self.client, state, timeout, &self.opts.writes)
+                .await
+                .map(|obj| {
+                    if let Some(version) = obj.as_ref().and_then(resource_version) {
+                        self.opts.own_writes.record(&task.key, version);
+                    }
+                    (ResultCode::Synced, obj.map_or(Seen::Nothing, Seen::Object))
+                });
+        }
         // Hooks are created once and then waited for: only applies (per request, see `apply`) and
         // prunes count as writes.
         let _permit = match task.action {

@@ -26,6 +26,11 @@ pub struct SyncOptions {
     pub apply_out_of_sync_only: bool,
     /// `CreateNamespace=true`: create the destination namespace when it is missing.
     pub create_namespace: bool,
+    /// `Force=true` (in an operation's options only): every object the operation applies is
+    /// deleted and created again from Git, as Argo CD's `Force=true,Replace=true` (`kubectl replace
+    /// --force`). Refused in an Application's own list ([`unsupported_app_option`]) and not read from
+    /// an object's annotation: it is a one-off request, not a standing policy.
+    pub force: bool,
 }
 
 impl Default for SyncOptions {
@@ -37,6 +42,7 @@ impl Default for SyncOptions {
             replace: false,
             apply_out_of_sync_only: true,
             create_namespace: false,
+            force: false,
         }
     }
 }
@@ -57,9 +63,13 @@ impl SyncOptions {
         parsed
     }
 
-    /// The options of an object's `sync-options` annotation (the defaults without one).
+    /// The options of an object's `sync-options` annotation (the defaults without one). `Force=true`
+    /// is not read there (see [`SyncOptions::force`]).
     pub fn of_object(obj: &Value) -> Self {
-        Self::parse(capstan_kube::annotations::get(obj, labels::SYNC_OPTIONS))
+        Self {
+            force: false,
+            ..Self::parse(capstan_kube::annotations::get(obj, labels::SYNC_OPTIONS))
+        }
     }
 
     fn set(&mut self, word: &str) {
@@ -76,6 +86,8 @@ impl SyncOptions {
             self.apply_out_of_sync_only = false;
         } else if is("CreateNamespace=true") {
             self.create_namespace = true;
+        } else if is("Force=true") {
+            self.force = true;
         }
     }
 }
@@ -103,6 +115,10 @@ pub fn unsupported_app_option(word: &str) -> Option<&'static str> {
         ("failonsharedresource", "true") => None,
         ("failonsharedresource", _) => Some("Capstan never takes over an object another Application tracks"),
         ("replace" | "prune" | "delete", _) => Some("only as an object's capstan.dev/sync-options annotation"),
+        // Deleting and recreating on every sync is no standing policy: one operation asks for it
+        // (the `retry` action of a failed Job does).
+        ("force", "false") => None,
+        ("force", _) => Some("only in one operation's syncOptions (deletes and recreates the objects it applies)"),
         ("respectignoredifferences", _) => {
             Some("not supported: jsonPointers are compared only (managedFieldsManagers' fields are never applied)")
         }
@@ -145,8 +161,10 @@ mod tests {
                 replace: true,
                 apply_out_of_sync_only: false,
                 create_namespace: true,
+                force: false,
             }
         );
+        assert!(SyncOptions::parse(["force=TRUE"]).force);
         // The default spellings change nothing.
         let defaults = SyncOptions::parse(["Prune=true", "PruneLast=false", "ApplyOutOfSyncOnly=true"]);
         assert_eq!(defaults, SyncOptions::default());
@@ -172,6 +190,7 @@ mod tests {
             "Validate=true",
             "FailOnSharedResource=true",
             "PrunePropagationPolicy=background",
+            "Force=false",
         ] {
             assert_eq!(unsupported_app_option(fine), None, "{fine}");
         }
@@ -183,6 +202,7 @@ mod tests {
             "RespectIgnoreDifferences=true",
             "PrunePropagationPolicy=foreground",
             "SkipDryRunOnMissingResource=true",
+            "Force=true",
             "CreateNamespace=yes",
             "Frobnicate",
         ] {
@@ -197,6 +217,8 @@ mod tests {
         assert!(!capstan.prune && capstan.replace);
         let argo = SyncOptions::of_object(&obj(json!({"argocd.argoproj.io/sync-options": "Delete=false"})));
         assert!(!argo.delete && argo.prune);
+        let forced = SyncOptions::of_object(&obj(json!({"capstan.dev/sync-options": "Force=true,Replace=true"})));
+        assert!(forced.replace && !forced.force, "Force is an operation's option only");
         assert_eq!(SyncOptions::of_object(&json!({"metadata": {}})), SyncOptions::default());
     }
 }

@@ -48,6 +48,8 @@ pub struct PlanOptions {
     pub apply_out_of_sync_only: bool,
     /// Only these objects (all when empty).
     pub selected: Vec<ObjectKey>,
+    /// `Force=true`: every object is deleted and created again, so none is kept as it is.
+    pub force: bool,
 }
 
 /// Position of a kind in the apply order (lower first); unknown kinds go last.
@@ -140,7 +142,7 @@ pub fn plan(resources: &[ResourceState], opts: &PlanOptions) -> Result<Vec<Task>
                 tasks.push(Task {
                     phase: Phase::Sync,
                     wave: r.wave,
-                    action: if opts.apply_out_of_sync_only && unchanged {
+                    action: if opts.apply_out_of_sync_only && unchanged && !opts.force {
                         Action::Keep
                     } else {
                         Action::Apply
@@ -367,5 +369,16 @@ mod tests {
             Some(Action::Apply),
             "without ApplyOutOfSyncOnly everything is applied"
         );
+        let forced = plan(
+            &rs,
+            &PlanOptions {
+                apply_out_of_sync_only: true,
+                force: true,
+                ..Default::default()
+            },
+        )
+        .expect("plan");
+        let keep = forced.iter().find(|t| t.key.name == "keep").map(|t| t.action);
+        assert_eq!(keep, Some(Action::Apply), "with Force every object is recreated");
     }
 }

@@ -223,7 +223,8 @@ enum AppCommand {
     /// Show the container logs of the Application's Pods (through the server: `capstan login`).
     Logs(LogsArgs),
     /// Resource actions on the Application's objects: restart a Deployment, StatefulSet or
-    /// DaemonSet, suspend or resume a CronJob (through the server: `capstan login`).
+    /// DaemonSet, suspend or resume a CronJob, retry a failed Job (through the server: `capstan
+    /// login`).
     Actions {
         #[command(subcommand)]
         command: ActionsCommand,
@@ -289,7 +290,7 @@ struct LogsArgs {
 /// The object an action is about.
 #[derive(Debug, clap::Args)]
 struct ActionObject {
-    /// Its kind (Deployment, StatefulSet, DaemonSet, CronJob).
+    /// Its kind (Deployment, StatefulSet, DaemonSet, CronJob, Job).
     #[arg(long)]
     kind: String,
     /// Its name.
@@ -298,7 +299,7 @@ struct ActionObject {
     /// Its namespace.
     #[arg(long)]
     resource_namespace: Option<String>,
-    /// Its API group (default: apps, or batch for a CronJob).
+    /// Its API group (default: apps, or batch for a CronJob or a Job).
     #[arg(long)]
     group: Option<String>,
 }
@@ -316,7 +317,7 @@ enum ActionsCommand {
     Run {
         /// Name of the Application.
         name: String,
-        /// The action: restart, suspend or resume.
+        /// The action: restart, suspend, resume or retry.
         action: String,
         #[command(flatten)]
         object: ActionObject,

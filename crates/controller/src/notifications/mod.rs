@@ -7,14 +7,21 @@
 //!
 //! Channels are watched in Capstan's namespace; without the CRD (an install not upgraded yet)
 //! there are none.
+//!
+//! `PromotionMade` is read from the PromotionPipelines of Capstan's namespace (their
+//! `status.history`, where every promotion is recorded): a promotion is a fact of its target
+//! Application, recorded on it like the others. The pipelines are watched: a new history entry has
+//! its target Application looked at. No Application is looked at before the pipelines are first
+//! listed (unless their CRD is not installed), so that a channel met for the first time records the
+//! promotions made before it instead of sending one.
 
 mod worker;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use capstan_api::Application;
 use capstan_api::notification::{NOTIFIED_ANNOTATION, NotificationChannel};
+use capstan_api::{Application, PromotionPipeline};
 use capstan_notify::record::{self, ChannelRecord};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -33,6 +40,7 @@ pub struct Notifications {
     namespace: String,
     ownership: Option<capstan_replicas::Ownership>,
     channels: OnceLock<reflector::Store<NotificationChannel>>,
+    pipelines: OnceLock<reflector::Store<PromotionPipeline>>,
     queue: OnceLock<mpsc::Sender<Arc<Application>>>,
     workers: Mutex<HashMap<String, mpsc::Sender<capstan_notify::Event>>>,
     settings: worker::Settings,
@@ -46,6 +54,7 @@ impl Notifications {
             namespace: namespace.to_string(),
             ownership,
             channels: OnceLock::new(),
+            pipelines: OnceLock::new(),
             queue: OnceLock::new(),
             workers: Mutex::default(),
             settings: worker::Settings::default(),
@@ -89,15 +98,26 @@ impl Notifications {
                 }
             }
         });
+        let (promoted_tx, mut promoted) = mpsc::channel::<String>(QUEUE);
+        let pipelines_ready = self.watch_pipelines(promoted_tx, sweep.clone());
         let (tx, mut rx) = mpsc::channel::<Arc<Application>>(QUEUE);
         let _ = self.queue.set(tx);
         let this = self.clone();
+        let namespace = self.namespace.clone();
         tokio::spawn(async move {
+            // The promotions made so far are known before anything is recorded (see the module).
+            pipelines_ready.await;
             loop {
                 tokio::select! {
                     app = rx.recv() => match app {
                         Some(app) => this.look(&app).await,
                         None => return,
+                    },
+                    Some(name) = promoted.recv() => {
+                        let key = reflector::ObjectRef::<Application>::new(&name).within(&namespace);
+                        if let Some(app) = apps.get(&key) {
+                            this.look(&app).await;
+                        }
                     },
                     () = sweep.notified() => {
                         for app in apps.state() {
@@ -107,6 +127,63 @@ impl Notifications {
                 }
             }
         });
+    }
+
+    /// Watch the PromotionPipelines of Capstan's namespace: the name of the target Application of
+    /// each promotion added to a history goes to `promoted`; the first listing sweeps every
+    /// Application (promotions made while no controller ran). Returns a future that ends once the
+    /// pipelines are listed, or at once when their CRD is not installed.
+    fn watch_pipelines(
+        &self,
+        promoted: mpsc::Sender<String>,
+        sweep: Arc<tokio::sync::Notify>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (reader, writer) = reflector::store();
+        let _ = self.pipelines.set(reader.clone());
+        let api: Api<PromotionPipeline> = Api::namespaced(self.client.clone(), &self.namespace);
+        let probe = api.clone();
+        tokio::spawn(async move {
+            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            // The newest commit of each pipeline's history: entries newer than it are promotions.
+            let mut heads: HashMap<String, Vec<String>> = HashMap::new();
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitApply(p)) => {
+                        heads.insert(p.name_any(), commits(&p));
+                    }
+                    Ok(watcher::Event::InitDone) => sweep.notify_one(),
+                    Ok(watcher::Event::Apply(p)) => {
+                        let now = commits(&p);
+                        let before = heads.insert(p.name_any(), now.clone()).unwrap_or_default();
+                        for record in p.status.iter().flat_map(|s| s.history.iter()) {
+                            if before.contains(&record.commit) {
+                                continue;
+                            }
+                            let target = p.spec.application(&record.service, &record.to);
+                            if promoted.try_send(target).is_err() {
+                                tracing::debug!("promotion queue full: the next sweep looks at it");
+                            }
+                        }
+                    }
+                    Ok(watcher::Event::Delete(p)) => {
+                        heads.remove(&p.name_any());
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::debug!(%err, "PromotionPipeline watch error"),
+                }
+            }
+        });
+        async move {
+            match probe.list(&kube::api::ListParams::default().limit(1)).await {
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    tracing::info!("no PromotionPipeline CRD: PromotionMade is not sent");
+                }
+                _ => {
+                    let _ = reader.wait_until_ready().await;
+                }
+            }
+        }
     }
 
     /// A new version of an Application (from the watch), given lazily: nothing is done, not even
@@ -165,7 +242,10 @@ impl Notifications {
             None => None,
         };
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let facts = capstan_notify::facts(app, &now);
+        let mut facts = capstan_notify::facts(app, &now);
+        if let Some(pipelines) = self.pipelines.get() {
+            facts.extend(capstan_notify::promotion_facts(app, &pipelines.state()));
+        }
         let mut next = record::Record::new();
         let mut due: Vec<(String, capstan_notify::Event)> = Vec::new();
         for channel in &channels {
@@ -221,6 +301,16 @@ impl Notifications {
             tracing::warn!(channel, "notification dropped: the channel's queue is full ({err})");
         }
     }
+}
+
+/// The commits of a pipeline's history.
+fn commits(pipeline: &PromotionPipeline) -> Vec<String> {
+    pipeline
+        .status
+        .iter()
+        .flat_map(|s| s.history.iter())
+        .map(|r| r.commit.clone())
+        .collect()
 }
 
 /// How deliveries are batched and retried.

@@ -150,6 +150,9 @@ pub async fn run(
         create_namespace: plan.options.create_namespace,
         destination_namespace: app.spec.destination.namespace.clone(),
         selected: plan.selected,
+        // `Force=true` comes from the request only (refused in the spec's list).
+        force: plan.options.force,
+        recreated: record::recreated(previous.as_ref(), resuming),
         wave_timeout: ctx.config.wave_timeout,
         completed_hooks,
         run: op_state.started_at.clone(),

@@ -212,9 +212,12 @@ fn check_rules(
 
 /// Whether `op` has nothing to do on `comparison`: a sync (not a rollback) of an Application whose
 /// objects are all Synced, with no hooks, nothing to prune and no re-apply of unchanged objects
-/// asked for.
+/// asked for (`ApplyOutOfSyncOnly=false`, or `Force=true`, which recreates them).
 pub fn nothing_to_do(app: &Application, op: &Operation, comparison: &Comparison) -> bool {
-    let reapply = |options: &[String]| !SyncOptions::parse(options).apply_out_of_sync_only;
+    let reapply = |options: &[String]| {
+        let parsed = SyncOptions::parse(options);
+        !parsed.apply_out_of_sync_only || parsed.force
+    };
     op.rollback.is_none()
         && comparison.sync() == SyncCode::Synced
         && !comparison.resources.iter().any(|r| r.hook || r.requires_pruning)
@@ -335,6 +338,11 @@ mod tests {
         assert!(!nothing_to_do(
             &app(false, &["ApplyOutOfSyncOnly=false"]),
             &sync(&[]),
+            &synced
+        ));
+        assert!(!nothing_to_do(
+            &app(false, &[]),
+            &sync(&["Force=true", "Replace=true"]),
             &synced
         ));
         let rollback = Operation {

@@ -76,6 +76,21 @@ pub fn completed_hooks(previous: Option<&OperationState>, resuming: bool) -> Has
         .unwrap_or_default()
 }
 
+/// The objects (`GROUP/KIND/NAMESPACE/NAME`) the interrupted run of a resumed operation already
+/// deleted and created again (`Force=true`): they are not deleted a second time.
+pub fn recreated(previous: Option<&OperationState>, resuming: bool) -> HashSet<String> {
+    previous
+        .filter(|_| resuming)
+        .map(|p| {
+            p.resources
+                .iter()
+                .filter(|r| r.status == ResultCode::Synced && !r.hook && r.message == capstan_sync::execute::RECREATED)
+                .map(|r| format!("{}/{}/{}/{}", r.group, r.kind, r.namespace, r.name))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The operation failed before anything was applied.
 pub fn fail(state: &mut OperationState, message: String) {
     state.phase = OperationPhase::Failed;
@@ -288,6 +303,7 @@ mod tests {
             result("pre", "Synced", true, ""),
             result("cm", "Synced", false, ""),
             result("failed-hook", "SyncFailed", true, ""),
+            result("job", "Synced", false, capstan_sync::execute::RECREATED),
         ];
         running.resources[0].sync_phase = "PreSync".into();
         assert!(resumes(Some(&running), &sync));
@@ -305,6 +321,12 @@ mod tests {
             HashSet::from(["PreSync:/ConfigMap//pre".to_string()])
         );
         assert!(completed_hooks(Some(&running), false).is_empty());
+        assert_eq!(
+            recreated(Some(&running), true),
+            HashSet::from(["/ConfigMap//job".to_string()]),
+            "a forced object recreated before the restart is not deleted again"
+        );
+        assert!(recreated(Some(&running), false).is_empty());
         // A new operation after another starts afresh.
         assert!(start(Some(&running), &sync, "abc", false).resources.is_empty());
     }

@@ -361,7 +361,7 @@ pub struct SyncBody {
     allow_deletions: bool,
 }
 
-async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), ApiError> {
+pub(super) async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), ApiError> {
     let api: Api<Application> = Api::namespaced(state.client.clone(), &state.config.namespace);
     api.patch(
         name,
@@ -375,7 +375,7 @@ async fn annotate(state: &State, name: &str, annotations: Value) -> Result<(), A
 
 /// Refuse a manual operation that its dependencies or its project's sync windows do not let start
 /// now (409 with the reason; the controller would refuse it too, later and less visibly).
-async fn not_held(state: &State, app: &Application) -> Result<(), ApiError> {
+pub(super) async fn not_held(state: &State, app: &Application) -> Result<(), ApiError> {
     let capstan_controller::projects::Project { name: project, spec } = match state.pipeline.project(app).await {
         Ok(found) => found,
         // The project itself is reported by the comparison and refused by the sync.

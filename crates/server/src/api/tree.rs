@@ -135,7 +135,7 @@ fn roots(app: &Application) -> Vec<TreeNode> {
 }
 
 /// What marks a hook's node: its phases then this (`PreSync hook`) in `sync`.
-const HOOK: &str = " hook";
+pub(super) const HOOK: &str = " hook";
 
 /// The Application's hooks that are live (Jobs and Pods: what an operation waits on), as roots: they
 /// are not in `status.resources`, and Argo CD shows them in the tree while they exist. A hook is an

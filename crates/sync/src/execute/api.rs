@@ -102,6 +102,77 @@ pub(super) async fn replace(
     }
 }
 
+/// `Force=true`: delete the object of `state` — exactly the one that was compared (its uid), with
+/// foreground propagation so that its dependents (a Job's Pods) go first — wait until it is gone
+/// (at most `timeout`), then create it from Git as [`apply`] does. An object that did not exist is
+/// just created.
+pub(super) async fn recreate(
+    client: &kube::Client,
+    state: &ResourceState,
+    timeout: Duration,
+    writes: &Semaphore,
+) -> Result<Option<Value>, SyncError> {
+    let what = &state.key;
+    let api = api_for(client, state, &state.key.namespace);
+    let uid = state
+        .live
+        .as_ref()
+        .and_then(|l| l.pointer("/metadata/uid"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if let Some(uid) = &uid {
+        let dp = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Foreground),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let permit = write_permit(writes).await?;
+        let deleted = api.delete(&state.key.name, &dp).await;
+        drop(permit);
+        match deleted {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Err(SyncError::NotRecreated(format!(
+                    "{what} was replaced by another object since it was compared; refusing to delete it"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(object = %what, %uid, "deleted to be recreated (Force=true)");
+        let deadline = Instant::now() + timeout;
+        loop {
+            match api.get_opt(&state.key.name).await? {
+                None => break,
+                Some(obj) if obj.metadata.uid.as_deref() != Some(uid.as_str()) => {
+                    return Err(SyncError::NotRecreated(format!(
+                        "{what} was created again by someone else while the old one was being deleted"
+                    )));
+                }
+                Some(obj) => {
+                    if Instant::now() >= deadline {
+                        let finalizers = obj.metadata.finalizers.unwrap_or_default();
+                        let why = if finalizers.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (finalizers: {})", finalizers.join(", "))
+                        };
+                        return Err(SyncError::NotRecreated(format!(
+                            "{what} was still being deleted after {} s{why}",
+                            timeout.as_secs()
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        }
+    }
+    apply(client, state, false, writes).await
+}
+
 pub(super) async fn prune(client: &kube::Client, state: &ResourceState, dry_run: bool) -> TaskOutcome {
     let live = state.live.as_ref();
     if live.is_some_and(|l| !SyncOptions::of_object(l).prune) {

@@ -13,6 +13,14 @@ use tokio::sync::Semaphore;
 /// Result message of objects that already equalled Git and were not applied again.
 pub const UNCHANGED: &str = "unchanged";
 
+/// Result message of objects deleted and created again (`Force=true`): a resumed run of the
+/// operation does not delete them a second time (see [`ExecuteOptions::recreated`]).
+pub const RECREATED: &str = "deleted and recreated";
+
+/// The longest a forced recreation waits for the old object (and, with foreground deletion, its
+/// dependents) to be gone; shorter when the wave timeout is.
+pub const RECREATE_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// How many write requests of syncs may be in flight to one cluster: the objects of one wave are
 /// applied this many at a time, and the syncs of several Applications to one cluster share the limit
 /// (see [`ExecuteOptions::writes`]). On the playground's 2-core API server a first sync of 2,000
@@ -37,6 +45,12 @@ pub struct ExecuteOptions {
     pub destination_namespace: String,
     /// Only these objects (all when empty).
     pub selected: Vec<ObjectKey>,
+    /// `Force=true`: every object the sync applies is deleted (foreground: its dependents first),
+    /// and created again from Git once it is gone.
+    pub force: bool,
+    /// Objects (`GROUP/KIND/NAMESPACE/NAME`) an interrupted run of this operation already deleted and
+    /// created again: applied, not deleted again.
+    pub recreated: HashSet<String>,
     /// How long one wave may take to become healthy (and a hook to complete).
     pub wave_timeout: Duration,
     /// Hook tasks (`PHASE:KEY`) already completed by an interrupted run of this operation.
@@ -67,6 +81,8 @@ impl Default for ExecuteOptions {
             create_namespace: false,
             destination_namespace: String::new(),
             selected: Vec::new(),
+            force: false,
+            recreated: HashSet::new(),
             wave_timeout: Duration::from_secs(600),
             completed_hooks: HashSet::new(),
             run: String::new(),
