@@ -758,6 +758,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn deleting_sets_the_resources_finalizer_for_a_cascade_only() {
+        let with = |finalizers: &[&str]| -> Application {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "capstan.dev/v1alpha1", "kind": "Application",
+                "metadata": {"name": "a", "namespace": "capstan", "finalizers": finalizers},
+                "spec": {"source": {"repoURL": "file:///r", "path": "."}, "destination": {"namespace": "d"}}
+            }))
+            .expect("application")
+        };
+        let ours = crate::labels::RESOURCES_FINALIZER;
+        assert_eq!(
+            with(&["other"]).finalizers_for_delete(true),
+            Some(vec!["other".to_string(), ours.to_string()])
+        );
+        assert_eq!(with(&[ours]).finalizers_for_delete(true), None, "already so");
+        assert_eq!(
+            with(&["other", ours]).finalizers_for_delete(false),
+            Some(vec!["other".to_string()]),
+            "others' finalizers are kept"
+        );
+        assert_eq!(with(&[]).finalizers_for_delete(false), None);
+    }
+
+    #[test]
     fn argo_cd_manifest_deserialises_with_changed_api_version() {
         let yaml = r#"
 apiVersion: capstan.dev/v1alpha1
