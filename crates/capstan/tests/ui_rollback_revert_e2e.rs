@@ -77,7 +77,12 @@ async fn the_history_tab_rolls_back_by_a_revert_commit_with_the_reason() -> anyh
     let password = common::admin_password(&out);
 
     let bare = git.create_repo("app")?;
-    let good = git.commit("app", "main", &[("web/cm.yaml", Some(&config_map("blue")))], "web: blue")?;
+    let good = git.commit(
+        "app",
+        "main",
+        &[("web/cm.yaml", Some(&config_map("blue")))],
+        "web: blue",
+    )?;
     let repo = git.http_url("app");
     let work = tempfile::tempdir()?;
     apply(
@@ -95,8 +100,7 @@ async fn the_history_tab_rolls_back_by_a_revert_commit_with_the_reason() -> anyh
         ),
     );
     let cache = work.path().join("cache");
-    let (_controller, server, _) =
-        common::controller_with_server(&kc, &cache, &["-n", &ns, "--poll-interval", "3"])?;
+    let (_controller, server, _) = common::controller_with_server(&kc, &cache, &["-n", &ns, "--poll-interval", "3"])?;
     let port = server.rsplit(':').next().unwrap_or_default().to_string();
     // localhost, not 127.0.0.1: the browser treats it as a secure context for the Secure cookie.
     let base = format!("http://localhost:{port}");
@@ -119,7 +123,9 @@ async fn the_history_tab_rolls_back_by_a_revert_commit_with_the_reason() -> anyh
     let browser = Browser::start()?;
     browser.goto(&format!("{base}/login"))?;
     browser.wait_for(&testid("login-username"), WAIT)?.send_keys("admin")?;
-    browser.wait_for(&testid("login-password"), WAIT)?.send_keys(&password)?;
+    browser
+        .wait_for(&testid("login-password"), WAIT)?
+        .send_keys(&password)?;
     browser.click(&testid("login-submit"), WAIT)?;
     browser.wait_for(&testid("app-row"), WAIT)?;
     browser.goto(&format!("{base}/applications/web"))?;
@@ -150,7 +156,10 @@ async fn the_history_tab_rolls_back_by_a_revert_commit_with_the_reason() -> anyh
     let (who, body) = log.split_once('\n').unwrap_or((&log, ""));
     assert_eq!(who, format!("admin|{bad}"), "{log}");
     assert!(
-        body.starts_with(&format!("Revert web to {} (history {good_id})\n\nred breaks checkout\n", &good[..12])),
+        body.starts_with(&format!(
+            "Revert web to {} (history {good_id})\n\nred breaks checkout\n",
+            &good[..12]
+        )),
         "{log}"
     );
     assert_eq!(
@@ -160,8 +169,10 @@ async fn the_history_tab_rolls_back_by_a_revert_commit_with_the_reason() -> anyh
     wait_deployed(&apps, &cms, &bare, "blue").await;
     assert!(apps.get("web").await?.is_automated(), "automated sync stays on");
     // The dialog closed and the History tab shows the new deployment.
-    browser.wait_text(&format!("{}[data-id=\"{}\"]", testid("history-row"), good_id + 2), WAIT, |t| {
-        t.contains(&head(&bare)[..7])
-    })?;
+    browser.wait_text(
+        &format!("{}[data-id=\"{}\"]", testid("history-row"), good_id + 2),
+        WAIT,
+        |t| t.contains(&head(&bare)[..7]),
+    )?;
     Ok(())
 }

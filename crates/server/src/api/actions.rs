@@ -21,14 +21,14 @@ use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
 use capstan_api::Application;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::{Api, Resource};
+use kube::Api;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::access::authorized;
 use super::apps::{annotate, not_held};
+use super::audit;
 use super::model::Items;
 use crate::auth::Auth;
 use crate::auth::rbac::Role;
@@ -363,27 +363,8 @@ pub async fn run(
         }
     }
     tracing::info!(application = %name, user = %auth.principal.name, action = action.name(), kind = %target.kind, object = %target.name, "resource action");
-    record(&state, &app, &message).await;
+    audit::record(&state, &app, "ResourceActionRan", "Action", &message).await;
     Ok(Json(ActionDone { message }))
-}
-
-/// An Event on the Application naming who ran what (best effort: the action is done).
-async fn record(state: &State, app: &Application, message: &str) {
-    let reporter = Reporter {
-        controller: "capstan-server".into(),
-        instance: None,
-    };
-    let recorder = Recorder::new(state.client.clone(), reporter);
-    let event = KubeEvent {
-        type_: EventType::Normal,
-        reason: "ResourceActionRan".into(),
-        note: Some(message.to_string()),
-        action: "Action".into(),
-        secondary: None,
-    };
-    if let Err(err) = recorder.publish(&event, &app.object_ref(&())).await {
-        tracing::warn!(%err, "recording the action's Event");
-    }
 }
 
 #[cfg(test)]
