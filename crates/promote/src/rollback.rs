@@ -2,7 +2,10 @@
 //! branch, paths and revision an Application's history entry means ([`revert_target`], refusing
 //! Helm chart sources and sources from several repositories), the revert commit through
 //! [`GitWriter::revert`] authored by the requesting user with the repository's credentials, then an
-//! Event on the Application and a refresh request so the sync follows quickly.
+//! Event on the Application and a refresh request so the sync follows quickly. The controller's
+//! automatic rollback (`spec.syncPolicy.autoRevert`) makes the same revert through
+//! [`Promoter::auto_revert`], checked by the pure [`revert_place`], [`check_revert_write`] and
+//! [`can_push`], and authored by Capstan's identity.
 
 use capstan_api::Application;
 use capstan_api::application::RollbackRefused;
