@@ -114,7 +114,12 @@ async fn a_revision_degraded_too_long_is_reverted_once_in_git() -> anyhow::Resul
     assert!(out.status.success(), "capstan install: {}", text(&out));
 
     let bare = git.create_repo("app")?;
-    let v1 = git.commit("app", "main", &[("web/all.yaml", Some(&manifests("blue", "")))], "web: blue")?;
+    let v1 = git.commit(
+        "app",
+        "main",
+        &[("web/all.yaml", Some(&manifests("blue", "")))],
+        "web: blue",
+    )?;
     let repo = git.http_url("app");
     let work = tempfile::tempdir()?;
     apply(
@@ -249,7 +254,12 @@ async fn refusals_are_conditions_and_push_nothing() -> anyhow::Result<()> {
     assert!(out.status.success(), "capstan install: {}", text(&out));
 
     let bare = git.create_repo("app")?;
-    git.commit("app", "main", &[("web/all.yaml", Some(&manifests("blue", "")))], "web: blue")?;
+    git.commit(
+        "app",
+        "main",
+        &[("web/all.yaml", Some(&manifests("blue", "")))],
+        "web: blue",
+    )?;
     let repo = git.http_url("app");
     let work = tempfile::tempdir()?;
     apply(

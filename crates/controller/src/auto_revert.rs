@@ -11,9 +11,7 @@
 //! the Application reconciles it, so only it acts. How long it has been Degraded is kept in memory
 //! by that replica: a restart or a change of owner starts the clock again.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use capstan_api::Application;
 use capstan_api::application::{ApplicationStatus, RevisionHistory, SyncStatus};
@@ -179,31 +177,6 @@ pub fn judge(
     }
 }
 
-/// How long each Application has been seen Degraded at a revision, by this replica.
-#[derive(Default)]
-pub struct Clocks {
-    since: Mutex<HashMap<String, (String, Instant)>>,
-}
-
-impl Clocks {
-    /// How long `key` has been Degraded at `revision` (`None`: not Degraded), starting its clock
-    /// when it was not, or was at another revision.
-    pub fn degraded(&self, key: &str, revision: Option<&str>) -> Option<Duration> {
-        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(revision) = revision else {
-            since.remove(key);
-            return None;
-        };
-        let entry = since
-            .entry(key.to_string())
-            .or_insert_with(|| (revision.to_string(), Instant::now()));
-        if entry.0 != revision {
-            *entry = (revision.to_string(), Instant::now());
-        }
-        Some(entry.1.elapsed())
-    }
-}
-
 /// `spec.syncPolicy.autoRevert.degradedFor`, when set and valid (the pipeline refuses an invalid
 /// one before this is asked).
 pub fn limit(app: &Application) -> Option<Duration> {
@@ -224,7 +197,10 @@ pub async fn check(ctx: &Ctx, app: &Application, project: &Project) -> Result<()
         .await
         .unwrap_or_default();
     if !capstan_promote::can_push(&credentials, &place.repo_url) {
-        return Err(Refusal::NoWriteCredentials(capstan_source::redact(&place.repo_url, &[])));
+        return Err(Refusal::NoWriteCredentials(capstan_source::redact(
+            &place.repo_url,
+            &[],
+        )));
     }
     Ok(())
 }
@@ -268,7 +244,7 @@ pub async fn before_write(
 ) -> Armed {
     let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
     let (Some(limit), Some(project)) = (limit(app), project) else {
-        ctx.auto_reverts.degraded(&key, None);
+        ctx.auto_reverts.running(&key, None);
         if limit(app).is_none() {
             show(app, status, None);
         }
@@ -276,7 +252,7 @@ pub async fn before_write(
     };
     match check(ctx, app, project).await {
         Err(refusal) => {
-            ctx.auto_reverts.degraded(&key, None);
+            ctx.auto_reverts.running(&key, None);
             show(app, status, Some(refusal.to_string()));
             Armed::Off
         }
@@ -312,7 +288,7 @@ pub async fn after_write(ctx: &Ctx, app: &Application, project: &Project, limit:
     let status = app.status.clone().unwrap_or_default();
     let degraded = ctx
         .auto_reverts
-        .degraded(&key, degraded_revision(app, &status).as_deref());
+        .running(&key, degraded_revision(app, &status).as_deref());
     match judge(app, &status, Record::of(app).as_ref(), degraded, limit) {
         Verdict::Clear | Verdict::Done | Verdict::NoEarlierEntry { .. } => None,
         Verdict::Waiting { remaining, .. } => Some(remaining + Duration::from_millis(200)),
@@ -350,7 +326,9 @@ async fn revert(
     };
     // The record first, on this very version: if anyone wrote the Application since (another
     // replica's record, a new sync), the write fails and nothing is reverted in this pass.
-    let Ok(text) = serde_json::to_string(&record) else { return };
+    let Ok(text) = serde_json::to_string(&record) else {
+        return;
+    };
     let patch = json!({"metadata": {
         "resourceVersion": app.resource_version(),
         "annotations": {AUTO_REVERTED_ANNOTATION: text},
@@ -403,7 +381,9 @@ async fn revert(
             .await;
         }
     }
-    let Ok(text) = serde_json::to_string(&record) else { return };
+    let Ok(text) = serde_json::to_string(&record) else {
+        return;
+    };
     let patch = json!({"metadata": {"annotations": {AUTO_REVERTED_ANNOTATION: text}}});
     if let Err(err) = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         tracing::warn!(app = %name, %err, "recording the automatic revert's outcome");
@@ -523,18 +503,6 @@ mod tests {
             judge(&a, &s, Some(&record), Some(LIMIT * 2), LIMIT),
             Verdict::Revert { to: 2, .. }
         ));
-    }
-
-    #[test]
-    fn the_clock_restarts_with_another_revision_and_stops_when_not_degraded() {
-        let clocks = Clocks::default();
-        assert_eq!(clocks.degraded("a", None), None);
-        let first = clocks.degraded("a", Some("v2")).expect("started");
-        assert!(first < Duration::from_secs(1));
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(clocks.degraded("a", Some("v2")).expect("running") >= Duration::from_millis(20));
-        assert!(clocks.degraded("a", Some("v3")).expect("restarted") < Duration::from_millis(20));
-        assert_eq!(clocks.degraded("a", None), None);
     }
 
     #[test]

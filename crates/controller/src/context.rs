@@ -33,7 +33,7 @@ pub struct Ctx {
     /// Running operations' terminate signals, fed by the Application watch.
     terminations: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<Option<String>>>>,
     /// How long each Application has been Degraded, for `spec.syncPolicy.autoRevert`.
-    pub auto_reverts: crate::auto_revert::Clocks,
+    pub auto_reverts: crate::clock::Stopwatches,
 }
 
 impl Ctx {

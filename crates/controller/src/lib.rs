@@ -32,7 +32,7 @@
 //! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
 //! - [`shared_apps`]: the Application cache and change feed shared with an HTTP server in the same
 //!   process.
-//! - [`config`], [`error`], [`clock`]: settings, error types, timestamps; they depend on no module.
+//! - [`config`], [`error`], [`clock`]: settings, error types, timestamps and stopwatches; they depend on no module.
 //!
 //! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
 //! Application and shuts down gracefully.

@@ -30,5 +30,6 @@ pub use error::{ErrorKind, PromoteError};
 pub use plan::{Plan, unified};
 pub use promote::{Outcome, PromoteRequest, Promoter, find_pipeline};
 pub use rollback::{
-    AutoRevertRequest, RevertPlace, RevertTarget, RollbackError, can_push, check_revert_write, revert_place, revert_target,
+    AutoRevertRequest, RevertPlace, RevertTarget, RollbackError, can_push, check_revert_write, revert_place,
+    revert_target,
 };

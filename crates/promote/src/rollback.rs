@@ -348,10 +348,7 @@ impl Promoter {
         // every file under the Application's paths on its branch (a `sourceRepoPaths` entry whose
         // paths cover PATH/**); the writer then refuses commits that change anything else.
         self.check_project_write(&application, &target).await?;
-        let author = (
-            user.trim().to_string(),
-            crate::promote::email(user, &self.email_domain),
-        );
+        let author = (user.trim().to_string(), crate::promote::email(user, &self.email_domain));
         let reverted = self.push_revert(&application, &target, id, author, reason).await?;
         let short = |s: &str| s.get(..12).unwrap_or(s).to_string();
         let reverted_list: Vec<String> = reverted.reverted.iter().map(|s| short(s)).collect();
@@ -466,7 +463,10 @@ impl Promoter {
         let namespace = app.namespace().unwrap_or_else(|| self.namespace.clone());
         let apps: Api<Application> = Api::namespaced(self.client.clone(), &namespace);
         let refresh = json!({"metadata": {"annotations": {REFRESH_ANNOTATION: "normal"}}});
-        if let Err(err) = apps.patch(&name, &PatchParams::default(), &Patch::Merge(&refresh)).await {
+        if let Err(err) = apps
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&refresh))
+            .await
+        {
             warn!(%err, app = %name, "asking for a refresh after the revert");
         }
     }
