@@ -206,11 +206,10 @@ pub async fn check(ctx: &Ctx, app: &Application, project: &Project) -> Result<()
 }
 
 /// Set or clear the `AutoRevertError` condition in `status`: a refusal, a revert of the current
-/// revision that failed, or nothing.
-pub fn show(app: &Application, status: &mut ApplicationStatus, problem: Option<String>) {
+/// revision (`at`, the last synced one while Git has nothing newer) that failed, or nothing.
+pub fn show(app: &Application, at: Option<&str>, status: &mut ApplicationStatus, problem: Option<String>) {
     let failed = Record::of(app).filter(|r| !r.error.is_empty()).and_then(|r| {
-        let at = current_entry(status).map(|e| e.revision.clone())?;
-        (r.revision == at).then(|| {
+        (Some(r.revision.as_str()) == at).then(|| {
             format!(
                 "the automatic revert of {} failed (it is not tried again for this revision): {}",
                 short(&r.revision),
@@ -246,14 +245,14 @@ pub async fn before_write(
     let (Some(limit), Some(project)) = (limit(app), project) else {
         ctx.auto_reverts.running(&key, None);
         if limit(app).is_none() {
-            show(app, status, None);
+            show(app, None, status, None);
         }
         return Armed::Off;
     };
     match check(ctx, app, project).await {
         Err(refusal) => {
             ctx.auto_reverts.running(&key, None);
-            show(app, status, Some(refusal.to_string()));
+            show(app, None, status, Some(refusal.to_string()));
             Armed::Off
         }
         Ok(()) => {
@@ -275,7 +274,8 @@ pub async fn before_write(
                 }
                 None => None,
             };
-            show(app, status, problem);
+            let at = current_entry(&probe).map(|e| e.revision.clone());
+            show(app, at.as_deref(), status, problem);
             Armed::On(limit)
         }
     }
