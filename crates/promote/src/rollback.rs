@@ -616,6 +616,47 @@ mod tests {
     }
 
     #[test]
+    fn a_push_needs_a_password_or_a_key_except_locally() {
+        let none = Credentials::default();
+        assert!(!can_push(&none, "https://g/r.git"));
+        let user_only = Credentials {
+            username: Some("u".into()),
+            ..Default::default()
+        };
+        assert!(!can_push(&user_only, "https://g/r.git"));
+        let token = Credentials {
+            password: Some("t".into()),
+            ..Default::default()
+        };
+        assert!(can_push(&token, "https://g/r.git"));
+        let key = Credentials {
+            ssh_private_key: Some("k".into()),
+            ..Default::default()
+        };
+        assert!(can_push(&key, "ssh://git@g/r.git"));
+        assert!(can_push(&none, "file:///srv/r.git"));
+    }
+
+    #[test]
+    fn the_project_must_permit_writing_under_the_path() {
+        let place = revert_place(&app(vec![git("https://g/r.git", "apps/web", "main")], vec![])).expect("place");
+        let rules: capstan_api::project::AppProjectSpec = serde_json::from_value(json!({
+            "sourceRepos": ["*"],
+            "sourceRepoPaths": [{"repo": "*", "paths": ["apps/other/**"], "branches": ["main"]}],
+        }))
+        .expect("rules");
+        let err = check_revert_write("web", "narrow", &rules, &place).expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::Forbidden);
+        assert!(err.to_string().contains("apps/web"), "{err}");
+        let rules: capstan_api::project::AppProjectSpec = serde_json::from_value(json!({
+            "sourceRepos": ["*"],
+            "sourceRepoPaths": [{"repo": "*", "paths": ["apps/**"], "branches": ["main"]}],
+        }))
+        .expect("rules");
+        check_revert_write("web", "wide", &rules, &place).expect("permitted");
+    }
+
+    #[test]
     fn long_notes_are_cut() {
         assert_eq!(truncate("abc", 3), "abc");
         assert_eq!(truncate("abcd", 3), "abc…");
