@@ -329,6 +329,22 @@ pub struct SyncPolicy {
     /// wave's and hook's timeout (the controller's `--wave-timeout`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sync_timeout: String,
+    /// Roll back automatically, by one revert commit in Git, when a sync leaves the Application
+    /// Degraded for longer than a set time (Flux's `upgrade.remediation`, done the GitOps way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_revert: Option<AutoRevert>,
+}
+
+/// Automatic rollback by Git revert (`spec.syncPolicy.autoRevert`): when the revision a sync
+/// deployed stays Degraded for longer than `degradedFor` (and nothing newer was synced meanwhile),
+/// the controller pushes one revert commit back to the previous history entry's revision, once per
+/// revision, authored by Capstan.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoRevert {
+    /// How long the Application must stay Degraded at the revision a sync deployed before it is
+    /// reverted, as a duration (`10m`, `90s`; a bare number is seconds; not zero).
+    pub degraded_for: String,
 }
 
 /// Automated sync behaviour.

@@ -31,6 +31,13 @@ pub const COMPARE_OPTIONS: &str = "capstan.dev/compare-options";
 /// `deletionBudget` (`"true"`); the controller removes it once the deletions are made.
 pub const ALLOW_DELETIONS_ANNOTATION: &str = "capstan.dev/allow-deletions";
 
+/// Annotation on an Application where the controller records its automatic revert
+/// (`spec.syncPolicy.autoRevert`) before making it: JSON naming the revision reverted, the history
+/// entry returned to and, once pushed, the revert commit or the error. Written with the
+/// Application's resourceVersion as a precondition, so each revision is reverted at most once,
+/// across restarts and replicas.
+pub const AUTO_REVERTED_ANNOTATION: &str = "capstan.dev/auto-reverted";
+
 /// Pod (template) annotation read by the playground's node simulator:
 /// `fail`, `never-ready`, `delay=<seconds>`, comma separated.
 pub const SIMULATE: &str = "capstan.dev/simulate";

@@ -305,6 +305,9 @@ pub enum ConditionType {
     /// The last sync would have pruned more than the project's deletion budget allows: it waits
     /// for a person to confirm.
     DeletionBudgetExceeded,
+    /// `spec.syncPolicy.autoRevert` cannot act (the source, the project, the credentials, the
+    /// history), or an automatic revert failed: the Application is not rolled back automatically.
+    AutoRevertError,
     /// A type this version does not know (written by another version), kept as written.
     Other(String),
 }
@@ -323,6 +326,7 @@ open_words!(ConditionType, KnownConditionType, "ConditionType" {
     PolicyDenied => "PolicyDenied",
     PolicyWarning => "PolicyWarning",
     DeletionBudgetExceeded => "DeletionBudgetExceeded",
+    AutoRevertError => "AutoRevertError",
 });
 
 impl ConditionType {

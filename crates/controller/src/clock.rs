@@ -88,6 +88,32 @@ pub fn jitter(base: Duration, key: &str) -> Duration {
     base + Duration::from_millis(if extra == 0 { 0 } else { hash % extra })
 }
 
+/// Per key, how long it has been in its current state (a revision an Application has been Degraded
+/// at, for `spec.syncPolicy.autoRevert`), as this process saw it.
+#[derive(Default)]
+pub struct Stopwatches {
+    since: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+}
+
+impl Stopwatches {
+    /// How long `key` has been in `state` (`None`: in none, its stopwatch is dropped), starting
+    /// its stopwatch when it was in none or in another state.
+    pub fn running(&self, key: &str, state: Option<&str>) -> Option<Duration> {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(state) = state else {
+            since.remove(key);
+            return None;
+        };
+        let entry = since
+            .entry(key.to_string())
+            .or_insert_with(|| (state.to_string(), std::time::Instant::now()));
+        if entry.0 != state {
+            *entry = (state.to_string(), std::time::Instant::now());
+        }
+        Some(entry.1.elapsed())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +152,17 @@ mod tests {
         assert_eq!(a, jitter(base, "https://example.com/a.git"));
         assert!(a >= base && a < base + Duration::from_secs(10));
         assert_eq!(jitter(Duration::from_millis(5), "x"), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn a_stopwatch_restarts_with_another_state_and_stops_without_one() {
+        let clocks = Stopwatches::default();
+        assert_eq!(clocks.running("a", None), None);
+        let first = clocks.running("a", Some("v2")).expect("started");
+        assert!(first < Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(clocks.running("a", Some("v2")).expect("running") >= Duration::from_millis(20));
+        assert!(clocks.running("a", Some("v3")).expect("restarted") < Duration::from_millis(20));
+        assert_eq!(clocks.running("a", None), None);
     }
 }

@@ -32,6 +32,10 @@ pub struct Config {
     /// Fill this Application cache and feed (shared with an HTTP server in the same process)
     /// instead of a cache of the controller's own.
     pub shared_apps: Option<std::sync::Arc<crate::shared_apps::SharedApps>>,
+    /// Author name of the commits automatic reverts make (`spec.syncPolicy.autoRevert`).
+    pub git_author_name: String,
+    /// Author email of those commits.
+    pub git_author_email: String,
 }
 
 impl Default for Config {
@@ -49,6 +53,8 @@ impl Default for Config {
             ready: Default::default(),
             ownership: None,
             shared_apps: None,
+            git_author_name: "Capstan".into(),
+            git_author_email: "capstan@localhost".into(),
         }
     }
 }

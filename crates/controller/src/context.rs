@@ -32,6 +32,8 @@ pub struct Ctx {
     apps: std::sync::OnceLock<kube::runtime::reflector::Store<Application>>,
     /// Running operations' terminate signals, fed by the Application watch.
     terminations: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<Option<String>>>>,
+    /// How long each Application has been Degraded, for `spec.syncPolicy.autoRevert`.
+    pub auto_reverts: crate::clock::Stopwatches,
 }
 
 impl Ctx {
@@ -50,6 +52,7 @@ impl Ctx {
             written: Default::default(),
             apps: Default::default(),
             terminations: Default::default(),
+            auto_reverts: Default::default(),
         }
     }
 

@@ -79,6 +79,14 @@ pub enum PipelineError {
         /// Its value.
         value: String,
     },
+    /// A duration field that must not be zero.
+    #[error("{field} {value:?} is zero: give how long to wait (`90s`, `10m`)")]
+    ZeroDuration {
+        /// Where it is (`spec.syncPolicy.autoRevert.degradedFor`).
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// More sources than an Application may have.
     #[error("spec.sources has {count} entries; at most {max} are allowed")]
     TooManySources {
@@ -330,6 +338,7 @@ impl PipelineError {
             | TooManySources { .. }
             | Unsupported { .. }
             | BadDuration { .. }
+            | ZeroDuration { .. }
             | UnsupportedOption { .. }
             | RepoInCache { .. }
             | Project(_)

@@ -9,6 +9,9 @@
 //!   in steps: `prepare`, `record`, `progress`, `finish`.
 //! - [`gates`]: what holds a new sync back — dependencies not ready, a sync window — read for one
 //!   Application.
+//! - [`auto_revert`]: `spec.syncPolicy.autoRevert` — whether it can act (a condition when not), how
+//!   long the Application has been Degraded at its last synced revision, and the one revert commit
+//!   (through `capstan-promote`), recorded first so it is made at most once per revision.
 //! - [`automated`]: whether an automated sync (new revision, self-heal, retry) is due; pure.
 //! - [`finalize`]: deleting an Application's objects with the resources finalizer.
 //! - [`status`]: writing status (merge patches, conditions) and clearing request annotations.
@@ -29,11 +32,12 @@
 //! - [`projects`]: AppProjects, whose rules every pass and every sync keeps.
 //! - [`shared_apps`]: the Application cache and change feed shared with an HTTP server in the same
 //!   process.
-//! - [`config`], [`error`], [`clock`]: settings, error types, timestamps; they depend on no module.
+//! - [`config`], [`error`], [`clock`]: settings, error types, timestamps and stopwatches; they depend on no module.
 //!
 //! [`run`] wires them into a kube-runtime controller with a work queue that serialises work per
 //! Application and shuts down gracefully.
 
+pub mod auto_revert;
 pub mod automated;
 pub mod clock;
 pub mod clusters;

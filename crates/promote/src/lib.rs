@@ -29,4 +29,7 @@ pub use check::{check_names, check_order, check_source};
 pub use error::{ErrorKind, PromoteError};
 pub use plan::{Plan, unified};
 pub use promote::{Outcome, PromoteRequest, Promoter, find_pipeline};
-pub use rollback::{RevertTarget, RollbackError, revert_target};
+pub use rollback::{
+    AutoRevertRequest, RevertPlace, RevertTarget, RollbackError, can_push, check_revert_write, revert_place,
+    revert_target,
+};

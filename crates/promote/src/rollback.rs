@@ -2,12 +2,16 @@
 //! branch, paths and revision an Application's history entry means ([`revert_target`], refusing
 //! Helm chart sources and sources from several repositories), the revert commit through
 //! [`GitWriter::revert`] authored by the requesting user with the repository's credentials, then an
-//! Event on the Application and a refresh request so the sync follows quickly.
+//! Event on the Application and a refresh request so the sync follows quickly. The controller's
+//! automatic rollback (`spec.syncPolicy.autoRevert`) makes the same revert through
+//! [`Promoter::auto_revert`], checked by the pure [`revert_place`], [`check_revert_write`] and
+//! [`can_push`], and authored by Capstan's identity.
 
 use capstan_api::Application;
 use capstan_api::application::RollbackRefused;
 use capstan_api::labels::REFRESH_ANNOTATION;
 use capstan_gitwrite::{GitWriter, RevertError, RevertErrorKind, RevertRequest, Reverted, WriterConfig};
+use capstan_source::Credentials;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Resource, ResourceExt};
@@ -111,21 +115,21 @@ impl RollbackError {
     }
 }
 
-/// The repository, branch, paths and revision a rollback of `app` to history entry `id` reverts
-/// to; refused for a missing entry, a Helm chart source and sources in several repositories.
-pub fn revert_target(app: &Application, id: i64) -> Result<RevertTarget, RollbackError> {
+/// Where a revert of `app` is made, whatever the revision: its repository, branch and paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevertPlace {
+    /// The repository of the Application's (Git) sources.
+    pub repo_url: String,
+    /// The branch they track (`HEAD`: the default branch).
+    pub branch: String,
+    /// Their paths (`.`: the whole repository).
+    pub paths: Vec<String>,
+}
+
+/// The repository, branch and paths a revert of `app` is made in; refused for a Helm chart source
+/// and sources in several repositories or on several branches.
+pub fn revert_place(app: &Application) -> Result<RevertPlace, RollbackError> {
     let name = app.name_any();
-    let history = app.status.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
-    let entry = history
-        .iter()
-        .find(|h| h.id == id)
-        .ok_or_else(|| RollbackError::History {
-            app: name.clone(),
-            source: RollbackRefused::NoHistoryEntry {
-                id,
-                known: history.iter().map(|h| h.id).collect(),
-            },
-        })?;
     let refused = |source: RevertError| RollbackError::Revert {
         app: name.clone(),
         source,
@@ -156,13 +160,6 @@ pub fn revert_target(app: &Application, id: i64) -> Result<RevertTarget, Rollbac
             repos: repos.join(", "),
         }));
     }
-    let branch_of = |rev: &str| {
-        if rev.is_empty() {
-            "HEAD".to_string()
-        } else {
-            rev.to_string()
-        }
-    };
     if sources
         .iter()
         .any(|s| branch_of(&s.target_revision) != branch_of(&first.target_revision))
@@ -173,16 +170,6 @@ pub fn revert_target(app: &Application, id: i64) -> Result<RevertTarget, Rollbac
                 .into(),
         });
     }
-    let base = if app.spec.is_multi_source() {
-        entry
-            .revisions
-            .iter()
-            .find(|r| !r.is_empty())
-            .cloned()
-            .unwrap_or_else(|| entry.revision.clone())
-    } else {
-        entry.revision.clone()
-    };
     // A `ref` source without a path only lends its files to the others: their paths are reverted.
     let mut paths: Vec<String> = sources
         .iter()
@@ -192,17 +179,122 @@ pub fn revert_target(app: &Application, id: i64) -> Result<RevertTarget, Rollbac
     if paths.is_empty() {
         paths.push(".".into());
     }
-    Ok(RevertTarget {
+    Ok(RevertPlace {
         repo_url: first.repo_url.clone(),
         branch: branch_of(&first.target_revision),
         paths,
-        base,
     })
+}
+
+/// The branch a target revision names (`HEAD` for none).
+fn branch_of(rev: &str) -> String {
+    if rev.is_empty() {
+        "HEAD".to_string()
+    } else {
+        rev.to_string()
+    }
+}
+
+/// The revision history entry `entry` of `app` deployed (for a multi-source Application, the
+/// first source's that is set).
+pub fn entry_revision(app: &Application, entry: &capstan_api::application::RevisionHistory) -> String {
+    if app.spec.is_multi_source() {
+        entry
+            .revisions
+            .iter()
+            .find(|r| !r.is_empty())
+            .cloned()
+            .unwrap_or_else(|| entry.revision.clone())
+    } else {
+        entry.revision.clone()
+    }
+}
+
+/// The repository, branch, paths and revision a rollback of `app` to history entry `id` reverts
+/// to; refused for a missing entry, a Helm chart source and sources in several repositories.
+pub fn revert_target(app: &Application, id: i64) -> Result<RevertTarget, RollbackError> {
+    let name = app.name_any();
+    let history = app.status.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
+    let entry = history
+        .iter()
+        .find(|h| h.id == id)
+        .ok_or_else(|| RollbackError::History {
+            app: name.clone(),
+            source: RollbackRefused::NoHistoryEntry {
+                id,
+                known: history.iter().map(|h| h.id).collect(),
+            },
+        })?;
+    let place = revert_place(app)?;
+    Ok(RevertTarget {
+        repo_url: place.repo_url,
+        branch: place.branch,
+        paths: place.paths,
+        base: entry_revision(app, entry),
+    })
+}
+
+/// Refuse unless the project `project_name` (with rules `rules`, as resolved) permits writing
+/// under each of `place`'s paths on its branch: a `sourceRepoPaths` entry whose paths cover
+/// PATH/** (the writer then refuses commits that change anything else).
+pub fn check_revert_write(
+    app: &str,
+    project_name: &str,
+    rules: &capstan_api::project::AppProjectSpec,
+    place: &RevertPlace,
+) -> Result<(), RollbackError> {
+    let branch = if place.branch.is_empty() {
+        "HEAD"
+    } else {
+        place.branch.as_str()
+    };
+    for path in &place.paths {
+        // Any file under the path stands for all of them: a glob that covers PATH/** covers it.
+        let file = if path == "." {
+            "capstan-revert".to_string()
+        } else {
+            format!("{}/capstan-revert", path.trim_end_matches('/'))
+        };
+        let write = capstan_project::WriteTarget {
+            repo_url: &place.repo_url,
+            path: &file,
+            branch,
+        };
+        capstan_project::check_write(project_name, rules, &write).map_err(|v| RollbackError::ProjectRefused {
+            app: app.to_string(),
+            message: format!("a revert writes under {path:?}, which the project does not permit: {v}"),
+        })?;
+    }
+    Ok(())
+}
+
+/// Whether `credentials` can authenticate a push (a password or token, or an SSH key); a local
+/// `file://` repository needs none.
+pub fn can_push(credentials: &Credentials, repo_url: &str) -> bool {
+    repo_url.starts_with("file://")
+        || repo_url.starts_with('/')
+        || credentials.password.as_deref().is_some_and(|p| !p.is_empty())
+        || credentials.ssh_private_key.as_deref().is_some_and(|k| !k.is_empty())
+}
+
+/// An automatic revert (`spec.syncPolicy.autoRevert`), as the controller asks for it.
+#[derive(Debug, Clone)]
+pub struct AutoRevertRequest {
+    /// The history entry to return to.
+    pub id: i64,
+    /// The commit's author (Capstan's identity).
+    pub author_name: String,
+    /// The commit author's e-mail.
+    pub author_email: String,
+    /// Why (the commit message's body and the Event).
+    pub reason: String,
+    /// Who publishes the Event.
+    pub reporter: String,
 }
 
 impl Promoter {
     /// Refuse unless `app`'s project permits writing under each of `target`'s paths on its branch.
-    async fn check_revert_write(&self, app: &Application, target: &RevertTarget) -> Result<(), RollbackError> {
+    async fn check_project_write(&self, app: &Application, target: &RevertTarget) -> Result<(), RollbackError> {
         let name = app.name_any();
         let lookup = if app.spec.project.is_empty() {
             capstan_api::project::DEFAULT_PROJECT
@@ -214,36 +306,17 @@ impl Promoter {
             context: format!("reading AppProject {lookup}"),
             source,
         })?;
-        let refused = |message: String| RollbackError::ProjectRefused {
-            app: name.clone(),
-            message,
-        };
         let (project, rules) = capstan_project::resolve(lookup, found.map(|p| p.spec), self.deny_implicit_default)
-            .map_err(|e| refused(e.to_string()))?;
-        let branch = if target.branch.is_empty() {
-            "HEAD"
-        } else {
-            target.branch.as_str()
-        };
-        for path in &target.paths {
-            // Any file under the path stands for all of them: a glob that covers PATH/** covers it.
-            let file = if path == "." {
-                "capstan-revert".to_string()
-            } else {
-                format!("{}/capstan-revert", path.trim_end_matches('/'))
-            };
-            let write = capstan_project::WriteTarget {
-                repo_url: &target.repo_url,
-                path: &file,
-                branch,
-            };
-            capstan_project::check_write(&project, &rules, &write).map_err(|v| {
-                refused(format!(
-                    "a revert writes under {path:?}, which the project does not permit: {v}"
-                ))
+            .map_err(|e| RollbackError::ProjectRefused {
+                app: name.clone(),
+                message: e.to_string(),
             })?;
-        }
-        Ok(())
+        let place = RevertPlace {
+            repo_url: target.repo_url.clone(),
+            branch: target.branch.clone(),
+            paths: target.paths.clone(),
+        };
+        check_revert_write(&name, &project, &rules, &place)
     }
 
     /// Roll `app` back to history entry `id` by one revert commit authored by `user` (see
@@ -274,35 +347,14 @@ impl Promoter {
         // The project first, as for every other commit Capstan makes: it must let Capstan write
         // every file under the Application's paths on its branch (a `sourceRepoPaths` entry whose
         // paths cover PATH/**); the writer then refuses commits that change anything else.
-        self.check_revert_write(&application, &target).await?;
-        let credentials = capstan_cluster::repository::for_repo(&self.client, &self.namespace, &target.repo_url)
-            .await
-            .unwrap_or_default();
-        let mut config = WriterConfig::new(user.trim(), crate::promote::email(user, &self.email_domain));
-        config.allow_local = self.allow_local;
-        config.timeout = self.timeout;
-        let request = RevertRequest {
-            repo_url: target.repo_url,
-            credentials,
-            branch: target.branch,
-            paths: target.paths,
-            base: target.base,
-            app: app.to_string(),
-            history_id: id,
-            reason: reason.to_string(),
-        };
-        let reverted = GitWriter::new(config)
-            .revert(&request)
-            .await
-            .map_err(|source| RollbackError::Revert {
-                app: app.to_string(),
-                source,
-            })?;
+        self.check_project_write(&application, &target).await?;
+        let author = (user.trim().to_string(), crate::promote::email(user, &self.email_domain));
+        let reverted = self.push_revert(&application, &target, id, author, reason).await?;
         let short = |s: &str| s.get(..12).unwrap_or(s).to_string();
         let reverted_list: Vec<String> = reverted.reverted.iter().map(|s| short(s)).collect();
         let mut note = format!(
             "{user} rolled back to history {id} ({}) by reverting {} in commit {} on {}",
-            short(&request.base),
+            short(&target.base),
             reverted_list.join(", "),
             short(&reverted.sha),
             reverted.branch
@@ -310,9 +362,90 @@ impl Promoter {
         if !reason.trim().is_empty() {
             note.push_str(&format!(": {}", reason.trim()));
         }
+        self.announce(&application, EventType::Normal, "RollbackReverted", note, reporter)
+            .await;
+        Ok(reverted)
+    }
+
+    /// Roll `app` back automatically (`spec.syncPolicy.autoRevert`) to history entry
+    /// `request.id`: the same checks as [`Promoter::revert_rollback`] but judged by the project
+    /// the caller read (`project`, `rules`), the same one revert commit, authored by Capstan's
+    /// identity, then a Warning Event `AutoReverted` and a refresh. The caller makes sure it is
+    /// made at most once per revision.
+    pub async fn auto_revert(
+        &self,
+        app: &Application,
+        project: &str,
+        rules: &capstan_api::project::AppProjectSpec,
+        request: &AutoRevertRequest,
+    ) -> Result<Reverted, RollbackError> {
+        let target = revert_target(app, request.id)?;
+        let place = RevertPlace {
+            repo_url: target.repo_url.clone(),
+            branch: target.branch.clone(),
+            paths: target.paths.clone(),
+        };
+        check_revert_write(&app.name_any(), project, rules, &place)?;
+        let author = (request.author_name.clone(), request.author_email.clone());
+        let reverted = self
+            .push_revert(app, &target, request.id, author, &request.reason)
+            .await?;
+        let short = |s: &str| s.get(..12).unwrap_or(s).to_string();
+        let reverted_list: Vec<String> = reverted.reverted.iter().map(|s| short(s)).collect();
+        let note = format!(
+            "rolled back automatically to history {} ({}) by reverting {} in commit {} on {}: {}",
+            request.id,
+            short(&target.base),
+            reverted_list.join(", "),
+            short(&reverted.sha),
+            reverted.branch,
+            request.reason.trim()
+        );
+        self.announce(app, EventType::Warning, "AutoReverted", note, &request.reporter)
+            .await;
+        Ok(reverted)
+    }
+
+    /// The revert commit of `target` through [`GitWriter::revert`], authored by `author`, with the
+    /// repository's credentials.
+    async fn push_revert(
+        &self,
+        app: &Application,
+        target: &RevertTarget,
+        id: i64,
+        author: (String, String),
+        reason: &str,
+    ) -> Result<Reverted, RollbackError> {
+        let name = app.name_any();
+        let credentials = capstan_cluster::repository::for_repo(&self.client, &self.namespace, &target.repo_url)
+            .await
+            .unwrap_or_default();
+        let mut config = WriterConfig::new(author.0, author.1);
+        config.allow_local = self.allow_local;
+        config.timeout = self.timeout;
+        let request = RevertRequest {
+            repo_url: target.repo_url.clone(),
+            credentials,
+            branch: target.branch.clone(),
+            paths: target.paths.clone(),
+            base: target.base.clone(),
+            app: name.clone(),
+            history_id: id,
+            reason: reason.to_string(),
+        };
+        GitWriter::new(config)
+            .revert(&request)
+            .await
+            .map_err(|source| RollbackError::Revert { app: name, source })
+    }
+
+    /// Record `note` as an Event on `app` (reported as `reporter`) and ask the controller to
+    /// refresh it, so the sync follows quickly. Failures are logged: the commit is made.
+    async fn announce(&self, app: &Application, type_: EventType, reason: &str, note: String, reporter: &str) {
+        let name = app.name_any();
         let event = Event {
-            type_: EventType::Normal,
-            reason: "RollbackReverted".into(),
+            type_,
+            reason: reason.into(),
             note: Some(capstan_redact::scrub(&truncate(&note, 1000))),
             action: "Rollback".into(),
             secondary: None,
@@ -324,14 +457,18 @@ impl Promoter {
                 instance: None,
             },
         );
-        if let Err(err) = recorder.publish(&event, &application.object_ref(&())).await {
-            warn!(%err, app, "recording the rollback Event");
+        if let Err(err) = recorder.publish(&event, &app.object_ref(&())).await {
+            warn!(%err, app = %name, "recording the rollback Event");
         }
+        let namespace = app.namespace().unwrap_or_else(|| self.namespace.clone());
+        let apps: Api<Application> = Api::namespaced(self.client.clone(), &namespace);
         let refresh = json!({"metadata": {"annotations": {REFRESH_ANNOTATION: "normal"}}});
-        if let Err(err) = apps.patch(app, &PatchParams::default(), &Patch::Merge(&refresh)).await {
-            warn!(%err, app, "asking for a refresh after the revert");
+        if let Err(err) = apps
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&refresh))
+            .await
+        {
+            warn!(%err, app = %name, "asking for a refresh after the revert");
         }
-        Ok(reverted)
     }
 }
 
@@ -476,6 +613,47 @@ mod tests {
         )
         .expect_err("two branches");
         assert_eq!(err.kind(), ErrorKind::Unprocessable);
+    }
+
+    #[test]
+    fn a_push_needs_a_password_or_a_key_except_locally() {
+        let none = Credentials::default();
+        assert!(!can_push(&none, "https://g/r.git"));
+        let user_only = Credentials {
+            username: Some("u".into()),
+            ..Default::default()
+        };
+        assert!(!can_push(&user_only, "https://g/r.git"));
+        let token = Credentials {
+            password: Some("t".into()),
+            ..Default::default()
+        };
+        assert!(can_push(&token, "https://g/r.git"));
+        let key = Credentials {
+            ssh_private_key: Some("k".into()),
+            ..Default::default()
+        };
+        assert!(can_push(&key, "ssh://git@g/r.git"));
+        assert!(can_push(&none, "file:///srv/r.git"));
+    }
+
+    #[test]
+    fn the_project_must_permit_writing_under_the_path() {
+        let place = revert_place(&app(vec![git("https://g/r.git", "apps/web", "main")], vec![])).expect("place");
+        let rules: capstan_api::project::AppProjectSpec = serde_json::from_value(json!({
+            "sourceRepos": ["*"],
+            "sourceRepoPaths": [{"repo": "*", "paths": ["apps/other/**"], "branches": ["main"]}],
+        }))
+        .expect("rules");
+        let err = check_revert_write("web", "narrow", &rules, &place).expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::Forbidden);
+        assert!(err.to_string().contains("apps/web"), "{err}");
+        let rules: capstan_api::project::AppProjectSpec = serde_json::from_value(json!({
+            "sourceRepos": ["*"],
+            "sourceRepoPaths": [{"repo": "*", "paths": ["apps/**"], "branches": ["main"]}],
+        }))
+        .expect("rules");
+        check_revert_write("web", "wide", &rules, &place).expect("permitted");
     }
 
     #[test]

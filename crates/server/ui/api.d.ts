@@ -3003,6 +3003,19 @@ export interface components {
         };
         /** @description Which changes the ApplicationSet controller makes to generated Applications. */
         ApplicationsSyncPolicy: "create-only" | "create-update" | "create-delete" | "sync";
+        /**
+         * @description Automatic rollback by Git revert (`spec.syncPolicy.autoRevert`): when the revision a sync
+         *     deployed stays Degraded for longer than `degradedFor` (and nothing newer was synced meanwhile),
+         *     the controller pushes one revert commit back to the previous history entry's revision, once per
+         *     revision, authored by Capstan.
+         */
+        AutoRevert: {
+            /**
+             * @description How long the Application must stay Degraded at the revision a sync deployed before it is
+             *     reverted, as a duration (`10m`, `90s`; a bare number is seconds; not zero).
+             */
+            degradedFor: string;
+        };
         /** @description Exponential backoff between retries. */
         Backoff: {
             /** @description First delay, as a duration string (`5s`, `1m`). */
@@ -3082,7 +3095,7 @@ export interface components {
             /** @description e.g. `ComparisonError`. */
             type: components["schemas"]["ConditionType"];
         };
-        /** @description One of: ComparisonError InvalidSpecError SharedResourceWarning HealthRuleError ProjectViolation DependencyError DependencyWaiting DeletionWaiting SyncWindowError SyncWindowBlocked PolicyDenied PolicyWarning DeletionBudgetExceeded (or a word another version of Capstan writes). */
+        /** @description One of: ComparisonError InvalidSpecError SharedResourceWarning HealthRuleError ProjectViolation DependencyError DependencyWaiting DeletionWaiting SyncWindowError SyncWindowBlocked PolicyDenied PolicyWarning DeletionBudgetExceeded AutoRevertError (or a word another version of Capstan writes). */
         ConditionType: string;
         /**
          * @description Whether the controller last reached a destination cluster (stored per cluster in the
@@ -4113,6 +4126,11 @@ export interface components {
         };
         /** @description When and how an Application is synced. */
         SyncPolicy: {
+            /**
+             * @description Roll back automatically, by one revert commit in Git, when a sync leaves the Application
+             *     Degraded for longer than a set time (Flux's `upgrade.remediation`, done the GitOps way).
+             */
+            autoRevert?: components["schemas"]["AutoRevert"] | null;
             /** @description Sync automatically when Git changes; absent means manual sync only. */
             automated?: components["schemas"]["SyncPolicyAutomated"] | null;
             /** @description Retries of a failed sync. */

@@ -90,10 +90,10 @@ pub struct ControllerArgs {
     /// Applications: seconds, or 15s, 1m. Every replica should use the same.
     #[arg(long, default_value = "15", value_parser = super::seconds)]
     lease_duration: u64,
-    /// Author name of the commits image updates make.
+    /// Author name of the commits image updates and automatic reverts make.
     #[arg(long, default_value = "Capstan")]
     git_author_name: String,
-    /// Author email of the commits image updates make.
+    /// Author email of the commits image updates and automatic reverts make.
     #[arg(long, default_value = "capstan@localhost")]
     git_author_email: String,
     #[command(flatten)]
@@ -174,6 +174,8 @@ async fn serve(
         ready: Default::default(),
         ownership: Some(ownership.clone()),
         shared_apps: shared_apps.clone(),
+        git_author_name: args.git_author_name.clone(),
+        git_author_email: args.git_author_email.clone(),
     };
     let ready = config.ready.clone();
     let appsets = capstan_appset::controller::AppSetConfig {

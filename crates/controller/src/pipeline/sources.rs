@@ -279,6 +279,23 @@ fn check_supported(app: &Application) -> Result<(), PipelineError> {
             value: policy.sync_timeout.clone(),
         });
     }
+    if let Some(auto) = app.spec.sync_policy.as_ref().and_then(|p| p.auto_revert.as_ref()) {
+        match crate::automated::parse_duration(&auto.degraded_for) {
+            None => {
+                return Err(PipelineError::BadDuration {
+                    field: "spec.syncPolicy.autoRevert.degradedFor",
+                    value: auto.degraded_for.clone(),
+                });
+            }
+            Some(d) if d.is_zero() => {
+                return Err(PipelineError::ZeroDuration {
+                    field: "spec.syncPolicy.autoRevert.degradedFor",
+                    value: auto.degraded_for.clone(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
     for (i, rule) in app.spec.ignore_differences.iter().enumerate() {
         if !rule.jq_path_expressions.is_empty() {
             return Err(PipelineError::Unsupported {

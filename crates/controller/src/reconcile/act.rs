@@ -12,6 +12,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use super::decide::{Act, Decision, Gates, next_look};
+use crate::auto_revert::{self, Armed};
 use crate::clock;
 use crate::context::Ctx;
 use crate::error::{PipelineError, PipelineErrorKind, ReconcileError};
@@ -79,6 +80,7 @@ pub async fn act(
     let mut status = app.status.clone().unwrap_or_default();
     decision.record(&mut status, observed.as_ref().ok().map(|o| &o.gates));
     let stamp = decision.stamp;
+    let project = observed.as_ref().ok().map(|o| o.project.clone());
     let outcome = match (decision.act, observed) {
         (
             Act::Operate {
@@ -118,14 +120,24 @@ pub async fn act(
             (None, Some((err.condition_type(), err.to_string())))
         }
     };
+    // `spec.syncPolicy.autoRevert`: whether it can act, shown with this write.
+    let armed = match &outcome.report {
+        Report::State(_) => auto_revert::before_write(ctx, app, project.as_ref(), state, &mut status).await,
+        Report::Failed(_) => Armed::Off,
+    };
     write_status(ctx, app, &mut status, state, error).await?;
+    // Then, on the status as stored, whether the Application has been Degraded for too long.
+    let sooner = match (armed, &project) {
+        (Armed::On(limit), Some(project)) => auto_revert::after_write(ctx, app, project, limit).await,
+        _ => None,
+    };
     if outcome.terminated {
         clear_terminate(ctx, app).await;
     }
     clear_handled_request(ctx, app, raw_operation).await?;
 
     let key = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
-    Ok(Action::requeue(match (outcome.next, &outcome.report) {
+    let next = match (outcome.next, &outcome.report) {
         (Next::Failure, _) => Duration::from_secs(30).min(ctx.config.poll_interval),
         (Next::Refused, _) => Duration::from_secs(1),
         (Next::Compared(windows), Report::State(state)) => next_look(
@@ -137,7 +149,8 @@ pub async fn act(
             gates::now(ctx),
         ),
         (Next::Compared(_), Report::Failed(_)) => ctx.config.poll_interval,
-    }))
+    };
+    Ok(Action::requeue(sooner.map_or(next, |sooner| sooner.min(next))))
 }
 
 /// Run `op` on the comparison `observed`, first made again against the API server when `fresh`.
