@@ -37,10 +37,12 @@ async fn drive(mode: Mode) -> anyhow::Result<()> {
     let cache = tempfile::tempdir()?;
     let (_controller, base, _) = controller_with_server(&kc, cache.path(), &["-n", &ns])?;
     let cli = Cli::new(&kc, &ns, mode, &base);
+    // The two modes' runs share the plane: each deploys to a namespace of its own.
+    let dest = format!("cli-app-{}", mode.tag());
     git.create_repo("cli")?;
     let v1 = git.commit("cli", "main", &[("app/all.yaml", Some(V1))], "v1")?;
     let app = format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: cli, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: cli-app}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: cli, namespace: {ns}}}\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {dest}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
         git.git_url("cli"),
     );
     let file = cache.path().join("app.yaml");
@@ -65,7 +67,8 @@ async fn drive(mode: Mode) -> anyhow::Result<()> {
     let diff = cli.run(&["app", "diff", "cli"]);
     assert_eq!(diff.status.code(), Some(1), "{}", text(&diff));
     assert!(
-        text(&diff).contains("+++ desired /ConfigMap/cli-app/settings") && text(&diff).contains("+  color: blue"),
+        text(&diff).contains(&format!("+++ desired /ConfigMap/{dest}/settings"))
+            && text(&diff).contains("+  color: blue"),
         "{}",
         text(&diff)
     );
@@ -114,7 +117,7 @@ async fn drive(mode: Mode) -> anyhow::Result<()> {
             "--kubeconfig",
             &kc,
             "-n",
-            "cli-app",
+            &dest,
             "get",
             "cm",
             "settings",
@@ -141,7 +144,7 @@ async fn drive(mode: Mode) -> anyhow::Result<()> {
     let bad = cli.run(&["app", "sync", "cli", "--wait", "--timeout", "60"]);
     assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
     assert!(
-        text(&bad).contains("apps/Deployment/cli-app/web") && text(&bad).contains("replicas"),
+        text(&bad).contains(&format!("apps/Deployment/{dest}/web")) && text(&bad).contains("replicas"),
         "{}",
         text(&bad)
     );
@@ -162,7 +165,7 @@ async fn drive(mode: Mode) -> anyhow::Result<()> {
     let delete = cli.run(&["app", "delete", "cli", "--wait", "--yes"]);
     assert!(delete.status.success(), "{}", text(&delete));
     let gone = Command::new(&kubectl)
-        .args(["--kubeconfig", &kc, "-n", "cli-app", "get", "cm", "settings"])
+        .args(["--kubeconfig", &kc, "-n", &dest, "get", "cm", "settings"])
         .output()?;
     assert!(!gone.status.success(), "cascade deleted the objects");
     Ok(())

@@ -35,19 +35,11 @@ fn sync_status(app: &Value) -> (String, String) {
     )
 }
 
-/// Whether the ConfigMap `name` exists in namespace `cli-output`, and its `color` if it has one.
-fn config_map(kc: &str, name: &str) -> Option<String> {
+/// Whether the ConfigMap `name` exists in namespace `dest`, and its `color` if it has one.
+fn config_map(kc: &str, dest: &str, name: &str) -> Option<String> {
     let out = kubectl(
         kc,
-        &[
-            "-n",
-            "cli-output",
-            "get",
-            "configmap",
-            name,
-            "-o",
-            "jsonpath={.data.color}",
-        ],
+        &["-n", dest, "get", "configmap", name, "-o", "jsonpath={.data.color}"],
     );
     if out.status.success() {
         return Some(String::from_utf8_lossy(&out.stdout).into_owned());
@@ -83,6 +75,8 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let (_controller, base, _) = controller_with_server(&kc, &work.path().join("cache"), &["-n", &ns])?;
     let cli = Cli::new(&kc, &ns, mode, &base);
+    // The two modes' runs share the plane: each deploys to a namespace of its own.
+    let dest = format!("cli-output-{}", mode.tag());
     git.create_repo("out")?;
     let v1 = git.commit(
         "out",
@@ -92,15 +86,18 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
     )?;
     // Manual sync, and the resources finalizer: `delete --cascade=false` has to take it off.
     let manifest = format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata:\n  name: out\n  namespace: {ns}\n  finalizers: [capstan.dev/resources-finalizer]\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: cli-output}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata:\n  name: out\n  namespace: {ns}\n  finalizers: [capstan.dev/resources-finalizer]\nspec:\n  source: {{repoURL: '{}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: {dest}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n",
         git.git_url("out")
     );
     let file = work.path().join("app.yaml");
     std::fs::write(&file, manifest)?;
     let out = kubectl(&kc, &["apply", "-f", &file.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out));
+    // (Through the server, the Application is found once the server's watch has seen it.)
     until("the app to be compared", Duration::from_secs(60), || {
-        sync_status(&get_json(&cli, "out")).0 == "OutOfSync"
+        let out = cli.run(&["app", "get", "out", "-o", "json"]);
+        out.status.success()
+            && serde_json::from_slice::<Value>(&out.stdout).is_ok_and(|app| sync_status(&app).0 == "OutOfSync")
     });
 
     // get -o json / -o yaml: the whole Application, parseable, with status.sync.
@@ -140,7 +137,7 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
     let diff = cli.run(&["app", "diff", "out"]);
     assert_eq!(diff.status.code(), Some(1), "{}", text(&diff));
     assert!(
-        text(&diff).contains("+++ desired /ConfigMap/cli-output/extra"),
+        text(&diff).contains(&format!("+++ desired /ConfigMap/{dest}/extra")),
         "{}",
         text(&diff)
     );
@@ -198,7 +195,7 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
         text(&waited)
     );
     assert_eq!(sync_status(&get_json(&cli, "out")).0, "Synced");
-    assert_eq!(config_map(&kc, "extra"), Some(String::new()));
+    assert_eq!(config_map(&kc, &dest, "extra"), Some(String::new()));
     let diff = cli.run(&["app", "diff", "out"]);
     assert_eq!(diff.status.code(), Some(0), "equal after the sync: {}", text(&diff));
     assert!(diff.stdout.is_empty(), "{}", text(&diff));
@@ -222,7 +219,11 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
     let app = get_json(&cli, "out");
     assert_eq!(app["status"]["operationState"]["phase"], "Succeeded", "{app}");
     assert_eq!(app["status"]["operationState"]["revision"], v2.as_str(), "{app}");
-    assert_eq!(config_map(&kc, "extra"), Some(String::new()), "no --prune: extra stays");
+    assert_eq!(
+        config_map(&kc, &dest, "extra"),
+        Some(String::new()),
+        "no --prune: extra stays"
+    );
     assert_eq!(sync_status(&app), ("OutOfSync".to_string(), v2.clone()));
     // sync --wait without --prune can never end Synced: it fails once the sync is done, naming what
     // requires pruning, rather than waiting for its timeout.
@@ -233,14 +234,18 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
     assert!(
         stderr.starts_with("error: out stays OutOfSync: 1 object(s) no longer in Git require pruning")
             && stderr.contains("--prune")
-            && stderr.contains("ConfigMap/cli-output/extra"),
+            && stderr.contains(&format!("ConfigMap/{dest}/extra")),
         "{stderr}"
     );
     assert!(
         asked.elapsed() < Duration::from_secs(60),
         "failed without waiting for the timeout"
     );
-    assert_eq!(config_map(&kc, "extra"), Some(String::new()), "no --prune: extra stays");
+    assert_eq!(
+        config_map(&kc, &dest, "extra"),
+        Some(String::new()),
+        "no --prune: extra stays"
+    );
     let sync = cli.run(&["app", "sync", "out", "--prune", "--wait", "--timeout", "60"]);
     assert!(sync.status.success(), "{}", text(&sync));
     assert!(
@@ -248,8 +253,12 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
         "{}",
         text(&sync)
     );
-    assert_eq!(config_map(&kc, "extra"), None, "--prune deleted extra");
-    assert_eq!(config_map(&kc, "settings"), Some("blue".into()), "settings untouched");
+    assert_eq!(config_map(&kc, &dest, "extra"), None, "--prune deleted extra");
+    assert_eq!(
+        config_map(&kc, &dest, "settings"),
+        Some("blue".into()),
+        "settings untouched"
+    );
     assert_eq!(sync_status(&get_json(&cli, "out")), ("Synced".to_string(), v2.clone()));
 
     // get --hard-refresh: returns once the controller has compared again, and sees a new commit.
@@ -282,7 +291,7 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
     );
     let sync = cli.run(&["app", "sync", "out", "--wait", "--timeout", "60"]);
     assert!(sync.status.success(), "{}", text(&sync));
-    assert_eq!(config_map(&kc, "settings"), Some("green".into()));
+    assert_eq!(config_map(&kc, &dest, "settings"), Some("green".into()));
     let diff = cli.run(&["app", "diff", "out"]);
     assert_eq!(diff.status.code(), Some(0), "{}", text(&diff));
 
@@ -297,7 +306,7 @@ async fn outputs(mode: Mode) -> anyhow::Result<()> {
     let get = cli.run(&["app", "get", "out"]);
     assert_eq!(get.status.code(), Some(1), "{}", text(&get));
     assert_eq!(
-        config_map(&kc, "settings"),
+        config_map(&kc, &dest, "settings"),
         Some("green".into()),
         "--cascade=false leaves the objects"
     );

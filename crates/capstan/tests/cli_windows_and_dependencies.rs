@@ -25,9 +25,10 @@ fn project(ns: &str, repo: &str, manual_sync: bool) -> String {
     )
 }
 
-fn app(ns: &str, name: &str, repo: &str, project: &str, depends_on: &str) -> String {
+/// An Application deploying to `windows-NAME-TAG` (each mode's run a namespace of its own).
+fn app(ns: &str, name: &str, tag: &str, repo: &str, project: &str, depends_on: &str) -> String {
     format!(
-        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  project: {project}\n  source: {{repoURL: '{repo}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: windows-{name}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n{depends_on}"
+        "apiVersion: capstan.dev/v1alpha1\nkind: Application\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  project: {project}\n  source: {{repoURL: '{repo}', targetRevision: main, path: app}}\n  destination: {{server: 'https://kubernetes.default.svc', namespace: windows-{name}-{tag}}}\n  syncPolicy: {{syncOptions: [CreateNamespace=true]}}\n{depends_on}"
     )
 }
 
@@ -80,8 +81,15 @@ async fn windows_and_dependencies(mode: Mode) -> anyhow::Result<()> {
     write_apply(format!(
         "{}---\n{}---\n{}",
         project(&ns, &repo, false),
-        app(&ns, "frozen", &repo, "frozen", ""),
-        app(&ns, "late", &repo, "default", "  dependsOn: [{name: missing}]\n")
+        app(&ns, "frozen", mode.tag(), &repo, "frozen", ""),
+        app(
+            &ns,
+            "late",
+            mode.tag(),
+            &repo,
+            "default",
+            "  dependsOn: [{name: missing}]\n"
+        )
     ));
 
     // The windows, as the project lists them.

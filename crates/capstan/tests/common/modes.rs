@@ -16,6 +16,17 @@ pub enum Mode {
     Server,
 }
 
+impl Mode {
+    /// A word naming the mode, for what the two runs of one test must not share on the shared
+    /// control plane (destination namespaces).
+    pub fn tag(self) -> &'static str {
+        match self {
+            Mode::Kubeconfig => "kube",
+            Mode::Server => "server",
+        }
+    }
+}
+
 /// Runs `capstan` in one [`Mode`].
 pub struct Cli {
     kubeconfig: String,

@@ -116,13 +116,24 @@ pub async fn history(
     Ok(Json(Items { items }))
 }
 
+/// Compare `app` at the revision the controller last compared (its `status.sync`), so that the diff
+/// and manifests answered are those of the sync status shown beside them; the server's own source
+/// cache may not have seen a newer commit yet (it polls on its own). Before a first comparison, at
+/// the target revision.
 async fn compare(state: &State, app: &Application) -> Result<capstan_controller::pipeline::AppState, ApiError> {
     let unprocessable =
         |e: capstan_controller::PipelineError| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string());
     let project = state.pipeline.project(app).await.map_err(unprocessable)?;
+    let compared = app.status.as_ref().and_then(|s| s.sync.as_ref()).and_then(|s| {
+        if !s.revisions.is_empty() {
+            Some(s.revisions.join(","))
+        } else {
+            (!s.revision.is_empty()).then(|| s.revision.clone())
+        }
+    });
     let resolved = state
         .pipeline
-        .resolve(app, &project, None, false)
+        .resolve(app, &project, compared.as_deref(), false)
         .await
         .map_err(unprocessable)?;
     state
