@@ -49,6 +49,18 @@ pub fn argo_alias(capstan_key: &str) -> Option<String> {
         .map(|rest| format!("argocd.argoproj.io/{rest}"))
 }
 
+/// The annotations on an Application that are requests to the controller (an operation, its
+/// termination, a refresh) or the controller's own records (what was notified, what was reverted
+/// automatically): never copied from an ApplicationSet's template, which would repeat a request on
+/// every reconcile of the set or forge a record.
+pub const APPLICATION_CONTROL_ANNOTATIONS: [&str; 5] = [
+    crate::operation::OPERATION_ANNOTATION,
+    crate::operation::TERMINATE_ANNOTATION,
+    REFRESH_ANNOTATION,
+    crate::notification::NOTIFIED_ANNOTATION,
+    AUTO_REVERTED_ANNOTATION,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

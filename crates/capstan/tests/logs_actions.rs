@@ -694,7 +694,7 @@ async fn a_failed_job_is_retried_by_the_controller() -> anyhow::Result<()> {
     assert_eq!(pods_of(&old_uid), 0, "the old Job's Pods are gone");
     assert_eq!(
         job("seed").map(|j| j["metadata"]["uid"].clone()),
-        Some(seed_uid),
+        Some(seed_uid.clone()),
         "the other Job is left alone"
     );
     until("the Event naming the user", Duration::from_secs(30), || {
@@ -707,5 +707,58 @@ async fn a_failed_job_is_retried_by_the_controller() -> anyhow::Result<()> {
         job("migrate").is_some_and(|j| j["metadata"]["uid"] == new_uid && condition(&j, "Failed"))
     });
     assert_eq!(listing(&mut dev, "migrate"), json!([{"name": "retry", "disabled": ""}]));
+
+    // Delete-and-recreate is the retry's only: a sync request with Force=true is refused by the
+    // server (a `sync` role would otherwise recreate anything), and the controller recreates nothing
+    // but named Jobs of the Application, whoever wrote the request (here a kubeconfig).
+    let forced = dev.post(
+        "/api/applications/batch/sync",
+        json!({"syncOptions": ["Force=true"], "resources": [format!("batch/Job/{dest}/seed")]}),
+    );
+    assert_eq!(forced.status, 400, "{}", forced.body);
+    assert!(forced.body.contains("retry"), "{}", forced.body);
+    let out = capstan_in(
+        &kc,
+        &ns,
+        &[
+            "app",
+            "sync",
+            "batch",
+            "--sync-option",
+            "Force=true",
+            "--wait",
+            "--timeout",
+            "60",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("Force=true refused: it recreates only the objects the request names"),
+        "{}",
+        text(&out)
+    );
+    let out = capstan_in(
+        &kc,
+        &ns,
+        &[
+            "app",
+            "sync",
+            "batch",
+            "--sync-option",
+            "Force=true",
+            "--resource",
+            &format!("/Namespace//{dest}"),
+            "--wait",
+            "--timeout",
+            "60",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("is not a Job"), "{}", text(&out));
+    assert_eq!(
+        job("seed").map(|j| j["metadata"]["uid"].clone()),
+        Some(seed_uid),
+        "nothing recreated by the refused requests"
+    );
     Ok(())
 }

@@ -82,6 +82,12 @@ pub enum Refusal {
         "{FIELD} cannot act: the Application is Degraded at {0}, the first revision in its history; there is no earlier entry to revert to"
     )]
     NoEarlierEntry(String),
+    /// The entry before took its objects from another repository, path or branch: a revert of the
+    /// commits between would write the old source's content over the new one.
+    #[error(
+        "{FIELD} cannot act: the history entry before {0} deployed another repository, path or branch than spec.source; revert by hand (capstan app rollback --revert) if that is meant"
+    )]
+    SourceChanged(String),
 }
 
 /// What to do about one Application's degradation now; pure, see [`judge`].
@@ -93,6 +99,12 @@ pub enum Verdict {
     Done,
     /// Degraded at the first history entry: nothing to return to.
     NoEarlierEntry {
+        /// The revision.
+        revision: String,
+    },
+    /// Degraded at `revision`, but the entry before deployed another source (repository, path or
+    /// branch) than the spec's: not reverted.
+    SourceChanged {
         /// The revision.
         revision: String,
     },
@@ -163,6 +175,13 @@ pub fn judge(
     else {
         return Verdict::NoEarlierEntry { revision };
     };
+    let same = |a: &capstan_api::application::ApplicationSource| {
+        let b = &app.spec.source;
+        a.repo_url == b.repo_url && a.path == b.path && a.target_revision == b.target_revision
+    };
+    if !same(&previous.source) || !same(&current.source) {
+        return Verdict::SourceChanged { revision };
+    }
     if degraded < limit {
         return Verdict::Waiting {
             revision,
@@ -269,8 +288,15 @@ pub async fn before_write(
             let problem = match degraded_revision(app, &probe) {
                 Some(revision) => {
                     let verdict = judge(app, &probe, Record::of(app).as_ref(), Some(Duration::ZERO), limit);
-                    matches!(verdict, Verdict::NoEarlierEntry { .. })
-                        .then(|| Refusal::NoEarlierEntry(short(&revision).to_string()).to_string())
+                    match verdict {
+                        Verdict::NoEarlierEntry { .. } => {
+                            Some(Refusal::NoEarlierEntry(short(&revision).to_string()).to_string())
+                        }
+                        Verdict::SourceChanged { .. } => {
+                            Some(Refusal::SourceChanged(short(&revision).to_string()).to_string())
+                        }
+                        _ => None,
+                    }
                 }
                 None => None,
             };
@@ -290,7 +316,7 @@ pub async fn after_write(ctx: &Ctx, app: &Application, project: &Project, limit:
         .auto_reverts
         .running(&key, degraded_revision(app, &status).as_deref());
     match judge(app, &status, Record::of(app).as_ref(), degraded, limit) {
-        Verdict::Clear | Verdict::Done | Verdict::NoEarlierEntry { .. } => None,
+        Verdict::Clear | Verdict::Done | Verdict::NoEarlierEntry { .. } | Verdict::SourceChanged { .. } => None,
         Verdict::Waiting { remaining, .. } => Some(remaining + Duration::from_millis(200)),
         Verdict::Revert {
             revision,
@@ -360,6 +386,7 @@ async fn revert(
         author_email: ctx.config.git_author_email.clone(),
         reason,
         reporter: ctx.reporter().controller,
+        revision: revision.to_string(),
     };
     match promoter
         .auto_revert(&recorded, &project.name, &project.spec, &request)
@@ -417,7 +444,7 @@ mod tests {
                     id: *id,
                     revision: rev.to_string(),
                     deployed_at: String::new(),
-                    source: Default::default(),
+                    source: app.spec.source.clone(),
                     revisions: vec![],
                     sources: vec![],
                 })
@@ -434,6 +461,18 @@ mod tests {
             ..Default::default()
         };
         (app, status)
+    }
+
+    #[test]
+    fn an_entry_of_another_source_is_not_reverted_to() {
+        let (mut app, status) = app(&[(0, "a"), (1, "b")], "b", HealthCode::Degraded);
+        let limit = Duration::from_secs(10);
+        let verdict = judge(&app, &status, None, Some(Duration::from_secs(60)), limit);
+        assert!(matches!(verdict, Verdict::Revert { to: 0, .. }), "{verdict:?}");
+        // The Application now follows another path: the entries name the old one.
+        app.spec.source.path = "web-v2".into();
+        let verdict = judge(&app, &status, None, Some(Duration::from_secs(60)), limit);
+        assert_eq!(verdict, Verdict::SourceChanged { revision: "b".into() });
     }
 
     const LIMIT: Duration = Duration::from_secs(10);

@@ -38,6 +38,9 @@ pub struct RevertRequest {
     pub history_id: i64,
     /// Why (the commit message's body; may be empty).
     pub reason: String,
+    /// The commit the branch must still point at (an automatic revert of a revision: never also
+    /// undo what was pushed after it, a fix perhaps); `None`: every commit after `base`.
+    pub expected_head: Option<String>,
 }
 
 /// A revert pushed.
@@ -73,6 +76,16 @@ pub enum RevertError {
     /// The request is unusable.
     #[error("invalid revert request: {0}")]
     InvalidRequest(String),
+    /// The branch moved past the commit an automatic revert was decided for.
+    #[error("branch {branch} moved to {found} since {expected} was judged: not reverting commits nobody judged")]
+    BranchMoved {
+        /// The branch.
+        branch: String,
+        /// The commit the revert was decided for.
+        expected: String,
+        /// Its head now.
+        found: String,
+    },
     /// The Application deploys a Helm chart from a chart repository: there is no Git path to revert.
     #[error(
         "the Application's source is the Helm chart {chart:?} (a chart version, not a Git path): roll back without --revert"
@@ -175,6 +188,7 @@ impl RevertError {
             | RevertError::SeveralRepositories { .. }
             | RevertError::NotABranch { .. }
             | RevertError::NotAncestor { .. }
+            | RevertError::BranchMoved { .. }
             | RevertError::MergeInRange { .. }
             | RevertError::TooManyCommits { .. }
             | RevertError::OutsidePaths { .. }
@@ -407,6 +421,17 @@ async fn revert_once(
         &["checkout", "--quiet", "--force", "-B", "capstan-write", "FETCH_HEAD"],
     )
     .await?;
+    if let Some(expected) = &request.expected_head {
+        let found = repo.git("reading", &["rev-parse", "HEAD"]).await?;
+        let found = found.trim();
+        if found != expected {
+            return Err(RevertError::BranchMoved {
+                branch: branch.to_string(),
+                expected: short(expected).to_string(),
+                found: short(found).to_string(),
+            });
+        }
+    }
     let base = request.base.as_str();
     let not_ancestor = || RevertError::NotAncestor {
         base: base.to_string(),
@@ -610,6 +635,7 @@ mod tests {
             app: "web".into(),
             history_id: 1,
             reason: String::new(),
+            expected_head: None,
         };
         let kind = |r: RevertRequest| {
             let writer = &writer;

@@ -32,6 +32,7 @@ fn request(server: &GitServer, base: &str, paths: &[&str]) -> RevertRequest {
         app: "web".into(),
         history_id: 4,
         reason: "checkout broke".into(),
+        expected_head: None,
     }
 }
 
@@ -248,5 +249,27 @@ async fn a_revision_off_the_branch_and_an_untouched_path_are_refused() -> anyhow
         (reverted.branch.as_str(), reverted.reverted.clone()),
         ("main", vec![api])
     );
+    Ok(())
+}
+
+/// An automatic revert names the commit it judged: when the branch has moved past it (a fix pushed
+/// meanwhile), nothing is reverted nor pushed; at that commit, the revert is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_for_a_judged_head_refuses_a_branch_that_moved() -> anyhow::Result<()> {
+    let server = GitServer::start().await?;
+    let base = seeded(&server).await?;
+    let bad = server.commit("app", "main", &[("apps/web/cm.yaml", Some("color: red\n"))], "red")?;
+    let fix = server.commit("app", "main", &[("apps/web/cm.yaml", Some("color: green\n"))], "fix")?;
+    let writer = GitWriter::new(config());
+    let mut judged = request(&server, &base, &["apps/web"]);
+    judged.expected_head = Some(bad.clone());
+    let err = writer.revert(&judged).await.expect_err("the branch moved");
+    assert!(matches!(err, RevertError::BranchMoved { .. }), "{err:?}");
+    assert_eq!(err.kind(), RevertErrorKind::Refused);
+    assert!(err.to_string().contains(&fix[..12]), "{err}");
+    assert_eq!(head(&server)?, fix, "nothing pushed");
+    judged.expected_head = Some(fix.clone());
+    let reverted = writer.revert(&judged).await?;
+    assert_eq!(reverted.reverted, vec![fix, bad]);
     Ok(())
 }

@@ -219,7 +219,10 @@ pub fn promotion_facts(app: &Application, pipelines: &[std::sync::Arc<PromotionP
     let health = status.health.as_ref().map(|h| h.status).unwrap_or_default();
     let mut out: Vec<(String, Fact)> = Vec::new();
     for pipeline in pipelines {
-        if pipeline.namespace().unwrap_or_default() != namespace {
+        // A pipeline tells only its own project's Applications (another project's pipeline naming
+        // this Application would reach this project's channels with its changes and users).
+        let pipeline_project = capstan_api::project::project_name(&pipeline.spec.project);
+        if pipeline.namespace().unwrap_or_default() != namespace || pipeline_project != project {
             continue;
         }
         let pipeline_name = pipeline.name_any();

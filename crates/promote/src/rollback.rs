@@ -290,6 +290,9 @@ pub struct AutoRevertRequest {
     pub reason: String,
     /// Who publishes the Event.
     pub reporter: String,
+    /// The revision judged Degraded: the branch must still point at it (what was pushed after
+    /// it, a fix perhaps, is not reverted with it).
+    pub revision: String,
 }
 
 impl Promoter {
@@ -349,7 +352,9 @@ impl Promoter {
         // paths cover PATH/**); the writer then refuses commits that change anything else.
         self.check_project_write(&application, &target).await?;
         let author = (user.trim().to_string(), crate::promote::email(user, &self.email_domain));
-        let reverted = self.push_revert(&application, &target, id, author, reason).await?;
+        let reverted = self
+            .push_revert(&application, &target, id, author, reason, None)
+            .await?;
         let short = |s: &str| s.get(..12).unwrap_or(s).to_string();
         let reverted_list: Vec<String> = reverted.reverted.iter().map(|s| short(s)).collect();
         let mut note = format!(
@@ -388,7 +393,14 @@ impl Promoter {
         check_revert_write(&app.name_any(), project, rules, &place)?;
         let author = (request.author_name.clone(), request.author_email.clone());
         let reverted = self
-            .push_revert(app, &target, request.id, author, &request.reason)
+            .push_revert(
+                app,
+                &target,
+                request.id,
+                author,
+                &request.reason,
+                Some(&request.revision),
+            )
             .await?;
         let short = |s: &str| s.get(..12).unwrap_or(s).to_string();
         let reverted_list: Vec<String> = reverted.reverted.iter().map(|s| short(s)).collect();
@@ -415,6 +427,7 @@ impl Promoter {
         id: i64,
         author: (String, String),
         reason: &str,
+        expected_head: Option<&str>,
     ) -> Result<Reverted, RollbackError> {
         let name = app.name_any();
         let credentials = capstan_cluster::repository::for_repo(&self.client, &self.namespace, &target.repo_url)
@@ -432,6 +445,7 @@ impl Promoter {
             app: name.clone(),
             history_id: id,
             reason: reason.to_string(),
+            expected_head: expected_head.map(str::to_string),
         };
         GitWriter::new(config)
             .revert(&request)

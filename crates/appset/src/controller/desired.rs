@@ -30,7 +30,9 @@ impl Desired {
         let spec = serde_json::to_value(&spec).unwrap_or(Value::Null);
         let mut labels = app.metadata.labels.clone().unwrap_or_default();
         labels.insert(APPLICATIONSET_LABEL.into(), label_value(&set.name_any()));
-        let annotations = app.metadata.annotations.clone().unwrap_or_default();
+        let mut annotations = app.metadata.annotations.clone().unwrap_or_default();
+        // A template cannot request operations or forge the controller's records.
+        annotations.retain(|k, _| !capstan_api::labels::APPLICATION_CONTROL_ANNOTATIONS.contains(&k.as_str()));
         let finalizers = app.metadata.finalizers.clone().unwrap_or_default();
         let owner_uid = set.uid().unwrap_or_default();
         let mut metadata = json!({
@@ -176,6 +178,20 @@ mod tests {
         assert!(d.body.pointer("/status").is_none());
         let rolling = Desired::new(&app, &s, true);
         assert!(rolling.body.pointer("/spec/syncPolicy/automated").is_none());
+    }
+
+    #[test]
+    fn a_template_cannot_request_operations_or_forge_records() {
+        let s = set(BASE);
+        let mut app = generated(&s);
+        let annotations = app.metadata.annotations.get_or_insert_default();
+        for key in capstan_api::labels::APPLICATION_CONTROL_ANNOTATIONS {
+            annotations.insert(key.into(), r#"{"sync":{"syncOptions":["Force=true"]}}"#.into());
+        }
+        annotations.insert("team.example.com/owner".into(), "web".into());
+        let d = Desired::new(&app, &s, false);
+        let kept = d.body.pointer("/metadata/annotations").cloned().unwrap_or_default();
+        assert_eq!(kept, json!({"team.example.com/owner": "web"}), "{kept}");
     }
 
     #[test]

@@ -86,19 +86,27 @@ impl Remote {
     pub fn current() -> Result<Option<Remote>, RemoteError> {
         let remote = Self::current_unchecked()?;
         if let Some(r) = &remote {
-            let kube_flag = std::env::args().skip(1).find(|a| {
-                let name = a.split('=').next().unwrap_or_default();
-                matches!(
-                    name,
-                    "--kubeconfig"
-                        | "--context"
-                        | "--namespace"
-                        | "-n"
-                        | "-N"
-                        | "--app-namespace"
-                        | "--deny-implicit-default-project"
-                )
-            });
+            let kube_flag = std::env::args()
+                .skip(1)
+                .find(|a| {
+                    let name = a.split('=').next().unwrap_or_default();
+                    // `-nprod`: clap takes a short option's value attached too.
+                    let attached = (a.starts_with("-n") || a.starts_with("-N")) && !a.starts_with("--");
+                    attached
+                        || matches!(
+                            name,
+                            "--kubeconfig"
+                                | "--context"
+                                | "--namespace"
+                                | "--app-namespace"
+                                | "--deny-implicit-default-project"
+                        )
+                })
+                .or_else(|| {
+                    std::env::var_os("CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT")
+                        .is_some_and(|v| !v.is_empty())
+                        .then(|| "$CAPSTAN_DENY_IMPLICIT_DEFAULT_PROJECT".to_string())
+                });
             if let Some(flag) = kube_flag {
                 return Err(RemoteError::Invalid(format!(
                     "logged in to {}: {flag} applies to the kubeconfig, which is not used; run `capstan context --none` to use it",

@@ -179,7 +179,11 @@ impl Notifications {
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     tracing::info!("no PromotionPipeline CRD: PromotionMade is not sent");
                 }
-                _ => {
+                // Not readable (RBAC, say): the other triggers are not held back for it.
+                Err(err) => {
+                    tracing::warn!(%err, "PromotionPipelines cannot be listed: PromotionMade is not sent");
+                }
+                Ok(_) => {
                     let _ = reader.wait_until_ready().await;
                 }
             }

@@ -5,6 +5,7 @@
 use capstan_api::Application;
 use capstan_api::application::{ApplicationSource, ApplicationStatus, RevisionHistory, RollbackRefused};
 use capstan_api::operation::Operation;
+use capstan_compare::normalize::Tracking;
 use capstan_compare::{Comparison, SyncCode};
 use capstan_kube::ObjectKey;
 use capstan_sync::SyncOptions;
@@ -46,6 +47,9 @@ pub enum PrepareError {
     /// The sync would prune more than the project's deletion budget allows, unconfirmed.
     #[error("{0}: confirm with `capstan app sync {1} --allow-deletions`")]
     DeletionBudget(String, String),
+    /// `Force=true` (delete and recreate) asked for what it may not recreate.
+    #[error("Force=true refused: {0}")]
+    ForceRefused(String),
 }
 
 /// What an operation does, once prepared.
@@ -141,6 +145,9 @@ async fn plan(
     }
     // In the spec or in the request, in any spelling the sync accepts.
     plan.options = options(app, requested_options);
+    if plan.options.force {
+        check_force(app, &plan.selected, &state.comparison)?;
+    }
     check_rules(
         plan.prune,
         plan.options.create_namespace,
@@ -178,6 +185,41 @@ pub fn options(app: &Application, requested: &[String]) -> SyncOptions {
 /// request already if they could; the spec or the history may have changed since).
 fn rollback_entry(app: &Application, status: &ApplicationStatus, id: i64) -> Result<RevisionHistory, PrepareError> {
     Ok(app.rollback_entry(&status.history, id)?.clone())
+}
+
+/// `Force=true` deletes an object and creates it again: the retry of a failed Job. It is held to
+/// exactly that, whoever wrote the request (the server's retry action, a kubeconfig, an
+/// ApplicationSet's template): named objects only, each a Job of this Application in Git and live,
+/// tracked by it. A Namespace, a CRD or a volume claim deleted and recreated would take everything
+/// in it, every resource of its kind, or its data with it.
+fn check_force(app: &Application, selected: &[ObjectKey], comparison: &Comparison) -> Result<(), PrepareError> {
+    if selected.is_empty() {
+        return Err(PrepareError::ForceRefused(
+            "it recreates only the objects the request names (resources)".into(),
+        ));
+    }
+    let tracking = Tracking::new(&app.namespace().unwrap_or_default(), &app.name_any());
+    for key in selected {
+        if key.group != "batch" || key.kind != "Job" {
+            return Err(PrepareError::ForceRefused(format!(
+                "{key} is not a Job (only a Job is recreated)"
+            )));
+        }
+        let state = comparison.resources.iter().find(|r| &r.key == key);
+        let Some(state) = state.filter(|r| !r.hook && r.desired.is_some()) else {
+            return Err(PrepareError::ForceRefused(format!(
+                "{key} is not an object of this Application in Git"
+            )));
+        };
+        if let Some(live) = &state.live
+            && (!tracking.owns(live) || state.owned_by_other.is_some())
+        {
+            return Err(PrepareError::ForceRefused(format!(
+                "{key} on the cluster is not this Application's"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The objects a sync request names.

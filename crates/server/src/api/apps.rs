@@ -438,6 +438,12 @@ pub async fn sync(
     idle(&app)?;
     not_held(&state, &app).await?;
     let body = body.map(|b| b.0).unwrap_or_default();
+    // Delete-and-recreate is the retry action's, under the `action` role.
+    if capstan_sync::SyncOptions::parse(&body.sync_options).force {
+        return Err(ApiError::bad_request(
+            "Force=true is not a sync request's option: retry a failed Job with its `retry` action (POST …/actions)",
+        ));
+    }
     for r in &body.resources {
         if capstan_kube::ObjectKey::parse(r).is_none() {
             return Err(ApiError::bad_request(format!(

@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::access::authorized;
+use super::access::{authorized, project_of};
 use super::audit;
 use crate::auth::Auth;
 use crate::auth::rbac::Role;
@@ -49,27 +49,30 @@ pub async fn delete(
     Path(name): Path<String>,
     Query(query): Query<DeleteQuery>,
 ) -> Result<Json<Deleting>, ApiError> {
-    let app = authorized(&state, &auth, &name, Role::Admin)?;
+    authorized(&state, &auth, &name, Role::Admin)?;
     let api: Api<Application> = Api::namespaced(state.client.clone(), &state.config.namespace);
-    // The Application the caller was allowed to delete, not one recreated meanwhile in another
-    // project under the same name.
-    let uid = app.uid();
-    if let Some(finalizers) = app.finalizers_for_delete(query.cascade) {
-        let patch = json!({"metadata": {"uid": uid, "finalizers": finalizers}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+    // Judged again on the Application as the API server has it now (this server's copy may lag a
+    // move to another project), and deleted only as it was judged: the same uid (not one recreated
+    // under the name) and resourceVersion. A change in between is judged afresh.
+    let mut attempts = 0;
+    let app = loop {
+        attempts += 1;
+        let app = api
+            .get_opt(&name)
             .await
-            .map_err(|e| ApiError::kube(&format!("updating the finalizers of Application {name}"), &e))?;
-    }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid,
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
+            .map_err(|e| ApiError::kube(&format!("reading Application {name}"), &e))?
+            .ok_or_else(|| ApiError::not_found(format!("Application {name:?}")))?;
+        let project = project_of(&app);
+        if auth.role(&state, project) < Role::ReadOnly {
+            return Err(ApiError::not_found(format!("Application {name:?}")));
+        }
+        auth.require(&state, project, Role::Admin)?;
+        match delete_as_judged(&api, &app, query.cascade).await {
+            Ok(()) => break app,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 3 => continue,
+            Err(e) => return Err(ApiError::kube(&format!("deleting Application {name}"), &e)),
+        }
     };
-    api.delete(&name, &params)
-        .await
-        .map_err(|e| ApiError::kube(&format!("deleting Application {name}"), &e))?;
     let what = if query.cascade {
         "with its resources"
     } else {
@@ -79,4 +82,25 @@ pub async fn delete(
     audit::record(&state, &app, "ApplicationDeleted", "Delete", &note).await;
     tracing::info!(application = %name, user = %auth.principal.name, cascade = query.cascade, "Application deleted");
     Ok(Json(Deleting { cascade: query.cascade }))
+}
+
+/// Set the finalizers `cascade` asks for, then delete `app`, both on the condition that it is still
+/// the version read.
+async fn delete_as_judged(api: &Api<Application>, app: &Application, cascade: bool) -> Result<(), kube::Error> {
+    let name = app.name_any();
+    let uid = app.uid();
+    let mut version = app.resource_version();
+    if let Some(finalizers) = app.finalizers_for_delete(cascade) {
+        let patch = json!({"metadata": {"uid": uid, "resourceVersion": version, "finalizers": finalizers}});
+        let patched = api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        version = patched.resource_version();
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: version,
+        }),
+        ..DeleteParams::default()
+    };
+    api.delete(&name, &params).await.map(|_| ())
 }

@@ -98,6 +98,7 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
             format!("{} may not read any project", auth.principal.name),
         ));
     }
+    let sees_all = policy.role(&auth.principal, "*") >= Role::Admin;
     let maps: Api<ConfigMap> = Api::namespaced(state.client.clone(), &state.config.namespace);
     let recorded = maps
         .get_opt(STATUS_CONFIGMAP)
@@ -119,7 +120,13 @@ pub async fn clusters(auth: Auth, AxState(state): AxState<Arc<State>>) -> Result
         .map(|d| {
             let c = connection(&d.name);
             // From the Secret as it is now (`in-cluster`'s metadata-only Secret included).
-            let metadata = state.pipeline.clusters.metadata_of(&d.name).unwrap_or_default();
+            let mut metadata = state.pipeline.clusters.metadata_of(&d.name).unwrap_or_default();
+            // Annotations (any tool's, some copy whole objects into them) and the namespaces
+            // every team deploys to are for administrators of every project only.
+            if !sees_all {
+                metadata.annotations.clear();
+                metadata.namespaces.clear();
+            }
             let server = if d.name == IN_CLUSTER_NAME {
                 IN_CLUSTER_SERVER.to_string()
             } else {

@@ -344,9 +344,11 @@ pub struct ClusterItem {
     pub secret: String,
     /// Labels of its cluster Secret.
     pub labels: BTreeMap<String, String>,
-    /// Annotations of its cluster Secret (never `kubectl apply`'s copy of the whole Secret).
+    /// Annotations of its cluster Secret (never `kubectl apply`'s copy of the whole Secret); only
+    /// to an administrator of every project, empty for anyone else.
     pub annotations: BTreeMap<String, String>,
-    /// The namespaces Capstan may manage there (empty: all).
+    /// The namespaces Capstan may manage there (empty: all); only to an administrator of every
+    /// project, empty for anyone else.
     pub namespaces: Vec<String>,
     /// Last known connection state.
     pub state: ConnectionStatus,
