@@ -3058,7 +3058,10 @@ export interface components {
         };
         /** @description A destination cluster (never its credentials). */
         ClusterItem: {
-            /** @description Annotations of its cluster Secret (never `kubectl apply`'s copy of the whole Secret). */
+            /**
+             * @description Annotations of its cluster Secret (never `kubectl apply`'s copy of the whole Secret); only
+             *     to an administrator of every project, empty for anyone else.
+             */
             annotations: {
                 [key: string]: string;
             };
@@ -3072,7 +3075,10 @@ export interface components {
             message: string;
             /** @description Name. */
             name: string;
-            /** @description The namespaces Capstan may manage there (empty: all). */
+            /**
+             * @description The namespaces Capstan may manage there (empty: all); only to an administrator of every
+             *     project, empty for anyone else.
+             */
             namespaces: string[];
             /** @description Name of its cluster Secret (empty for `in-cluster` without one). */
             secret: string;
