@@ -11,12 +11,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use capstan_api::Application;
-use capstan_testkit::capstan::{sync_of, unique_namespace};
+use capstan_testkit::capstan::unique_namespace;
 use capstan_testkit::webdriver::Browser;
 use capstan_testkit::{GitServer, TestCluster, run_git};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 
+use common::revert::{config_map, head, wait_deployed};
 use common::services::{apply, repository_secret};
 use common::{capstan, text};
 
@@ -24,45 +25,6 @@ const WAIT: Duration = Duration::from_secs(120);
 
 fn testid(id: &str) -> String {
     format!("[data-testid={id:?}]")
-}
-
-fn config_map(color: &str) -> String {
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: web}}\ndata: {{color: {color}}}\n")
-}
-
-fn head(bare: &std::path::Path) -> String {
-    run_git(bare, &["rev-parse", "refs/heads/main"]).expect("rev-parse")
-}
-
-/// Wait until the Application is Synced at the branch head and the live ConfigMap's color is `color`.
-async fn wait_deployed(apps: &Api<Application>, cms: &Api<ConfigMap>, bare: &std::path::Path, color: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let app = apps.get_opt("web").await.ok().flatten();
-        let revision = app
-            .as_ref()
-            .and_then(|a| a.status.as_ref())
-            .and_then(|s| s.sync.as_ref())
-            .map(|s| s.revision.clone())
-            .unwrap_or_default();
-        let live = cms
-            .get_opt("web")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|c| c.data)
-            .and_then(|d| d.get("color").cloned())
-            .unwrap_or_default();
-        let synced = app.as_ref().is_some_and(|a| sync_of(a) == "Synced");
-        if synced && revision == head(bare) && live == color {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for color {color}: live {live:?}, revision {revision}, synced {synced}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

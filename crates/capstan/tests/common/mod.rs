@@ -6,6 +6,7 @@ pub mod apps;
 pub mod http;
 pub mod modes;
 pub mod pod;
+pub mod revert;
 pub mod services;
 
 use std::process::{Child, Command, Output};
