@@ -767,19 +767,22 @@ async fn revision_history_limit_keeps_the_last_entries() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `Force=true` in a sync request deletes each object the operation applies and creates it again
-/// from Git (a new uid), equal to Git or not, and only the objects selected; in an Application's own
-/// `syncOptions` it is refused, naming the option, and nothing is synced.
+/// `Force=true` in a sync request deletes the Job it names and creates it again from Git (a new
+/// uid), equal to Git or not, and only that; naming no object, or another kind, fails the operation
+/// before anything is deleted; in an Application's own `syncOptions` it is refused, naming the
+/// option, and nothing is synced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn force_true_recreates_the_selected_objects_and_is_refused_in_the_spec() -> anyhow::Result<()> {
+async fn force_true_recreates_the_named_jobs_only_and_is_refused_in_the_spec() -> anyhow::Result<()> {
     let env = Env::shared().await?;
     env.git.create_repo("force")?;
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: once}\nspec:\n  backoffLimit: 0\n  template:\n    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}\n";
     env.git.commit(
         "force",
         "main",
         &[
             ("app/one.yaml", Some(&configmap("one", "{}", "{k: v}"))),
             ("app/two.yaml", Some(&configmap("two", "{}", "{k: v}"))),
+            ("app/job.yaml", Some(job)),
         ],
         "v1",
     )?;
@@ -788,46 +791,75 @@ async fn force_true_recreates_the_selected_objects_and_is_refused_in_the_spec() 
     let first = sync_and_wait(&env, "force", "force-1", json!({})).await?;
     assert_eq!(op_phase(&first), "Succeeded", "{}", op_message(&first));
     let (v, k, p) = CM_API;
+    let (jv, jk, jp) = JOB_API;
     let uid = |obj: Option<Value>| obj.map(|o| pointer_str(&o, "/metadata/uid")).unwrap_or_default();
-    let (one, two) = (
+    let (one, two, once) = (
         uid(env.get(v, k, p, "force-ns", "one").await?),
         uid(env.get(v, k, p, "force-ns", "two").await?),
+        uid(env.get(jv, jk, jp, "force-ns", "once").await?),
     );
-    assert!(!one.is_empty() && !two.is_empty());
+    assert!(!one.is_empty() && !two.is_empty() && !once.is_empty());
 
-    // Both already equal Git: without Force nothing would be written.
+    // Force recreates only named Jobs: a ConfigMap, or no name at all, fails the operation before
+    // anything is deleted.
+    for (id, body) in [
+        (
+            "force-cm",
+            json!({"resources": ["/ConfigMap/force-ns/one"], "syncOptions": ["Force=true", "Replace=true"]}),
+        ),
+        ("force-all", json!({"syncOptions": ["Force=true"]})),
+    ] {
+        let refused = sync_and_wait(&env, "force", id, body).await?;
+        assert_eq!(op_phase(&refused), "Failed", "{}", op_message(&refused));
+        assert!(
+            op_message(&refused).contains("Force=true refused"),
+            "{}",
+            op_message(&refused)
+        );
+    }
+    assert_eq!(
+        uid(env.get(v, k, p, "force-ns", "one").await?),
+        one,
+        "nothing recreated"
+    );
+    assert_eq!(uid(env.get(jv, jk, jp, "force-ns", "once").await?), once);
+
+    // The Job equals Git: without Force nothing would be written.
     let forced = sync_and_wait(
         &env,
         "force",
         "force-2",
-        json!({"resources": ["/ConfigMap/force-ns/one"], "syncOptions": ["Force=true", "Replace=true"]}),
+        json!({"resources": ["batch/Job/force-ns/once"], "syncOptions": ["Force=true", "Replace=true"]}),
     )
     .await?;
     assert_eq!(op_phase(&forced), "Succeeded", "{}", op_message(&forced));
     let results = op_state(&forced).resources;
     assert_eq!(results.len(), 1, "{results:?}");
-    let recreated = result_for(&results, "ConfigMap", "one").expect("one's result");
+    let recreated = result_for(&results, "Job", "once").expect("the Job's result");
     assert_eq!(
         (recreated.status.clone(), recreated.message.as_str()),
         (ResultCode::Synced, "deleted and recreated")
     );
-    let live = env.get(v, k, p, "force-ns", "one").await?.expect("one again");
-    assert_ne!(pointer_str(&live, "/metadata/uid"), one, "a new object");
-    assert_eq!(live.pointer("/data"), Some(&json!({"k": "v"})), "from Git");
+    let live = env.get(jv, jk, jp, "force-ns", "once").await?.expect("the Job again");
+    assert_ne!(pointer_str(&live, "/metadata/uid"), once, "a new object");
+    assert_eq!(
+        live.pointer("/spec/template/spec/containers/0/image"),
+        Some(&json!("busybox")),
+        "from Git"
+    );
     assert!(
         managers(&live).contains(&("capstan".into(), "Apply".into())),
         "server-side applied by capstan: {:?}",
         managers(&live)
     );
     assert_eq!(
-        uid(env.get(v, k, p, "force-ns", "two").await?),
-        two,
-        "an object not selected is left alone"
+        (
+            uid(env.get(v, k, p, "force-ns", "one").await?),
+            uid(env.get(v, k, p, "force-ns", "two").await?)
+        ),
+        (one, two),
+        "objects not selected are left alone"
     );
-    env.wait_app("force", "Synced after the recreation", Duration::from_secs(30), |a| {
-        sync_of(a) == "Synced"
-    })
-    .await?;
 
     // Not as a standing policy of an Application.
     let mut manifest = app("force-spec", &env.git.git_url("force"), "app", "force-spec-ns", true);
